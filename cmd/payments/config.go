@@ -1,0 +1,127 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"log/slog"
+	"net/url"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+)
+
+// config is every setting of the service. Each has a flag and an environment
+// twin; a flag given on the command line wins over the environment, which
+// wins over the default.
+type config struct {
+	Addr            string
+	DataDir         string
+	DatabaseURL     string
+	DBMaxConns      int
+	LogLevel        slog.Level
+	ShutdownTimeout time.Duration
+}
+
+// flags registers settings on a flag.FlagSet with their environment twins,
+// collecting environment values that do not parse.
+type flags struct {
+	*flag.FlagSet
+	envErrs []error
+}
+
+func newFlags(name string, stderr io.Writer) *flags {
+	fs := flag.NewFlagSet("payments "+name, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	return &flags{FlagSet: fs}
+}
+
+func (f *flags) parse(args []string) error {
+	if err := f.Parse(args); err != nil {
+		return err
+	}
+	if f.NArg() > 0 {
+		return fmt.Errorf("%w: unexpected argument %q", errUsage, f.Arg(0))
+	}
+	return errors.Join(f.envErrs...)
+}
+
+func (f *flags) stringVar(p *string, name, env, def, help string) {
+	if v, ok := os.LookupEnv(env); ok {
+		def = v
+	}
+	f.StringVar(p, name, def, help+" (env "+env+")")
+}
+
+func (f *flags) intVar(p *int, name, env string, def int, help string) {
+	f.parseEnv(env, func(v string) error { n, err := strconv.Atoi(v); def = n; return err })
+	f.IntVar(p, name, def, help+" (env "+env+")")
+}
+
+func (f *flags) durationVar(p *time.Duration, name, env string, def time.Duration, help string) {
+	f.parseEnv(env, func(v string) error { d, err := time.ParseDuration(v); def = d; return err })
+	f.DurationVar(p, name, def, help+" (env "+env+")")
+}
+
+func (f *flags) levelVar(p *slog.Level, name, env string, def slog.Level, help string) {
+	f.parseEnv(env, func(v string) error { return def.UnmarshalText([]byte(v)) })
+	f.TextVar(p, name, def, help+" (env "+env+")")
+}
+
+func (f *flags) parseEnv(env string, parse func(string) error) {
+	if v, ok := os.LookupEnv(env); ok {
+		if err := parse(v); err != nil {
+			f.envErrs = append(f.envErrs, fmt.Errorf("%s=%q: %w", env, v, err))
+		}
+	}
+}
+
+// commonFlags are the settings of every command that serves the API.
+func (c *config) commonFlags(f *flags) {
+	f.stringVar(&c.Addr, "addr", "PAYMENTS_ADDR", "127.0.0.1:8080", "address the API listens on")
+	f.stringVar(&c.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
+	f.intVar(&c.DBMaxConns, "db-max-conns", "PAYMENTS_DB_MAX_CONNS", 0, "database pool size (0: pgxpool's default, max(4, cores))")
+	f.levelVar(&c.LogLevel, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
+	f.durationVar(&c.ShutdownTimeout, "shutdown-timeout", "PAYMENTS_SHUTDOWN_TIMEOUT", 20*time.Second,
+		"how long in-flight requests may take to finish on SIGINT/SIGTERM")
+}
+
+// LogValue shows the configuration with every secret masked.
+func (c config) LogValue() slog.Value {
+	return slog.GroupValue(
+		slog.String("addr", c.Addr),
+		slog.String("data_dir", c.DataDir),
+		slog.String("database_url", maskURL(c.DatabaseURL)),
+		slog.Int("db_max_conns", c.DBMaxConns),
+		slog.String("log_level", c.LogLevel.String()),
+		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
+	)
+}
+
+// maskURL hides a connection URL's password, and a password= setting of a
+// keyword/value connection string.
+func maskURL(raw string) string {
+	if raw == "" {
+		return ""
+	}
+	if u, err := url.Parse(raw); err == nil && u.Scheme != "" {
+		if q := u.Query(); q.Has("password") {
+			q.Set("password", "xxxxx")
+			u.RawQuery = q.Encode()
+		}
+		return u.Redacted()
+	}
+	fields := strings.Fields(raw)
+	for i, f := range fields {
+		if strings.HasPrefix(f, "password=") {
+			fields[i] = "password=xxxxx"
+		}
+	}
+	return strings.Join(fields, " ")
+}
+
+func newLogger(w io.Writer, level slog.Level) *slog.Logger {
+	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}

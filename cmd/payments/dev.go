@@ -1,0 +1,84 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"path/filepath"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/pglocal"
+	"github.com/example/payments/internal/users"
+)
+
+// runDev is `payments dev`: everything a newcomer needs, in one process.
+// Without DATABASE_URL it runs its own PostgreSQL cluster in --data-dir,
+// which survives restarts and dies with the process.
+func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var cfg config
+	f := newFlags("dev", stderr)
+	cfg.commonFlags(f)
+	f.stringVar(&cfg.DataDir, "data-dir", "PAYMENTS_DATA_DIR", ".data", "where the local PostgreSQL cluster lives")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	log := newLogger(stderr, cfg.LogLevel)
+
+	if cfg.DatabaseURL == "" {
+		pg, err := startLocalPostgres(ctx, cfg.DataDir, log)
+		if err != nil {
+			return err
+		}
+		defer pg.Stop()
+		cfg.DatabaseURL = pg.URL("payments")
+	}
+	log.Info("starting payments dev", slog.Any("config", cfg))
+
+	if err := db.MigrateUp(cfg.DatabaseURL, log); err != nil {
+		return err
+	}
+	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: int32(cfg.DBMaxConns)})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	if err := users.SeedDemoUsers(ctx, pool); err != nil {
+		return err
+	}
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	printWelcome(stdout, cfg, ln.Addr().String())
+	return serveAPI(ctx, cfg, log, pool, ln)
+}
+
+func startLocalPostgres(ctx context.Context, dataDir string, log *slog.Logger) (*pglocal.Server, error) {
+	pg, err := pglocal.Start(ctx, pglocal.Config{
+		DataDir: filepath.Join(dataDir, "postgres"),
+		LogFile: filepath.Join(dataDir, "postgres.log"),
+		Logger:  log,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("starting local PostgreSQL in %s: %w", dataDir, err)
+	}
+	if err := pg.CreateDatabase(ctx, "payments"); err != nil {
+		_ = pg.Stop()
+		return nil, fmt.Errorf("creating the payments database: %w", err)
+	}
+	return pg, nil
+}
+
+func printWelcome(w io.Writer, cfg config, addr string) {
+	base := "http://" + addr
+	fmt.Fprintf(w, "payments dev is up\n\n")
+	fmt.Fprintf(w, "  API:       %s\n", base)
+	fmt.Fprintf(w, "  Database:  %s\n", maskURL(cfg.DatabaseURL))
+	fmt.Fprintf(w, "\n  Demo API keys:\n")
+	for _, u := range users.DemoUsers {
+		fmt.Fprintf(w, "    %-20s %s\n", u.Email, u.APIKey)
+	}
+	fmt.Fprintf(w, "\n  Try:\n    curl -H 'Authorization: Bearer %s' %s/v1/payments\n\n", users.DemoUsers[0].APIKey, base)
+}

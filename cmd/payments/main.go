@@ -1,0 +1,67 @@
+// Command payments is the payments service: the API, its background workers,
+// the schema migrations, the Stripe simulator and a one-command dev mode, as
+// subcommands of one binary. `payments help` lists them.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"syscall"
+)
+
+const usage = `payments: a payment gateway that charges exactly once
+
+Usage: payments <command> [flags]
+
+Commands:
+  dev         everything on one machine: local PostgreSQL, migrations, demo users, the API
+  serve       the HTTP API only (needs DATABASE_URL)
+  migrate     schema migrations: payments migrate up|down|version (needs DATABASE_URL)
+  users       payments users create --email E: a new user, its API key printed once
+
+Every flag has an environment twin; run "payments <command> -h" to see them.
+`
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
+	defer stop()
+	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
+	switch {
+	case err == nil, errors.Is(err, flag.ErrHelp):
+	case errors.Is(err, errUsage):
+		fmt.Fprintf(os.Stderr, "payments: %v\n\n%s", err, usage)
+		os.Exit(2)
+	default:
+		fmt.Fprintf(os.Stderr, "payments: %v\n", err)
+		os.Exit(1)
+	}
+}
+
+var errUsage = errors.New("usage")
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	if len(args) == 0 {
+		return fmt.Errorf("%w: no command given", errUsage)
+	}
+	cmd, args := args[0], args[1:]
+	switch cmd {
+	case "dev":
+		return runDev(ctx, args, stdout, stderr)
+	case "serve":
+		return runServe(ctx, args, stderr)
+	case "migrate":
+		return runMigrate(args, stdout, stderr)
+	case "users":
+		return runUsers(ctx, args, stdout, stderr)
+	case "help", "-h", "--help":
+		fmt.Fprint(stdout, usage)
+		return nil
+	default:
+		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+	}
+}

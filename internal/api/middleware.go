@@ -1,0 +1,146 @@
+package api
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"mime"
+	"net/http"
+	"runtime/debug"
+	"strings"
+	"time"
+
+	"github.com/go-chi/chi/v5/middleware"
+
+	"github.com/example/payments/internal/users"
+)
+
+// MaxBodyBytes is the largest request body accepted (64 KiB); larger is 413.
+const MaxBodyBytes = 64 << 10
+
+type ctxKey int
+
+const (
+	ctxKeyLogger ctxKey = iota
+	ctxKeyUser
+)
+
+// logger returns the request's logger, which carries its request id.
+func logger(ctx context.Context) *slog.Logger {
+	if l, ok := ctx.Value(ctxKeyLogger).(*slog.Logger); ok {
+		return l
+	}
+	return slog.Default()
+}
+
+// userFrom returns the authenticated caller; only valid behind authenticate.
+func userFrom(ctx context.Context) users.User {
+	u, _ := ctx.Value(ctxKeyUser).(users.User)
+	return u
+}
+
+// logRequests gives the request a logger carrying its request id, echoes the
+// id in X-Request-Id, and logs one line when the request is done.
+func (s *Server) logRequests(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		start := time.Now()
+		reqID := middleware.GetReqID(r.Context())
+		log := s.log.With(slog.String("request_id", reqID))
+		w.Header().Set("X-Request-Id", reqID)
+		ww := middleware.NewWrapResponseWriter(w, r.ProtoMajor)
+		next.ServeHTTP(ww, r.WithContext(context.WithValue(r.Context(), ctxKeyLogger, log)))
+		log.InfoContext(r.Context(), "request",
+			slog.String("method", r.Method), slog.String("path", r.URL.Path),
+			slog.Int("status", ww.Status()), slog.Int("bytes", ww.BytesWritten()),
+			slog.Float64("duration_ms", float64(time.Since(start).Microseconds())/1000))
+	})
+}
+
+// recoverPanics turns a panic into a logged 500 instead of a dropped connection.
+func (s *Server) recoverPanics(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		defer func() {
+			rec := recover()
+			if rec == nil || rec == http.ErrAbortHandler {
+				if rec != nil {
+					panic(rec)
+				}
+				return
+			}
+			logger(r.Context()).ErrorContext(r.Context(), "panic", slog.Any("panic", rec), slog.String("stack", string(debug.Stack())))
+			s.writeError(w, r, fmt.Errorf("panic: %v", rec))
+		}()
+		next.ServeHTTP(w, r)
+	})
+}
+
+// authenticate requires `Authorization: Bearer <api key>` and puts the user
+// in the context. A missing, malformed or unknown key is 401.
+func (s *Server) authenticate(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		key, ok := bearerToken(r.Header.Get("Authorization"))
+		if !ok {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
+			writeProblem(w, newProblem(http.StatusUnauthorized, CodeUnauthorized,
+				"Send your API key as `Authorization: Bearer <key>`."))
+			return
+		}
+		user, err := users.Authenticate(r.Context(), s.pool, key)
+		if err != nil {
+			if errors.Is(err, users.ErrUnknownKey) {
+				w.Header().Set("WWW-Authenticate", `Bearer realm="payments", error="invalid_token"`)
+			}
+			s.writeError(w, r, err)
+			return
+		}
+		ctx := context.WithValue(r.Context(), ctxKeyUser, user)
+		ctx = context.WithValue(ctx, ctxKeyLogger, logger(ctx).With(slog.Int64("user_id", user.ID)))
+		next.ServeHTTP(w, r.WithContext(ctx))
+	})
+}
+
+func bearerToken(header string) (string, bool) {
+	scheme, token, ok := strings.Cut(header, " ")
+	if !ok || !strings.EqualFold(scheme, "Bearer") {
+		return "", false
+	}
+	token = strings.TrimSpace(token)
+	return token, token != ""
+}
+
+// limitJSONBody enforces the body rules of API.md before any handler runs:
+// a request with a body must say Content-Type: application/json (else 415)
+// and carry at most MaxBodyBytes (else 413). A body whose length is not
+// announced is cut off at the limit: reading past it fails with
+// *http.MaxBytesError, which a handler reading the body answers with the same
+// 413 (bodyTooLarge).
+func limitJSONBody(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.ContentLength == 0 || r.Body == nil || r.Body == http.NoBody {
+			next.ServeHTTP(w, r)
+			return
+		}
+		if !isJSON(r.Header.Get("Content-Type")) {
+			writeProblem(w, newProblem(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+				"Send the request body as Content-Type: application/json."))
+			return
+		}
+		if r.ContentLength > MaxBodyBytes {
+			writeProblem(w, bodyTooLarge())
+			return
+		}
+		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
+		next.ServeHTTP(w, r)
+	})
+}
+
+func bodyTooLarge() *Problem {
+	return newProblem(http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
+		fmt.Sprintf("The request body is larger than %d bytes.", MaxBodyBytes))
+}
+
+func isJSON(contentType string) bool {
+	mediaType, _, err := mime.ParseMediaType(contentType)
+	return err == nil && mediaType == "application/json"
+}

@@ -1,0 +1,79 @@
+package api
+
+import (
+	"fmt"
+	"log/slog"
+	"net/http"
+	"strings"
+
+	"github.com/go-chi/chi/v5"
+	"github.com/go-chi/chi/v5/middleware"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
+)
+
+// Config is what the API needs from the process that serves it.
+type Config struct {
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger
+	// Registry collects the API's metrics and is served at /metrics.
+	Registry *prometheus.Registry
+}
+
+// Server holds the API's dependencies; its handlers are methods on it.
+type Server struct {
+	pool    *pgxpool.Pool
+	log     *slog.Logger
+	metrics *httpMetrics
+}
+
+// NewHandler builds the API's router.
+func NewHandler(cfg Config) http.Handler {
+	s := &Server{pool: cfg.Pool, log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry)}
+
+	r := chi.NewRouter()
+	r.Use(middleware.RequestID, s.logRequests, s.metrics.measure, s.recoverPanics)
+	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
+		writeProblem(w, newProblem(http.StatusNotFound, CodeNotFound, "No such route: "+r.Method+" "+r.URL.Path))
+	})
+	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
+		allowed := allowedMethods(r, req.URL.Path)
+		w.Header().Set("Allow", strings.Join(allowed, ", "))
+		writeProblem(w, newProblem(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
+			fmt.Sprintf("%s is not allowed on %s; use %s.", req.Method, req.URL.Path, strings.Join(allowed, " or "))))
+	})
+
+	r.Get("/healthz", s.healthz)
+	r.Get("/readyz", s.readyz)
+	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+
+	r.Route("/v1", func(r chi.Router) {
+		r.Use(s.authenticate, limitJSONBody)
+		r.Get("/payments", s.handle(s.listPayments))
+	})
+	return r
+}
+
+// allowedMethods lists the methods routes has a handler for at path. chi
+// knows them but does not hand them to a custom 405 handler.
+func allowedMethods(routes chi.Routes, path string) []string {
+	var allowed []string
+	for _, m := range []string{http.MethodGet, http.MethodHead, http.MethodPost, http.MethodPut, http.MethodPatch, http.MethodDelete} {
+		if routes.Match(chi.NewRouteContext(), m, path) {
+			allowed = append(allowed, m)
+		}
+	}
+	return allowed
+}
+
+// handlerFunc is a handler that may fail; handle renders its error.
+type handlerFunc func(w http.ResponseWriter, r *http.Request) error
+
+func (s *Server) handle(h handlerFunc) http.HandlerFunc {
+	return func(w http.ResponseWriter, r *http.Request) {
+		if err := h(w, r); err != nil {
+			s.writeError(w, r, err)
+		}
+	}
+}

@@ -1,0 +1,135 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+)
+
+// Status is where a payment stands.
+type Status string
+
+// The statuses of a payment.
+const (
+	StatusProcessing      Status = "processing"
+	StatusRequiresCapture Status = "requires_capture"
+	StatusSucceeded       Status = "succeeded"
+	StatusFailed          Status = "failed"
+	StatusCanceled        Status = "canceled"
+)
+
+// Payment is a payment as its owner sees it. Amounts are in the currency's
+// minor unit.
+type Payment struct {
+	ID                  string
+	Amount              int64
+	Currency            string
+	Status              Status
+	AmountCaptured      int64
+	AmountRefunded      int64
+	PaymentMethod       string
+	StripePaymentIntent *string
+	FailureCode         *string
+	FailureMessage      *string
+	Description         *string
+	Metadata            map[string]string
+	Created             time.Time
+}
+
+// Captured tells whether any money was captured.
+func (p Payment) Captured() bool { return p.AmountCaptured > 0 }
+
+// ErrNotFound is returned for a payment that does not exist or belongs to
+// another user: the two are indistinguishable on purpose.
+var ErrNotFound = errors.New("payment not found")
+
+var queries = dbsqlc.New()
+
+// Get returns one of the user's payments.
+func Get(ctx context.Context, conn dbsqlc.DBTX, userID int64, id string) (Payment, error) {
+	row, err := queries.GetPayment(ctx, conn, dbsqlc.GetPaymentParams{ID: id, UserID: userID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Payment{}, ErrNotFound
+	}
+	if err != nil {
+		return Payment{}, err
+	}
+	return fromRow(row)
+}
+
+// ListParams pages through a user's payments, newest first.
+type ListParams struct {
+	Limit         int    // 1..100
+	StartingAfter string // id of the last payment of the previous page; "" for the first page
+}
+
+// endOfTime sorts after every payment, to start the first page.
+var endOfTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
+
+// List returns a page of the user's payments and whether more follow. A
+// StartingAfter that names no payment of the user is ErrNotFound.
+func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, p ListParams) ([]Payment, bool, error) {
+	before, beforeID := endOfTime, ""
+	if p.StartingAfter != "" {
+		cursor, err := Get(ctx, conn, userID, p.StartingAfter)
+		if err != nil {
+			return nil, false, err
+		}
+		before, beforeID = cursor.Created, cursor.ID
+	}
+	rows, err := queries.ListPayments(ctx, conn, dbsqlc.ListPaymentsParams{
+		UserID: userID, BeforeCreated: before, BeforeID: beforeID, RowLimit: int32(p.Limit + 1),
+	})
+	if err != nil {
+		return nil, false, err
+	}
+	hasMore := len(rows) > p.Limit
+	if hasMore {
+		rows = rows[:p.Limit]
+	}
+	page := make([]Payment, 0, len(rows))
+	for _, row := range rows {
+		pay, err := fromRow(row)
+		if err != nil {
+			return nil, false, err
+		}
+		page = append(page, pay)
+	}
+	return page, hasMore, nil
+}
+
+func fromRow(row dbsqlc.Payment) (Payment, error) {
+	metadata := map[string]string{}
+	if err := json.Unmarshal(row.Metadata, &metadata); err != nil {
+		return Payment{}, fmt.Errorf("payment %s: decoding metadata: %w", row.ID, err)
+	}
+	return Payment{
+		ID:                  row.ID,
+		Amount:              row.Amount,
+		Currency:            row.Currency,
+		Status:              Status(row.Status),
+		AmountCaptured:      row.AmountCaptured,
+		AmountRefunded:      row.AmountRefunded,
+		PaymentMethod:       row.PaymentMethod,
+		StripePaymentIntent: fromText(row.StripePaymentIntent),
+		FailureCode:         fromText(row.FailureCode),
+		FailureMessage:      fromText(row.FailureMessage),
+		Description:         fromText(row.Description),
+		Metadata:            metadata,
+		Created:             row.CreatedAt,
+	}, nil
+}
+
+func fromText(t pgtype.Text) *string {
+	if !t.Valid {
+		return nil
+	}
+	return &t.String
+}

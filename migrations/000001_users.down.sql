@@ -1,0 +1,2 @@
+DROP TABLE api_keys;
+DROP TABLE users;

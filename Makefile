@@ -1,0 +1,45 @@
+# The set-up is two commands, and each installs what is missing first:
+#   make run    build and start `payments dev` (PostgreSQL, API, demo users)
+#   make test   the whole test suite, against real PostgreSQL clusters
+.DEFAULT_GOAL := help
+SHELL := bash
+GO    ?= go
+
+# Tools are built once per machine, outside the clone, pinned by version.
+TOOLS_DIR    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/payments-tools
+SQLC_VERSION := v1.30.0
+SQLC         := $(TOOLS_DIR)/sqlc-$(SQLC_VERSION)/sqlc
+
+.PHONY: help deps build run test check generate bench
+
+help:
+	@echo "make run    build and start payments dev on http://127.0.0.1:8080"
+	@echo "make test   run every test (installs PostgreSQL's server first if missing)"
+	@echo "make check  gofmt, go vet, and generated code up to date"
+	@echo "make bench  run the benchmarks and write docs/BENCHMARKS.md"
+
+deps:
+	@./scripts/install-deps.sh
+
+build: deps
+	$(GO) build -o bin/payments ./cmd/payments
+
+run: build
+	./bin/payments dev
+
+test: deps
+	$(GO) test -race -count=1 ./...
+
+check: deps $(SQLC)
+	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
+	$(GO) vet ./...
+	$(SQLC) diff
+
+generate: $(SQLC)
+	$(SQLC) generate
+
+bench: deps
+	./scripts/bench.sh
+
+$(SQLC):
+	GOBIN=$(dir $(SQLC)) $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)

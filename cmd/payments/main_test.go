@@ -1,0 +1,288 @@
+package main_test
+
+// These tests build the real binary and drive it as a user would: start it,
+// talk HTTP to it, send it signals, kill it.
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"io/fs"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/migrations"
+)
+
+var binary string
+
+func TestMain(m *testing.M) {
+	dir, err := os.MkdirTemp("", "payments-bin-")
+	if err != nil {
+		panic(err)
+	}
+	binary = filepath.Join(dir, "payments")
+	if out, err := exec.Command("go", "build", "-o", binary, ".").CombinedOutput(); err != nil {
+		fmt.Fprintf(os.Stderr, "building payments: %v\n%s", err, out)
+		os.Exit(1)
+	}
+	code := dbtest.Main(m)
+	os.RemoveAll(dir)
+	os.Exit(code)
+}
+
+const aliceKey = "sk_dev_alice_0123456789abcdef"
+
+// proc is a running payments process whose output is captured.
+type proc struct {
+	cmd    *exec.Cmd
+	mu     sync.Mutex
+	stdout bytes.Buffer
+	stderr bytes.Buffer
+	exited chan struct{}
+}
+
+func startProc(t *testing.T, env []string, args ...string) *proc {
+	t.Helper()
+	p := &proc{cmd: exec.Command(binary, args...), exited: make(chan struct{})}
+	p.cmd.Env = append(os.Environ(), env...)
+	p.cmd.Stdout = &lockedWriter{&p.mu, &p.stdout}
+	p.cmd.Stderr = &lockedWriter{&p.mu, &p.stderr}
+	require.NoError(t, p.cmd.Start())
+	go func() { _ = p.cmd.Wait(); close(p.exited) }()
+	t.Cleanup(func() {
+		_ = p.cmd.Process.Kill()
+		<-p.exited
+		if t.Failed() {
+			t.Logf("payments %v stdout:\n%s\nstderr:\n%s", args, p.output(&p.stdout), p.output(&p.stderr))
+		}
+	})
+	return p
+}
+
+type lockedWriter struct {
+	mu *sync.Mutex
+	w  io.Writer
+}
+
+func (w *lockedWriter) Write(b []byte) (int, error) {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	return w.w.Write(b)
+}
+
+func (p *proc) output(b *bytes.Buffer) string {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	return b.String()
+}
+
+// waitFor polls the process output until re matches, and returns the first group.
+func (p *proc) waitFor(t *testing.T, b *bytes.Buffer, re *regexp.Regexp) string {
+	t.Helper()
+	deadline := time.After(60 * time.Second)
+	for {
+		if m := re.FindStringSubmatch(p.output(b)); m != nil {
+			return m[1]
+		}
+		select {
+		case <-p.exited:
+			t.Fatalf("payments exited before printing %s", re)
+		case <-deadline:
+			t.Fatalf("payments did not print %s in time", re)
+		case <-time.After(20 * time.Millisecond):
+		}
+	}
+}
+
+func (p *proc) signalAndWait(t *testing.T, sig syscall.Signal) int {
+	t.Helper()
+	require.NoError(t, p.cmd.Process.Signal(sig))
+	select {
+	case <-p.exited:
+	case <-time.After(30 * time.Second):
+		t.Fatalf("payments did not exit after %v", sig)
+	}
+	return p.cmd.ProcessState.ExitCode()
+}
+
+var devURL = regexp.MustCompile(`API:\s+(http://\S+)`)
+
+func startDev(t *testing.T, dataDir string) (*proc, string) {
+	t.Helper()
+	p := startProc(t, []string{"DATABASE_URL="}, "dev", "--data-dir", dataDir, "--addr", "127.0.0.1:0")
+	base := p.waitFor(t, &p.stdout, devURL)
+	return p, base
+}
+
+func get(t *testing.T, url, key string) (int, string) {
+	t.Helper()
+	req, err := http.NewRequest(http.MethodGet, url, nil)
+	require.NoError(t, err)
+	if key != "" {
+		req.Header.Set("Authorization", "Bearer "+key)
+	}
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	require.NoError(t, err)
+	return resp.StatusCode, string(body)
+}
+
+// worldReachableDir is a temp dir the postgres OS user can reach (t.TempDir is 0700).
+func worldReachableDir(t *testing.T) string {
+	t.Helper()
+	dir, err := os.MkdirTemp("", "payments-dev-")
+	require.NoError(t, err)
+	require.NoError(t, os.Chmod(dir, 0o755))
+	t.Cleanup(func() { os.RemoveAll(dir) })
+	return dir
+}
+
+func postmasterPID(t *testing.T, dataDir string) int {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join(dataDir, "postgres", "postmaster.pid"))
+	require.NoError(t, err)
+	pid, err := strconv.Atoi(strings.SplitN(string(b), "\n", 2)[0])
+	require.NoError(t, err)
+	return pid
+}
+
+func requireGone(t *testing.T, pid int) {
+	t.Helper()
+	require.Eventually(t, func() bool { return syscall.Kill(pid, 0) != nil }, 15*time.Second, 20*time.Millisecond,
+		"postgres (pid %d) must not outlive payments dev", pid)
+}
+
+func TestDev_survivesSIGKILLAndLeavesNoPostgresBehind(t *testing.T) {
+	t.Parallel()
+	dataDir := filepath.Join(worldReachableDir(t), "data")
+
+	dev, base := startDev(t, dataDir)
+	status, body := get(t, base+"/healthz", "")
+	require.Equal(t, http.StatusOK, status, body)
+	status, body = get(t, base+"/v1/payments", aliceKey)
+	require.Equal(t, http.StatusOK, status)
+	require.JSONEq(t, `{"object":"list","data":[],"has_more":false}`, body)
+	status, body = get(t, base+"/v1/payments", "")
+	require.Equal(t, http.StatusUnauthorized, status)
+	require.Contains(t, body, `"code":"unauthorized"`)
+
+	// Data written before the crash must be there after it.
+	dbURL := (&url.URL{Scheme: "postgres", User: url.User("postgres"), Path: "/payments",
+		RawQuery: url.Values{"host": {filepath.Join(dataDir, "postgres")}}.Encode()}).String()
+	conn, err := pgx.Connect(context.Background(), dbURL)
+	require.NoError(t, err)
+	_, err = conn.Exec(context.Background(), `INSERT INTO payments (id, user_id, amount, currency, status, payment_method)
+		SELECT 'pay_before_crash', id, 1234, 'eur', 'processing', 'pm_card_visa' FROM users WHERE email = 'alice@example.com'`)
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(context.Background()))
+
+	pg := postmasterPID(t, dataDir)
+	dev.signalAndWait(t, syscall.SIGKILL)
+	requireGone(t, pg)
+
+	dev, base = startDev(t, dataDir)
+	status, body = get(t, base+"/v1/payments", aliceKey)
+	require.Equal(t, http.StatusOK, status)
+	require.Contains(t, body, `"id":"pay_before_crash"`)
+
+	pg = postmasterPID(t, dataDir)
+	require.Zero(t, dev.signalAndWait(t, syscall.SIGINT), "Ctrl-C is a clean exit")
+	requireGone(t, pg)
+	require.NoFileExists(t, filepath.Join(dataDir, "postgres", "postmaster.pid"), "a clean stop leaves no lock behind")
+}
+
+var listening = regexp.MustCompile(`"msg":"API listening","addr":"([^"]+)"`)
+
+func TestServe_migrateUsersCreateAndMaskedSecrets(t *testing.T) {
+	t.Parallel()
+	// trust authentication ignores the password; it is here to be masked.
+	u, err := url.Parse(dbtest.NewURL(t)) // migrated already
+	require.NoError(t, err)
+	u.User = url.UserPassword(u.User.Username(), "hunter2-secret")
+	env := []string{"DATABASE_URL=" + u.String()}
+	latest := strconv.Itoa(latestMigration(t))
+
+	run := func(args ...string) (string, string) {
+		t.Helper()
+		var stdout, stderr bytes.Buffer
+		cmd := exec.Command(binary, args...)
+		cmd.Env, cmd.Stdout, cmd.Stderr = append(os.Environ(), env...), &stdout, &stderr
+		require.NoError(t, cmd.Run(), "payments %v: %s", args, stderr.String())
+		return stdout.String(), stderr.String()
+	}
+	out, _ := run("migrate", "version")
+	require.Equal(t, latest+"\n", out)
+	run("migrate", "down")
+	out, _ = run("migrate", "version")
+	require.NotEqual(t, latest+"\n", out, "down reverts one migration")
+	run("migrate", "up")
+	out, _ = run("migrate", "version")
+	require.Equal(t, latest+"\n", out)
+
+	key, note := run("users", "create", "--email", "carol@example.com")
+	key = strings.TrimSpace(key)
+	require.Regexp(t, `^sk_[0-9a-f]{48}$`, key)
+	require.Contains(t, note, "shown only this once")
+
+	serve := startProc(t, append(env, "PAYMENTS_ADDR=127.0.0.1:0"), "serve")
+	base := "http://" + serve.waitFor(t, &serve.stderr, listening)
+	status, body := get(t, base+"/v1/payments", key)
+	require.Equal(t, http.StatusOK, status, body)
+	status, _ = get(t, base+"/readyz", "")
+	require.Equal(t, http.StatusOK, status)
+
+	require.Zero(t, serve.signalAndWait(t, syscall.SIGTERM))
+	logs := serve.output(&serve.stderr)
+	require.NotContains(t, logs, "hunter2-secret", "secrets are masked in logs")
+	require.Contains(t, logs, "xxxxx")
+	for line := range strings.Lines(logs) {
+		var entry map[string]any
+		require.NoError(t, json.Unmarshal([]byte(line), &entry), "every log line is JSON: %q", line)
+	}
+}
+
+func TestCommands_refuseBadUsage(t *testing.T) {
+	t.Parallel()
+	for _, args := range [][]string{{}, {"nonsense"}, {"serve"}, {"migrate"}, {"migrate", "sideways"}, {"users", "create"}} {
+		cmd := exec.Command(binary, args...)
+		cmd.Env = append(os.Environ(), "DATABASE_URL=")
+		out, err := cmd.CombinedOutput()
+		var exitErr *exec.ExitError
+		require.ErrorAs(t, err, &exitErr, "payments %v should fail: %s", args, out)
+		require.Equal(t, 2, exitErr.ExitCode(), "payments %v: %s", args, out)
+		require.Contains(t, string(out), "payments: ")
+	}
+}
+
+// latestMigration is the highest version among the embedded migrations.
+func latestMigration(t *testing.T) int {
+	t.Helper()
+	names, err := fs.Glob(migrations.FS, "*.up.sql")
+	require.NoError(t, err)
+	latest := 0
+	for _, name := range names {
+		v, err := strconv.Atoi(strings.SplitN(name, "_", 2)[0])
+		require.NoError(t, err)
+		latest = max(latest, v)
+	}
+	return latest
+}

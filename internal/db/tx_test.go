@@ -1,0 +1,102 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"os"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/dbtest"
+)
+
+func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
+
+func TestWithTx_retriesARealSerializationFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	_, err := pool.Exec(ctx, "CREATE TABLE counter (n int); INSERT INTO counter VALUES (0)")
+	require.NoError(t, err)
+
+	// Two increments read the counter at the same time, then both write: one
+	// must fail to serialize, and its retry must see the other's write.
+	var attempts atomic.Int32
+	var bothRead sync.WaitGroup
+	bothRead.Add(2)
+	increment := func() error {
+		return db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+			attempt := attempts.Add(1)
+			var n int
+			if err := tx.QueryRow(ctx, "SELECT n FROM counter").Scan(&n); err != nil {
+				return err
+			}
+			if attempt <= 2 {
+				bothRead.Done()
+				bothRead.Wait()
+			}
+			_, err := tx.Exec(ctx, "UPDATE counter SET n = $1", n+1)
+			return err
+		})
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- increment() }()
+	go func() { errs <- increment() }()
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT n FROM counter").Scan(&n))
+	require.Equal(t, 2, n, "no increment lost")
+	require.EqualValues(t, 3, attempts.Load(), "exactly one retry")
+}
+
+func TestWithTx_rollsBackAndReturnsOtherErrors(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	boom := errors.New("boom")
+	calls := 0
+	err := db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		calls++
+		if _, err := tx.Exec(ctx, "INSERT INTO users (email) VALUES ('rolled@back.example')"); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, 1, calls, "not retried")
+	var n int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM users").Scan(&n))
+	require.Zero(t, n, "rolled back")
+}
+
+func TestWithTx_givesUpAfterItsAttempts(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	calls := 0
+	err := db.WithTx(context.Background(), pool, db.TxOptions{Attempts: 3}, func(context.Context, pgx.Tx) error {
+		calls++
+		return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+	})
+	require.ErrorIs(t, err, db.ErrSerialization)
+	require.True(t, db.IsSerializationFailure(err))
+	require.Equal(t, 3, calls)
+}
+
+func TestIsUniqueViolation(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool := dbtest.NewPool(t)
+	_, err := pool.Exec(ctx, "INSERT INTO users (email) VALUES ('same@example.com')")
+	require.NoError(t, err)
+	_, err = pool.Exec(ctx, "INSERT INTO users (email) VALUES ('same@example.com')")
+	require.True(t, db.IsUniqueViolation(err), "%v", err)
+	require.False(t, db.IsUniqueViolation(errors.New("other")))
+}

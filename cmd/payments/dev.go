@@ -60,6 +60,9 @@ func startLocalPostgres(ctx context.Context, dataDir string, log *slog.Logger) (
 		DataDir: filepath.Join(dataDir, "postgres"),
 		LogFile: filepath.Join(dataDir, "postgres.log"),
 		Logger:  log,
+		// As root, a clone under /root or a fresh `mktemp -d` is out of the
+		// postgres user's reach; `make run` must work there all the same.
+		RelocateUnreachable: true,
 	})
 	if err != nil {
 		return nil, fmt.Errorf("starting local PostgreSQL in %s: %w", dataDir, err)

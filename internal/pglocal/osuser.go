@@ -2,6 +2,7 @@ package pglocal
 
 import (
 	"fmt"
+	"log/slog"
 	"os"
 	"os/user"
 	"path/filepath"
@@ -48,6 +49,40 @@ func (u serverUser) ensureOwnedDir(dir string) error {
 		return nil
 	}
 	return os.Chown(dir, u.uid, u.gid)
+}
+
+// relocationRoot is where a cluster lives when the server user cannot reach
+// the directory asked for. /var/tmp survives reboots, unlike /tmp on many systems.
+const relocationRoot = "/var/tmp"
+
+// resolveDataDir returns the directory the server will really use for
+// dataDir: dataDir itself, or where its symlink points, or, when the server
+// user cannot reach it and relocation is allowed, a new directory under
+// relocationRoot that dataDir is made a symlink to.
+func (u serverUser) resolveDataDir(dataDir string, relocate bool, log *slog.Logger) (string, error) {
+	if err := os.MkdirAll(filepath.Dir(dataDir), 0o755); err != nil {
+		return "", err
+	}
+	if resolved, err := filepath.EvalSymlinks(dataDir); err == nil {
+		dataDir = resolved
+	}
+	unreachable := u.checkReachable(dataDir)
+	if unreachable == nil || !relocate {
+		return dataDir, unreachable
+	}
+	if _, err := os.Lstat(dataDir); err == nil {
+		return "", fmt.Errorf("%w (and it already exists, so it cannot become a symlink to a reachable place)", unreachable)
+	}
+	target := filepath.Join(relocationRoot, fmt.Sprintf("pglocal-%08x", fnv32(dataDir)), "data")
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return "", err
+	}
+	if err := os.Symlink(target, dataDir); err != nil {
+		return "", err
+	}
+	log.Warn("the postgres OS user cannot reach the data directory; the cluster lives elsewhere, behind a symlink",
+		slog.String("data_dir", dataDir), slog.String("cluster_dir", target))
+	return target, u.checkReachable(target)
 }
 
 // checkReachable fails with an explanation when the server user cannot walk

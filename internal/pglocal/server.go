@@ -32,6 +32,11 @@ type Config struct {
 	Settings map[string]string
 	// LogFile receives the server's output; default DataDir + ".log".
 	LogFile string
+	// RelocateUnreachable lets a cluster that the postgres OS user could not
+	// reach at DataDir (we are root and DataDir is under a mode-0700
+	// directory) live under /var/tmp instead, with DataDir a symlink to it.
+	// Without it, such a DataDir is an error that says how to fix it.
+	RelocateUnreachable bool
 	// Logger reports what the package does; nil discards.
 	Logger *slog.Logger
 }
@@ -66,7 +71,6 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err != nil {
 		return nil, err
 	}
-	cfg.DataDir = dataDir
 	if cfg.LogFile == "" {
 		cfg.LogFile = dataDir + ".log"
 	}
@@ -76,6 +80,9 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	}
 	u, err := currentServerUser()
 	if err != nil {
+		return nil, err
+	}
+	if cfg.DataDir, err = u.resolveDataDir(dataDir, cfg.RelocateUnreachable, cfg.Logger); err != nil {
 		return nil, err
 	}
 	s := &Server{cfg: cfg, user: u, exited: make(chan struct{})}
@@ -154,12 +161,6 @@ func (s *Server) Stop() error {
 }
 
 func (s *Server) prepareDataDir(ctx context.Context, binDir string) error {
-	if err := os.MkdirAll(filepath.Dir(s.cfg.DataDir), 0o755); err != nil {
-		return err
-	}
-	if err := s.user.checkReachable(s.cfg.DataDir); err != nil {
-		return err
-	}
 	if err := s.user.ensureOwnedDir(s.cfg.DataDir); err != nil {
 		return fmt.Errorf("preparing data directory: %w", err)
 	}

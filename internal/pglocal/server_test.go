@@ -124,3 +124,31 @@ func TestStart_explainsADataDirThePostgresUserCannotReach(t *testing.T) {
 	require.ErrorContains(t, err, "not reachable by the \"postgres\" OS user")
 	require.ErrorContains(t, err, private)
 }
+
+func TestStart_relocatesAnUnreachableDataDirBehindASymlink(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	dataDir := filepath.Join(t.TempDir(), "data") // under a mode-0700 directory
+	cfg := pglocal.Config{DataDir: dataDir, Ephemeral: true, RelocateUnreachable: true}
+
+	s, err := pglocal.Start(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(func() { _ = s.Stop() })
+	if os.Geteuid() == 0 {
+		target, err := os.Readlink(dataDir)
+		require.NoError(t, err, "the data dir is a symlink to where the cluster lives")
+		t.Cleanup(func() {
+			_ = s.Stop()
+			os.RemoveAll(filepath.Dir(target))
+		})
+	}
+	require.NoError(t, s.CreateDatabase(ctx, "kept"))
+	require.NoError(t, s.Stop())
+
+	// The next start finds the same cluster through the symlink.
+	s, err = pglocal.Start(ctx, cfg)
+	require.NoError(t, err)
+	conn, err := pgx.Connect(ctx, s.URL("kept"))
+	require.NoError(t, err)
+	require.NoError(t, conn.Close(ctx))
+}

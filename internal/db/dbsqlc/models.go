@@ -7,6 +7,7 @@ package dbsqlc
 import (
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
@@ -17,6 +18,36 @@ type ApiKey struct {
 	KeyPrefix string
 	CreatedAt time.Time
 	RevokedAt pgtype.Timestamptz
+}
+
+type AuditRecord struct {
+	ID               int64
+	UserID           int64
+	Action           string
+	ResourceType     string
+	ResourceID       string
+	Data             []byte
+	IdempotencyKeyID pgtype.UUID
+	CreatedAt        time.Time
+}
+
+type IdempotencyKey struct {
+	ID                 uuid.UUID
+	UserID             int64
+	IdempotencyKey     string
+	Flow               string
+	RequestMethod      string
+	RequestPath        string
+	RequestParams      []byte
+	RequestFingerprint []byte
+	RecoveryPoint      string
+	LockedAt           pgtype.Timestamptz
+	LockToken          int64
+	LastRunAt          time.Time
+	ResponseCode       pgtype.Int4
+	ResponseBody       []byte
+	CreatedAt          time.Time
+	ExpiresAt          time.Time
 }
 
 type Payment struct {
@@ -36,6 +67,15 @@ type Payment struct {
 	Metadata            []byte
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
+	IdempotencyKeyID    pgtype.UUID
+}
+
+type StagedJob struct {
+	ID               int64
+	Kind             string
+	Args             []byte
+	IdempotencyKeyID pgtype.UUID
+	CreatedAt        time.Time
 }
 
 type User struct {

@@ -11,7 +11,7 @@ import (
 )
 
 const getPayment = `-- name: GetPayment :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments
 WHERE id = $1 AND user_id = $2
 `
 
@@ -41,12 +41,13 @@ func (q *Queries) GetPayment(ctx context.Context, db DBTX, arg GetPaymentParams)
 		&i.Metadata,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
 	)
 	return i, err
 }
 
 const listPayments = `-- name: ListPayments :many
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments
 WHERE user_id = $1
   AND (created_at, id) < ($2::timestamptz, $3::text)
 ORDER BY created_at DESC, id DESC
@@ -93,6 +94,7 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 			&i.Metadata,
 			&i.CreatedAt,
 			&i.UpdatedAt,
+			&i.IdempotencyKeyID,
 		); err != nil {
 			return nil, err
 		}

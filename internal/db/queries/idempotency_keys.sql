@@ -1,0 +1,69 @@
+-- Every time in these queries comes from one clock: the injected @now when
+-- tests pass one, else the database's now().
+
+-- name: ClaimLookup :one
+-- The claim reads the row under a row lock, so two claims of one key queue
+-- up instead of failing to serialize, and judges the lock and the expiry
+-- with the one clock.
+SELECT sqlc.embed(idempotency_keys),
+    (locked_at IS NOT NULL
+        AND locked_at > coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8)
+    )::bool AS lock_live,
+    (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))::bool AS expired
+FROM idempotency_keys
+WHERE user_id = @user_id AND idempotency_key = @idempotency_key
+FOR UPDATE;
+
+-- name: InsertIdempotencyKey :one
+-- A new key, claimed (locked, token 1) by the request that creates it.
+INSERT INTO idempotency_keys (
+    user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
+    locked_at, lock_token, last_run_at, created_at, expires_at
+) VALUES (
+    @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
+    coalesce(sqlc.narg('now')::timestamptz, now()), 1, coalesce(sqlc.narg('now')::timestamptz, now()),
+    coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
+)
+RETURNING *;
+
+-- name: DeleteExpiredIdempotencyKey :exec
+-- An expired, finished key makes way for a new request with the same key.
+DELETE FROM idempotency_keys
+WHERE id = @id AND recovery_point = 'finished';
+
+-- name: LockIdempotencyKey :one
+-- Takes the lock of an existing key: a new token fences off any earlier holder.
+UPDATE idempotency_keys
+SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    lock_token = lock_token + 1
+WHERE id = @id
+RETURNING *;
+
+-- name: SetRecoveryPoint :execrows
+-- Moves a key forward, only while the caller still holds its lock.
+UPDATE idempotency_keys
+SET recovery_point = @recovery_point, locked_at = coalesce(sqlc.narg('now')::timestamptz, now())
+WHERE id = @id AND lock_token = @lock_token;
+
+-- name: FinishIdempotencyKey :execrows
+-- Stores the final response and releases the lock, only for the lock holder.
+UPDATE idempotency_keys
+SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body, locked_at = NULL
+WHERE id = @id AND lock_token = @lock_token;
+
+-- name: HeartbeatIdempotencyKey :execrows
+-- Keeps the lock alive while an external call runs.
+UPDATE idempotency_keys
+SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now())
+WHERE id = @id AND lock_token = @lock_token AND locked_at IS NOT NULL;
+
+-- name: UnlockIdempotencyKey :execrows
+-- Releases the lock without finishing: the next attempt resumes where this one stopped.
+UPDATE idempotency_keys
+SET locked_at = NULL
+WHERE id = @id AND lock_token = @lock_token;
+
+-- name: GetIdempotencyKeyForUser :one
+SELECT * FROM idempotency_keys
+WHERE user_id = @user_id AND idempotency_key = @idempotency_key;

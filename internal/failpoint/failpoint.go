@@ -1,0 +1,92 @@
+// Package failpoint lets crash tests stop the service at named places: around
+// the commit that moves an idempotency key to a recovery point, and after an
+// external call answered but before anything is recorded.
+//
+// PAYMENTS_FAILPOINTS is a comma-separated list of name=action, for example
+// "after_stripe:payment_intent=crash,before_commit:finished=sleep:500".
+// Actions: crash (the process dies at once, as by SIGKILL), error (the step
+// fails with an internal error), sleep:<ms>. A nil or empty *Set costs one
+// nil check per point.
+package failpoint
+
+import (
+	"errors"
+	"fmt"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Set is the failpoints in force.
+type Set struct {
+	actions map[string]action
+}
+
+type action struct {
+	kind  string // crash, error, sleep
+	sleep time.Duration
+}
+
+// ErrInjected is the error an "error" failpoint makes its step return.
+var ErrInjected = errors.New("failpoint")
+
+// Parse reads a PAYMENTS_FAILPOINTS value. An empty value gives nil.
+func Parse(spec string) (*Set, error) {
+	spec = strings.TrimSpace(spec)
+	if spec == "" {
+		return nil, nil
+	}
+	s := &Set{actions: map[string]action{}}
+	for _, item := range strings.Split(spec, ",") {
+		name, act, ok := strings.Cut(strings.TrimSpace(item), "=")
+		if !ok || name == "" {
+			return nil, fmt.Errorf("failpoint %q: want name=action", item)
+		}
+		a, err := parseAction(act)
+		if err != nil {
+			return nil, fmt.Errorf("failpoint %q: %w", item, err)
+		}
+		s.actions[name] = a
+	}
+	return s, nil
+}
+
+func parseAction(act string) (action, error) {
+	switch {
+	case act == "crash" || act == "error":
+		return action{kind: act}, nil
+	case strings.HasPrefix(act, "sleep:"):
+		ms, err := strconv.Atoi(strings.TrimPrefix(act, "sleep:"))
+		if err != nil || ms < 0 {
+			return action{}, fmt.Errorf("sleep wants milliseconds, as sleep:250")
+		}
+		return action{kind: "sleep", sleep: time.Duration(ms) * time.Millisecond}, nil
+	default:
+		return action{}, fmt.Errorf("unknown action %q (crash, error or sleep:<ms>)", act)
+	}
+}
+
+// Fire runs the action of failpoint name, if one is set: it kills the
+// process, returns an error wrapping ErrInjected, or sleeps.
+func (s *Set) Fire(name string) error {
+	if s == nil {
+		return nil
+	}
+	a, ok := s.actions[name]
+	if !ok {
+		return nil
+	}
+	switch a.kind {
+	case "crash":
+		// SIGKILL ourselves: no deferred function, no graceful anything, just
+		// as when the machine loses power under the process.
+		_ = syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
+		select {} // the signal is on its way
+	case "error":
+		return fmt.Errorf("%w %s", ErrInjected, name)
+	case "sleep":
+		time.Sleep(a.sleep)
+	}
+	return nil
+}

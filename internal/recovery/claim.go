@@ -1,0 +1,90 @@
+package recovery
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/db/dbsqlc"
+)
+
+// claim finds or creates the key row and takes its lock, in one transaction.
+// It returns the locked key, or the stored response of a finished one.
+func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error) {
+	fingerprint, err := Fingerprint(req.Method, req.Path, req.Body)
+	if err != nil {
+		return nil, nil, err
+	}
+	params, err := json.Marshal(req.Params)
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding request params: %w", err)
+	}
+	var k *Key
+	var replay *Response
+	// Two first requests with one key race to insert it: the loser's insert
+	// fails on the unique index, and its second claim finds the winner's row.
+	for attempt := 0; attempt < 2; attempt++ {
+		err = db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+			var err error
+			k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params)
+			return err
+		})
+		if !db.IsUniqueViolation(err) {
+			break
+		}
+	}
+	return k, replay, err
+}
+
+func (e *Engine) claimTx(ctx context.Context, tx pgx.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {
+	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
+		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return e.insertKey(ctx, tx, req, fingerprint, params)
+	case err != nil:
+		return nil, nil, err
+	}
+	existing := row.IdempotencyKey
+	finished := existing.RecoveryPoint == string(Finished)
+	if row.Expired && finished {
+		// Past its TTL the key is new again. An unfinished key is never
+		// dropped: its work may include a charge, so it is resumed instead.
+		if err := queries.DeleteExpiredIdempotencyKey(ctx, tx, existing.ID); err != nil {
+			return nil, nil, err
+		}
+		return e.insertKey(ctx, tx, req, fingerprint, params)
+	}
+	if !bytes.Equal(existing.RequestFingerprint, fingerprint) {
+		return nil, nil, ErrKeyReused
+	}
+	if finished {
+		return nil, &Response{Status: int(existing.ResponseCode.Int32), Body: existing.ResponseBody, Replayed: true}, nil
+	}
+	if row.LockLive {
+		return nil, nil, ErrKeyInUse
+	}
+	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{ID: existing.ID, Now: e.now()})
+	if err != nil {
+		return nil, nil, err
+	}
+	return toKey(locked), nil, nil
+}
+
+func (e *Engine) insertKey(ctx context.Context, tx pgx.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {
+	row, err := queries.InsertIdempotencyKey(ctx, tx, dbsqlc.InsertIdempotencyKeyParams{
+		UserID: req.UserID, IdempotencyKey: req.Key, Flow: req.Flow.Name,
+		RequestMethod: req.Method, RequestPath: req.Path, RequestParams: params, RequestFingerprint: fingerprint,
+		Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
+	})
+	if err != nil {
+		return nil, nil, err
+	}
+	return toKey(row), nil, nil
+}

@@ -1,0 +1,232 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/failpoint"
+)
+
+// Config configures an Engine.
+type Config struct {
+	Pool   *pgxpool.Pool
+	Logger *slog.Logger // nil discards
+	// KeyTTL is how long a key is remembered; after it the key is new again. Default 24h.
+	KeyTTL time.Duration
+	// LockTimeout is how long a lock lasts without a heartbeat. Default 90s.
+	LockTimeout time.Duration
+	// Now, when set, is the clock used instead of the database's now(), for tests.
+	Now func() time.Time
+	// Failpoints, when set, fire around commits and after external calls.
+	Failpoints *failpoint.Set
+}
+
+// Engine executes requests with idempotency keys.
+type Engine struct {
+	cfg Config
+	log *slog.Logger
+}
+
+// New returns an Engine.
+func New(cfg Config) *Engine {
+	if cfg.KeyTTL <= 0 {
+		cfg.KeyTTL = 24 * time.Hour
+	}
+	if cfg.LockTimeout <= 0 {
+		cfg.LockTimeout = 90 * time.Second
+	}
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	return &Engine{cfg: cfg, log: log}
+}
+
+// Request is one request with an idempotency key.
+type Request struct {
+	UserID int64
+	Key    string
+	Method string
+	Path   string
+	// Body is the request body as received (valid JSON, or empty); its
+	// canonical form goes into the fingerprint.
+	Body []byte
+	// Params is what the flow needs to run, stored as JSON with the key.
+	Params any
+	Flow   *Flow
+}
+
+// Execute runs req to its final response, or as far as it can get.
+//
+// It returns the stored response for a finished key (Replayed set),
+// ErrKeyReused, ErrKeyInUse, a *TransientError (nothing final stored; a
+// retry resumes), or another error (the key is left unlocked at its last
+// recovery point; a retry resumes).
+func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
+	k, replay, err := e.claim(ctx, req)
+	if err != nil || replay != nil {
+		return deref(replay), err
+	}
+	log := e.log.With(slog.String("idempotency_key_id", k.ID.String()), slog.String("flow", k.Flow))
+	return e.drive(ctx, log, req.Flow, k)
+}
+
+// drive runs phases from the key's recovery point until it is finished.
+func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key) (Response, error) {
+	for k.RecoveryPoint != Finished {
+		phase, ok := flow.Phases[k.RecoveryPoint]
+		if !ok {
+			e.unlock(ctx, log, k)
+			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, flow.Name, k.RecoveryPoint)
+		}
+		from := k.RecoveryPoint
+		if err := e.runPhase(ctx, k, phase); err != nil {
+			if !errors.Is(err, ErrLockLost) {
+				e.unlock(ctx, log, k)
+			}
+			log.WarnContext(ctx, "phase failed; the key stays resumable",
+				slog.String("recovery_point", string(from)), slog.String("error", err.Error()))
+			return Response{}, err
+		}
+		log.DebugContext(ctx, "phase committed", slog.String("from", string(from)), slog.String("to", string(k.RecoveryPoint)))
+	}
+	return Response{Status: k.ResponseCode, Body: k.responseBody}, nil
+}
+
+// runPhase makes the phase's external call, if any, then commits its work
+// and the key's move to the next recovery point in one fenced transaction.
+func (e *Engine) runPhase(ctx context.Context, k *Key, phase Phase) error {
+	var called any
+	if phase.call != nil {
+		var err error
+		if called, err = e.callWithHeartbeat(ctx, k, phase.call); err != nil {
+			return err
+		}
+		if err := e.cfg.Failpoints.Fire("after_stripe:" + phase.step); err != nil {
+			return err
+		}
+	}
+	var out Outcome
+	err := db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		var err error
+		if out, err = phase.commit(ctx, tx, k, called); err != nil {
+			return err
+		}
+		if err := e.moveKey(ctx, tx, k, out); err != nil {
+			return err
+		}
+		return e.cfg.Failpoints.Fire("before_commit:" + string(out.next))
+	})
+	if err != nil {
+		return err
+	}
+	k.RecoveryPoint = out.next
+	if out.response != nil {
+		k.ResponseCode, k.responseBody, k.Locked = out.response.Status, out.response.Body, false
+	}
+	return e.cfg.Failpoints.Fire("after_commit:" + string(out.next))
+}
+
+// moveKey records the outcome on the key row, fenced by the lock token.
+func (e *Engine) moveKey(ctx context.Context, tx pgx.Tx, k *Key, out Outcome) error {
+	var n int64
+	var err error
+	if out.response != nil {
+		n, err = queries.FinishIdempotencyKey(ctx, tx, dbsqlc.FinishIdempotencyKeyParams{
+			ID: k.ID, LockToken: k.lockToken, ResponseCode: pgtype.Int4{Int32: int32(out.response.Status), Valid: true}, ResponseBody: out.response.Body,
+		})
+	} else {
+		if out.next == "" || out.next == Started {
+			return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
+		}
+		n, err = queries.SetRecoveryPoint(ctx, tx, dbsqlc.SetRecoveryPointParams{
+			ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(),
+		})
+	}
+	if err != nil {
+		return err
+	}
+	if n == 0 {
+		return ErrLockLost
+	}
+	return nil
+}
+
+// callWithHeartbeat runs call while extending the key's lock every third of
+// the lock timeout. If the lock is lost, call's context is cancelled.
+func (e *Engine) callWithHeartbeat(ctx context.Context, k *Key, call func(context.Context, *Key) (any, error)) (any, error) {
+	callCtx, cancel := context.WithCancelCause(ctx)
+	defer cancel(nil)
+	done := make(chan struct{})
+	defer close(done)
+	go func() {
+		tick := time.NewTicker(e.cfg.LockTimeout / 3)
+		defer tick.Stop()
+		for {
+			select {
+			case <-done:
+				return
+			case <-tick.C:
+				n, err := queries.HeartbeatIdempotencyKey(callCtx, e.cfg.Pool, dbsqlc.HeartbeatIdempotencyKeyParams{
+					ID: k.ID, LockToken: k.lockToken, Now: e.now(),
+				})
+				if err == nil && n == 0 {
+					cancel(ErrLockLost)
+					return
+				}
+			}
+		}
+	}()
+	result, err := call(callCtx, k)
+	if cause := context.Cause(callCtx); errors.Is(cause, ErrLockLost) {
+		return nil, ErrLockLost
+	}
+	return result, err
+}
+
+// unlock releases the lock after a failed attempt, so a retry need not wait
+// for the lock timeout. It runs even if ctx was cancelled.
+func (e *Engine) unlock(ctx context.Context, log *slog.Logger, k *Key) {
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: k.ID, LockToken: k.lockToken}); err != nil {
+		log.WarnContext(ctx, "could not unlock key; it unlocks by itself after the lock timeout", slog.String("error", err.Error()))
+	}
+}
+
+// now is the injected clock as a query parameter, or NULL for the database's now().
+func (e *Engine) now() pgtype.Timestamptz {
+	if e.cfg.Now == nil {
+		return pgtype.Timestamptz{}
+	}
+	return pgtype.Timestamptz{Time: e.cfg.Now(), Valid: true}
+}
+
+var queries = dbsqlc.New()
+
+func deref(r *Response) Response {
+	if r == nil {
+		return Response{}
+	}
+	return *r
+}
+
+func toKey(row dbsqlc.IdempotencyKey) *Key {
+	return &Key{
+		ID: row.ID, UserID: row.UserID, Key: row.IdempotencyKey, Flow: row.Flow,
+		Method: row.RequestMethod, Path: row.RequestPath, Params: json.RawMessage(row.RequestParams),
+		RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Locked: row.LockedAt.Valid,
+		ResponseCode: int(row.ResponseCode.Int32), Created: row.CreatedAt, Expires: row.ExpiresAt,
+		lockToken: row.LockToken, responseBody: row.ResponseBody,
+	}
+}

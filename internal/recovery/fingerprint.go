@@ -1,0 +1,48 @@
+package recovery
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/json"
+	"fmt"
+)
+
+// Fingerprint identifies a request: SHA-256 over its method, path and
+// canonical JSON body. Two requests that differ only in the order of object
+// keys or in white space have the same fingerprint.
+func Fingerprint(method, path string, body []byte) ([]byte, error) {
+	canonical, err := CanonicalJSON(body)
+	if err != nil {
+		return nil, err
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "%s\n%s\n", method, path)
+	h.Write(canonical)
+	return h.Sum(nil), nil
+}
+
+// CanonicalJSON re-encodes a JSON document with object keys sorted and no
+// insignificant white space. Numbers keep their literal text. An empty body
+// is the empty object.
+func CanonicalJSON(body []byte) ([]byte, error) {
+	if len(bytes.TrimSpace(body)) == 0 {
+		return []byte("{}"), nil
+	}
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var v any
+	if err := dec.Decode(&v); err != nil {
+		return nil, fmt.Errorf("canonical JSON: %w", err)
+	}
+	if dec.More() {
+		return nil, fmt.Errorf("canonical JSON: more than one value")
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	// encoding/json writes map keys in sorted order.
+	if err := enc.Encode(v); err != nil {
+		return nil, err
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}

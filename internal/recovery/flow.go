@@ -1,0 +1,109 @@
+package recovery
+
+import (
+	"context"
+	"encoding/json"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+)
+
+// RecoveryPoint names the last committed step of a request.
+type RecoveryPoint string
+
+// The first and last recovery points of every flow.
+const (
+	Started  RecoveryPoint = "started"
+	Finished RecoveryPoint = "finished"
+)
+
+// Flow is a request's state machine: the phase to run at each recovery point.
+type Flow struct {
+	// Name is stored with each key, so the completer can find the flow again.
+	Name   string
+	Phases map[RecoveryPoint]Phase
+}
+
+// Phase moves a key from one recovery point to the next. It is built with
+// LocalPhase or ExternalPhase.
+type Phase struct {
+	// step names the external call, for its child key and failpoint; "" for a local phase.
+	step   string
+	call   func(ctx context.Context, k *Key) (any, error)
+	commit func(ctx context.Context, tx pgx.Tx, k *Key, called any) (Outcome, error)
+}
+
+// LocalPhase is a phase that only commits local work: commit runs in one
+// SERIALIZABLE transaction and returns where the key goes next.
+func LocalPhase(commit func(ctx context.Context, tx pgx.Tx, k *Key) (Outcome, error)) Phase {
+	return Phase{commit: func(ctx context.Context, tx pgx.Tx, k *Key, _ any) (Outcome, error) {
+		return commit(ctx, tx, k)
+	}}
+}
+
+// ExternalPhase is a phase that calls out first: call runs outside any
+// transaction while the lock is kept alive, and its result is recorded by
+// record in one SERIALIZABLE transaction. If call fails, nothing is recorded
+// and the next attempt calls again, with the same child key for step.
+func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T, error),
+	record func(ctx context.Context, tx pgx.Tx, k *Key, result T) (Outcome, error)) Phase {
+	return Phase{
+		step: step,
+		call: func(ctx context.Context, k *Key) (any, error) { return call(ctx, k) },
+		commit: func(ctx context.Context, tx pgx.Tx, k *Key, called any) (Outcome, error) {
+			return record(ctx, tx, k, called.(T))
+		},
+	}
+}
+
+// Outcome is where a phase leaves the key: at a next recovery point, or
+// finished with a response.
+type Outcome struct {
+	next     RecoveryPoint
+	response *Response
+}
+
+// Next moves the key to recovery point p.
+func Next(p RecoveryPoint) Outcome { return Outcome{next: p} }
+
+// Respond finishes the key with a final response, stored and replayed to
+// every retry. Failures that are the request's final answer (a declined
+// card) are responses too.
+func Respond(status int, body []byte) Outcome {
+	return Outcome{next: Finished, response: &Response{Status: status, Body: body}}
+}
+
+// Response is a request's final answer.
+type Response struct {
+	Status int
+	Body   []byte
+	// Replayed is true when the response was stored by an earlier attempt.
+	Replayed bool
+}
+
+// Key is the state of one idempotency key, as a flow sees it.
+type Key struct {
+	ID            uuid.UUID
+	UserID        int64
+	Key           string
+	Flow          string
+	Method, Path  string
+	Params        json.RawMessage // what the flow needs to resume without the client
+	RecoveryPoint RecoveryPoint
+	Locked        bool
+	ResponseCode  int // 0 until finished
+	Created       time.Time
+	Expires       time.Time
+
+	lockToken    int64
+	responseBody []byte
+}
+
+// ChildKey is the idempotency key for the external call step of this
+// request: unique across users (the row id is random), and the same on every
+// attempt and in every process.
+func (k *Key) ChildKey(step string) string { return "payments-" + k.ID.String() + "-" + step }
+
+// DecodeParams decodes the stored request parameters into v.
+func (k *Key) DecodeParams(v any) error { return json.Unmarshal(k.Params, v) }

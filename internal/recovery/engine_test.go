@@ -38,7 +38,7 @@ type remote struct {
 	mu       sync.Mutex
 	byKey    map[string]string
 	calls    atomic.Int32
-	fail     atomic.Int32 // fail this many calls with a transient error
+	fail     atomic.Int32  // fail this many calls with a transient error
 	block    chan struct{} // when set, calls wait for it to close
 	inCall   chan struct{} // when set, gets a value as a call starts
 	executed atomic.Int32

@@ -1,0 +1,120 @@
+package stripeclient
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"github.com/stripe/stripe-go/v76"
+)
+
+// PaymentIntentRequest is a payment to create and confirm in one call.
+type PaymentIntentRequest struct {
+	Amount          int64             // minor units, e.g. 2000 for $20.00
+	Currency        string            // lower-case ISO 4217, e.g. "usd"
+	PaymentMethod   string            // e.g. "pm_card_visa"
+	CaptureManually bool              // authorise only; capture or cancel later
+	Description     string            // optional
+	Metadata        map[string]string // optional; searchable with SearchPaymentIntentsByMetadata
+}
+
+// CreatePaymentIntent creates and confirms a payment intent. A declined card
+// is a Terminal error (see AsDecline); an approved one comes back succeeded,
+// or requires_capture when CaptureManually is set.
+func (c *Client) CreatePaymentIntent(ctx context.Context, idempotencyKey string, req PaymentIntentRequest) (*stripe.PaymentIntent, error) {
+	captureMethod := stripe.PaymentIntentCaptureMethodAutomatic
+	if req.CaptureManually {
+		captureMethod = stripe.PaymentIntentCaptureMethodManual
+	}
+	params := &stripe.PaymentIntentParams{
+		Amount:        stripe.Int64(req.Amount),
+		Currency:      stripe.String(req.Currency),
+		PaymentMethod: stripe.String(req.PaymentMethod),
+		// Naming the card type keeps API 2023-10-16 from turning on
+		// automatic payment methods, which would require a return_url.
+		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
+		CaptureMethod:      stripe.String(string(captureMethod)),
+		Confirm:            stripe.Bool(true),
+		Metadata:           req.Metadata,
+	}
+	if req.Description != "" {
+		params.Description = stripe.String(req.Description)
+	}
+	if err := withKey(ctx, &params.Params, idempotencyKey); err != nil {
+		return nil, err
+	}
+	pi, err := c.api.PaymentIntents.New(params)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: create payment intent: %w", err)
+	}
+	return pi, nil
+}
+
+// CapturePaymentIntent captures an authorised payment intent: amount minor
+// units of it, or everything authorised when amount is 0.
+func (c *Client) CapturePaymentIntent(ctx context.Context, idempotencyKey, id string, amount int64) (*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentCaptureParams{}
+	if amount > 0 {
+		params.AmountToCapture = stripe.Int64(amount)
+	}
+	if err := withKey(ctx, &params.Params, idempotencyKey); err != nil {
+		return nil, err
+	}
+	pi, err := c.api.PaymentIntents.Capture(id, params)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: capture payment intent %s: %w", id, err)
+	}
+	return pi, nil
+}
+
+// CancelPaymentIntent cancels a payment intent that has not succeeded,
+// releasing any authorisation.
+func (c *Client) CancelPaymentIntent(ctx context.Context, idempotencyKey, id string) (*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentCancelParams{}
+	if err := withKey(ctx, &params.Params, idempotencyKey); err != nil {
+		return nil, err
+	}
+	pi, err := c.api.PaymentIntents.Cancel(id, params)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: cancel payment intent %s: %w", id, err)
+	}
+	return pi, nil
+}
+
+// GetPaymentIntent fetches a payment intent.
+func (c *Client) GetPaymentIntent(ctx context.Context, id string) (*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentParams{}
+	params.Context = ctx
+	pi, err := c.api.PaymentIntents.Get(id, params)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: get payment intent %s: %w", id, err)
+	}
+	return pi, nil
+}
+
+// SearchPaymentIntentsByMetadata returns every payment intent whose metadata
+// has key set to value, newest first. It is how the completer reconciles a
+// step older than Stripe's 24h idempotency window. Stripe's search index lags
+// writes by up to a minute, so an empty result is not proof of absence for
+// a payment intent created moments ago.
+func (c *Client) SearchPaymentIntentsByMetadata(ctx context.Context, key, value string) ([]*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentSearchParams{}
+	params.Context = ctx
+	params.Query = "metadata[" + searchString(key) + "]:" + searchString(value)
+	params.Limit = stripe.Int64(100)
+
+	var found []*stripe.PaymentIntent
+	it := c.api.PaymentIntents.Search(params)
+	for it.Next() {
+		found = append(found, it.PaymentIntent())
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("stripe: search payment intents by metadata %q: %w", key, err)
+	}
+	return found, nil
+}
+
+// searchString quotes s for Stripe's search language.
+func searchString(s string) string {
+	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
+}

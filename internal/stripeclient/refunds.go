@@ -1,0 +1,51 @@
+package stripeclient
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/stripe/stripe-go/v76"
+)
+
+// RefundRequest is a refund of a captured payment intent.
+type RefundRequest struct {
+	PaymentIntent string            // pi_...
+	Amount        int64             // minor units; 0 refunds everything left
+	Reason        string            // optional: duplicate, fraudulent or requested_by_customer
+	Metadata      map[string]string // optional
+}
+
+// CreateRefund refunds part or all of a payment intent. Refunding more than
+// is left, or a payment intent that was never captured, is a Terminal
+// invalid request.
+func (c *Client) CreateRefund(ctx context.Context, idempotencyKey string, req RefundRequest) (*stripe.Refund, error) {
+	params := &stripe.RefundParams{
+		PaymentIntent: stripe.String(req.PaymentIntent),
+		Metadata:      req.Metadata,
+	}
+	if req.Amount > 0 {
+		params.Amount = stripe.Int64(req.Amount)
+	}
+	if req.Reason != "" {
+		params.Reason = stripe.String(req.Reason)
+	}
+	if err := withKey(ctx, &params.Params, idempotencyKey); err != nil {
+		return nil, err
+	}
+	re, err := c.api.Refunds.New(params)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: refund payment intent %s: %w", req.PaymentIntent, err)
+	}
+	return re, nil
+}
+
+// GetRefund fetches a refund.
+func (c *Client) GetRefund(ctx context.Context, id string) (*stripe.Refund, error) {
+	params := &stripe.RefundParams{}
+	params.Context = ctx
+	re, err := c.api.Refunds.Get(id, params)
+	if err != nil {
+		return nil, fmt.Errorf("stripe: get refund %s: %w", id, err)
+	}
+	return re, nil
+}

@@ -1,0 +1,52 @@
+package stripesim
+
+import "net/http"
+
+// testCard is the behaviour of one of Stripe's test payment methods.
+type testCard struct {
+	brand       string
+	last4       string
+	declineCode string // empty: the card is approved
+	message     string // the decline message Stripe shows
+}
+
+// testCards are the test payment methods the simulator knows, with Stripe's
+// card numbers and decline messages.
+var testCards = map[string]testCard{
+	"pm_card_visa":       {brand: "visa", last4: "4242"},
+	"pm_card_mastercard": {brand: "mastercard", last4: "4444"},
+	"pm_card_chargeDeclined": {
+		brand: "visa", last4: "0002",
+		declineCode: "generic_decline", message: "Your card was declined.",
+	},
+	"pm_card_chargeDeclinedInsufficientFunds": {
+		brand: "visa", last4: "9995",
+		declineCode: "insufficient_funds", message: "Your card has insufficient funds.",
+	},
+	"pm_card_chargeDeclinedLostCard": {
+		brand: "visa", last4: "9987",
+		declineCode: "lost_card", message: "Your card was declined.",
+	},
+}
+
+// paymentMethod describes the card as Stripe embeds it in a decline.
+func (tc testCard) paymentMethod(id string) *paymentMethod {
+	pm := &paymentMethod{ID: id, Object: "payment_method", Type: "card"}
+	pm.Card.Brand = tc.brand
+	pm.Card.Last4 = tc.last4
+	return pm
+}
+
+// decline is the card_error Stripe reports for a declined charge.
+func (tc testCard) decline(pmID, chargeID string) *apiError {
+	return &apiError{
+		status:        http.StatusPaymentRequired,
+		Type:          typeCard,
+		Code:          "card_declined",
+		DeclineCode:   tc.declineCode,
+		DocURL:        "https://stripe.com/docs/error-codes/card-declined",
+		Message:       tc.message,
+		Charge:        chargeID,
+		PaymentMethod: tc.paymentMethod(pmID),
+	}
+}

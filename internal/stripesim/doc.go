@@ -1,0 +1,88 @@
+// Package stripesim is a stateful stand-in for Stripe's test mode, for tests
+// and for `payments dev`. It owns an in-memory copy of the few Stripe objects
+// the service uses (customers, payment intents, charges, refunds), Stripe's
+// idempotency layer, fault injection and signed webhook delivery. It must
+// never be reachable from production: `payments serve` does not start it, and
+// its control surface answers loopback clients only.
+//
+// # The Stripe API it speaks
+//
+// The simulator accepts what stripe-go v76 sends (form-encoded bodies,
+// `Stripe-Version: 2023-10-16`, `Authorization: Bearer sk_test_...`) on:
+//
+//	POST /v1/customers                       GET /v1/customers/{id}
+//	POST /v1/payment_intents                 GET /v1/payment_intents/{id}
+//	POST /v1/payment_intents/{id}/capture    GET /v1/payment_intents/search
+//	POST /v1/payment_intents/{id}/cancel
+//	POST /v1/refunds                         GET /v1/refunds/{id}
+//
+// and answers with Stripe's JSON objects and Stripe's error shape
+// (`{"error": {"type": ..., "code": ..., "message": ...}}` plus a
+// `Request-Id` header). Unknown parameters are rejected as Stripe does, so a
+// typo in the service fails here instead of in production.
+//
+// Test payment methods: pm_card_visa and pm_card_mastercard succeed;
+// pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds and
+// pm_card_chargeDeclinedLostCard are declined with a 402 card_error whose
+// decline_code is generic_decline, insufficient_funds and lost_card. Any other
+// payment method is 400 resource_missing.
+//
+// # Idempotency
+//
+// Like Stripe, every POST may carry an Idempotency-Key; keys are scoped by API
+// key and kept for 24 hours (measured with Config.Now). A request is handled
+// in this order (see serveAPI):
+//
+//  1. Authentication, form parsing and fault selection. `error_500` and
+//     `rate_limit` faults answer here, before anything executes: nothing is
+//     stored, the key stays free.
+//  2. The key is claimed. A finished key replays its stored response with
+//     `Idempotent-Replayed: true`; a key still running is 409
+//     idempotency_key_in_use; a key first used with another method, path or
+//     parameters (compared as decoded form values, order-insensitive) is 400
+//     idempotency_error.
+//  3. A `delay` fault sleeps here, with the key already claimed and without
+//     holding the simulator's lock.
+//  4. The operation runs under the lock. A request rejected by validation
+//     before executing (missing or malformed parameters, unknown ids) releases
+//     the key, as Stripe does; any other outcome is stored, including card
+//     declines (402) and state errors such as capturing a succeeded payment
+//     intent or over-refunding (400).
+//  5. `lost_response` and `drop_connection` faults act on the way out: the
+//     operation executed and its result is stored, but the client sees a 500
+//     or a closed connection. A retry with the same key gets the real result.
+//
+// # Control surface
+//
+// Loopback clients (anyone else gets 403) can inspect and steer the simulator;
+// every answer is JSON:
+//
+//	GET    /_sim/objects?type=T  every object of type T (payment_intent, charge,
+//	                             refund, customer or event), as a JSON array
+//	GET    /_sim/requests        the /v1 requests received, in arrival order
+//	GET    /_sim/faults          the faults still armed
+//	POST   /_sim/faults          arm a fault: {"path_prefix": "/v1/payment_intents",
+//	                             "method": "POST", "kind": "lost_response",
+//	                             "count": 1, "delay_ms": 0}
+//	DELETE /_sim/faults          disarm every fault
+//	POST   /_sim/reset           forget everything
+//
+// The same operations are available to Go tests as methods (AddFault,
+// Requests, Objects, Reset...).
+//
+// # Webhooks
+//
+// With Config.WebhookURL set, every state change produces a Stripe event
+// (api_version 2023-10-16, so stripe-go's webhook.ConstructEvent accepts it),
+// delivered asynchronously, signed in Stripe's `Stripe-Signature` format, one
+// at a time in order of creation, and retried with exponential backoff a
+// bounded number of times. Delivery never blocks an API request.
+//
+// # Known simplifications
+//
+// Payment methods keep their test id (Stripe would clone pm_card_visa into a
+// fresh pm_ id). Canceling an authorised payment intent, or capturing part of
+// it, releases the rest without modelling the release as a refund (Stripe
+// counts it in the charge's amount_refunded). Search is immediately consistent, whereas
+// Stripe's search index lags by up to a minute.
+package stripesim

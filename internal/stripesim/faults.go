@@ -1,0 +1,124 @@
+package stripesim
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"time"
+)
+
+// FaultKind is a failure the simulator can inject.
+type FaultKind string
+
+// The fault kinds, in the order a request meets them.
+const (
+	// FaultError500 answers 500 api_error before executing; nothing is stored.
+	FaultError500 FaultKind = "error_500"
+	// FaultRateLimit answers 429 lock_timeout before executing; nothing is stored.
+	FaultRateLimit FaultKind = "rate_limit"
+	// FaultDelay sleeps DelayMS after claiming the idempotency key, then executes.
+	FaultDelay FaultKind = "delay"
+	// FaultLostResponse executes and stores the result, then answers 500.
+	FaultLostResponse FaultKind = "lost_response"
+	// FaultDropConnection executes and stores the result, then closes the
+	// connection without answering.
+	FaultDropConnection FaultKind = "drop_connection"
+)
+
+// Fault hits the next Count /v1 requests whose path starts with PathPrefix
+// and whose method is Method (any method when empty).
+type Fault struct {
+	PathPrefix string    `json:"path_prefix"`
+	Method     string    `json:"method"`
+	Kind       FaultKind `json:"kind"`
+	Count      int       `json:"count"`    // 0 means 1
+	DelayMS    int       `json:"delay_ms"` // for FaultDelay
+}
+
+// AddFault arms f after the faults already armed; a request meets the oldest
+// matching fault first.
+func (s *Simulator) AddFault(f Fault) error {
+	if err := f.normalize(); err != nil {
+		return err
+	}
+	s.arm(f)
+	return nil
+}
+
+func (s *Simulator) arm(f Fault) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.faults = append(s.state.faults, &f)
+}
+
+// ClearFaults disarms every fault.
+func (s *Simulator) ClearFaults() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state.faults = nil
+}
+
+// Faults returns the faults still armed, with the requests they still hit.
+func (s *Simulator) Faults() []Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	faults := make([]Fault, 0, len(s.state.faults))
+	for _, f := range s.state.faults {
+		faults = append(faults, *f)
+	}
+	return faults
+}
+
+func (f *Fault) normalize() error {
+	switch f.Kind {
+	case FaultError500, FaultRateLimit, FaultDelay, FaultLostResponse, FaultDropConnection:
+	default:
+		return fmt.Errorf("unknown fault kind %q (want error_500, rate_limit, delay, lost_response or drop_connection)", f.Kind)
+	}
+	if f.Count < 0 || f.DelayMS < 0 {
+		return fmt.Errorf("count and delay_ms must not be negative")
+	}
+	if f.Count == 0 {
+		f.Count = 1
+	}
+	f.Method = strings.ToUpper(f.Method)
+	return nil
+}
+
+// takeFault returns the fault that hits c, counting the hit; the zero Fault
+// when none does.
+func (s *Simulator) takeFault(c *call) Fault {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	for i, f := range s.state.faults {
+		if (f.Method == "" || f.Method == c.method) && strings.HasPrefix(c.path, f.PathPrefix) {
+			f.Count--
+			if f.Count == 0 {
+				s.state.faults = slices.Delete(s.state.faults, i, i+1)
+			}
+			return *f
+		}
+	}
+	return Fault{}
+}
+
+// errorBeforeExecuting is the error a fault answers instead of executing, if
+// it is of that kind.
+func (f Fault) errorBeforeExecuting() *apiError {
+	switch f.Kind {
+	case FaultError500:
+		return internalError()
+	case FaultRateLimit:
+		return lockTimeout()
+	}
+	return nil
+}
+
+// delay is how long the fault holds the request before it executes.
+func (f Fault) delay() time.Duration {
+	if f.Kind != FaultDelay {
+		return 0
+	}
+	return time.Duration(f.DelayMS) * time.Millisecond
+}

@@ -1,0 +1,167 @@
+package stripesim
+
+import (
+	"crypto/rand"
+	"encoding/json"
+)
+
+// state is everything the simulator knows; Simulator.mu guards it and Reset
+// replaces it whole.
+type state struct {
+	customers      table[customer]
+	paymentIntents table[paymentIntent]
+	charges        table[charge]
+	refunds        table[refund]
+	events         table[event]
+
+	keys     map[keyScope]*keyEntry
+	faults   []*Fault
+	requests []*RequestRecord
+}
+
+func newState() *state {
+	return &state{keys: make(map[keyScope]*keyEntry)}
+}
+
+// table holds the objects of one type by id and in order of creation.
+type table[T any] struct {
+	byID  map[string]*T
+	order []*T
+}
+
+func (t *table[T]) add(id string, v *T) {
+	if t.byID == nil {
+		t.byID = make(map[string]*T)
+	}
+	t.byID[id] = v
+	t.order = append(t.order, v)
+}
+
+func (t *table[T]) get(id string) (*T, bool) {
+	v, ok := t.byID[id]
+	return v, ok
+}
+
+// newID returns a fresh Stripe-looking id such as "pi_3MTQ...".
+func newID(prefix string) string {
+	return prefix + "_" + rand.Text()
+}
+
+// The types below are the JSON shapes of Stripe's objects at API version
+// 2023-10-16, reduced to the fields this project reads. Nullable fields are
+// pointers so that they encode as null, as Stripe's do.
+
+type customer struct {
+	ID          string            `json:"id"`
+	Object      string            `json:"object"`
+	Created     int64             `json:"created"`
+	Description *string           `json:"description"`
+	Email       *string           `json:"email"`
+	Livemode    bool              `json:"livemode"`
+	Metadata    map[string]string `json:"metadata"`
+	Name        *string           `json:"name"`
+}
+
+type paymentIntent struct {
+	ID                 string            `json:"id"`
+	Object             string            `json:"object"`
+	Amount             int64             `json:"amount"`
+	AmountCapturable   int64             `json:"amount_capturable"`
+	AmountReceived     int64             `json:"amount_received"`
+	CanceledAt         *int64            `json:"canceled_at"`
+	CancellationReason *string           `json:"cancellation_reason"`
+	CaptureMethod      string            `json:"capture_method"`
+	ClientSecret       string            `json:"client_secret"`
+	ConfirmationMethod string            `json:"confirmation_method"`
+	Created            int64             `json:"created"`
+	Currency           string            `json:"currency"`
+	Customer           *string           `json:"customer"`
+	Description        *string           `json:"description"`
+	LastPaymentError   *apiError         `json:"last_payment_error"`
+	LatestCharge       *string           `json:"latest_charge"`
+	Livemode           bool              `json:"livemode"`
+	Metadata           map[string]string `json:"metadata"`
+	PaymentMethod      *string           `json:"payment_method"`
+	PaymentMethodTypes []string          `json:"payment_method_types"`
+	Status             string            `json:"status"`
+}
+
+// Payment intent statuses used by the simulator.
+const (
+	statusRequiresPaymentMethod = "requires_payment_method"
+	statusRequiresConfirmation  = "requires_confirmation"
+	statusRequiresCapture       = "requires_capture"
+	statusSucceeded             = "succeeded"
+	statusCanceled              = "canceled"
+)
+
+type charge struct {
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	Amount         int64             `json:"amount"`
+	AmountCaptured int64             `json:"amount_captured"`
+	AmountRefunded int64             `json:"amount_refunded"`
+	Captured       bool              `json:"captured"`
+	Created        int64             `json:"created"`
+	Currency       string            `json:"currency"`
+	Customer       *string           `json:"customer"`
+	Description    *string           `json:"description"`
+	FailureCode    *string           `json:"failure_code"`
+	FailureMessage *string           `json:"failure_message"`
+	Livemode       bool              `json:"livemode"`
+	Metadata       map[string]string `json:"metadata"`
+	Paid           bool              `json:"paid"`
+	PaymentIntent  string            `json:"payment_intent"`
+	PaymentMethod  string            `json:"payment_method"`
+	Refunded       bool              `json:"refunded"`
+	Status         string            `json:"status"` // succeeded or failed
+}
+
+// refundable is what is left to refund on the charge.
+func (c *charge) refundable() int64 {
+	return c.AmountCaptured - c.AmountRefunded
+}
+
+type refund struct {
+	ID            string            `json:"id"`
+	Object        string            `json:"object"`
+	Amount        int64             `json:"amount"`
+	Charge        string            `json:"charge"`
+	Created       int64             `json:"created"`
+	Currency      string            `json:"currency"`
+	Metadata      map[string]string `json:"metadata"`
+	PaymentIntent string            `json:"payment_intent"`
+	Reason        *string           `json:"reason"`
+	Status        string            `json:"status"`
+}
+
+// paymentMethod is the card behind a test payment method, as Stripe embeds
+// it in errors.
+type paymentMethod struct {
+	ID     string `json:"id"`
+	Object string `json:"object"`
+	Type   string `json:"type"`
+	Card   struct {
+		Brand string `json:"brand"`
+		Last4 string `json:"last4"`
+	} `json:"card"`
+}
+
+// snapshot encodes v as it is now. Responses and events carry snapshots, so
+// later changes to the object never leak into them.
+func snapshot(v any) json.RawMessage {
+	b, err := json.Marshal(v)
+	if err != nil {
+		// Only plain structs, strings and maps are encoded here.
+		panic("stripesim: encoding a snapshot: " + err.Error())
+	}
+	return b
+}
+
+// nullable returns nil for "" so that an absent string encodes as null.
+func nullable(s string) *string {
+	if s == "" {
+		return nil
+	}
+	return &s
+}

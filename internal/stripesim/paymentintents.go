@@ -1,0 +1,276 @@
+package stripesim
+
+import (
+	"crypto/rand"
+	"net/http"
+	"slices"
+	"strings"
+)
+
+// A payment intent moves through these statuses here:
+//
+//	created without confirm:  requires_payment_method or requires_confirmation
+//	confirmed, approved:      succeeded (capture_method automatic)
+//	                          requires_capture (capture_method manual) --capture--> succeeded
+//	confirmed, declined:      requires_payment_method, with last_payment_error
+//	canceled:                 canceled, from any status but succeeded
+//
+// Every confirmation creates a charge: the approved one is captured along
+// with the payment intent, the declined one stays failed.
+
+// cancelableStatuses are the statuses Stripe lets a payment intent be
+// canceled from.
+var cancelableStatuses = []string{
+	statusRequiresPaymentMethod, statusRequiresCapture, statusRequiresConfirmation,
+	"requires_action", "processing",
+}
+
+// createPaymentIntent is POST /v1/payment_intents.
+func (s *Simulator) createPaymentIntent(c *call) outcome {
+	p, e := s.paymentIntentParams(c)
+	if e != nil {
+		return rejected(e)
+	}
+
+	pi := s.newPaymentIntent(c, p)
+	s.state.paymentIntents.add(pi.ID, pi)
+	s.emit(c, "payment_intent.created", pi)
+	if !p.confirm {
+		return succeeded(pi)
+	}
+	return s.confirm(c, pi, p.card)
+}
+
+// paymentIntentParams are the validated parameters of a new payment intent.
+type paymentIntentParams struct {
+	amount        int64
+	currency      string
+	captureMethod string
+	confirm       bool
+	paymentMethod string
+	card          testCard // the card behind paymentMethod
+	customer      string
+}
+
+func (s *Simulator) paymentIntentParams(c *call) (p paymentIntentParams, e *apiError) {
+	if e = c.allowOnly("amount", "currency", "payment_method", "confirm", "capture_method",
+		"metadata", "description", "customer", "payment_method_types", "automatic_payment_methods",
+		"return_url", "receipt_email", "statement_descriptor", "statement_descriptor_suffix",
+		"off_session", "error_on_requires_action", "expand"); e != nil {
+		return p, e
+	}
+	if p.amount, e = c.amount("amount"); e != nil {
+		return p, e
+	}
+	if p.amount == 0 {
+		return p, missingParameter("amount")
+	}
+	if p.currency, e = c.currency(); e != nil {
+		return p, e
+	}
+	if p.captureMethod, e = c.oneOf("capture_method", "automatic", "automatic", "automatic_async", "manual"); e != nil {
+		return p, e
+	}
+	if p.confirm, e = c.boolean("confirm"); e != nil {
+		return p, e
+	}
+	if p.paymentMethod, p.card, e = s.paymentMethodParam(c, p.confirm); e != nil {
+		return p, e
+	}
+	p.customer = c.str("customer")
+	if _, ok := s.state.customers.get(p.customer); p.customer != "" && !ok {
+		return p, noSuchObject(http.StatusBadRequest, "customer", "customer", p.customer)
+	}
+	return p, nil
+}
+
+func (s *Simulator) newPaymentIntent(c *call, p paymentIntentParams) *paymentIntent {
+	id := newID("pi")
+	pi := &paymentIntent{
+		ID:                 id,
+		Object:             "payment_intent",
+		Amount:             p.amount,
+		CaptureMethod:      p.captureMethod,
+		ClientSecret:       id + "_secret_" + rand.Text(),
+		ConfirmationMethod: "automatic",
+		Created:            s.now().Unix(),
+		Currency:           p.currency,
+		Customer:           nullable(p.customer),
+		Description:        nullable(c.str("description")),
+		Metadata:           c.metadata(),
+		PaymentMethod:      nullable(p.paymentMethod),
+		PaymentMethodTypes: []string{"card"},
+		Status:             statusRequiresPaymentMethod,
+	}
+	if p.paymentMethod != "" {
+		pi.Status = statusRequiresConfirmation
+	}
+	return pi
+}
+
+// paymentMethodParam resolves payment_method to a test card; confirming
+// needs one.
+func (s *Simulator) paymentMethodParam(c *call, confirm bool) (string, testCard, *apiError) {
+	pmID := c.str("payment_method")
+	if pmID == "" {
+		if confirm {
+			return "", testCard{}, invalidRequest(http.StatusBadRequest, "payment_intent_unexpected_state", "payment_method",
+				"You cannot confirm this PaymentIntent because it's missing a payment method.")
+		}
+		return "", testCard{}, nil
+	}
+	card, ok := testCards[pmID]
+	if !ok {
+		return "", testCard{}, noSuchObject(http.StatusBadRequest, "PaymentMethod", "payment_method", pmID)
+	}
+	return pmID, card, nil
+}
+
+// currency returns the lower-cased currency parameter, which is required.
+func (c *call) currency() (string, *apiError) {
+	cur := strings.ToLower(c.str("currency"))
+	if cur == "" {
+		return "", missingParameter("currency")
+	}
+	if len(cur) != 3 || strings.Trim(cur, "abcdefghijklmnopqrstuvwxyz") != "" {
+		return "", invalidParameter("currency", "Invalid currency: %s.", cur)
+	}
+	return cur, nil
+}
+
+// confirm charges the payment intent's card: the decline is a stored 402,
+// an approval succeeds or waits for capture.
+func (s *Simulator) confirm(c *call, pi *paymentIntent, card testCard) outcome {
+	ch := s.newCharge(pi)
+	pi.LatestCharge = &ch.ID
+
+	if card.declineCode != "" {
+		return s.decline(c, pi, ch, card)
+	}
+
+	ch.Status = "succeeded"
+	ch.Paid = true
+	s.emit(c, "charge.succeeded", ch)
+	if pi.CaptureMethod == "manual" {
+		pi.Status = statusRequiresCapture
+		pi.AmountCapturable = pi.Amount
+		s.emit(c, "payment_intent.amount_capturable_updated", pi)
+		return succeeded(pi)
+	}
+	s.captureCharge(pi, ch, pi.Amount)
+	s.emit(c, "payment_intent.succeeded", pi)
+	return succeeded(pi)
+}
+
+func (s *Simulator) newCharge(pi *paymentIntent) *charge {
+	ch := &charge{
+		ID:            newID("ch"),
+		Object:        "charge",
+		Amount:        pi.Amount,
+		Created:       s.now().Unix(),
+		Currency:      pi.Currency,
+		Customer:      pi.Customer,
+		Description:   pi.Description,
+		Metadata:      pi.Metadata,
+		PaymentIntent: pi.ID,
+		PaymentMethod: *pi.PaymentMethod,
+	}
+	s.state.charges.add(ch.ID, ch)
+	return ch
+}
+
+// decline fails the charge and sends the payment intent back to
+// requires_payment_method, as Stripe does.
+func (s *Simulator) decline(c *call, pi *paymentIntent, ch *charge, card testCard) outcome {
+	lastError := card.decline(*pi.PaymentMethod, ch.ID)
+
+	ch.Status = "failed"
+	ch.FailureCode = nullable(lastError.Code)
+	ch.FailureMessage = nullable(lastError.Message)
+	pi.Status = statusRequiresPaymentMethod
+	pi.PaymentMethod = nil
+	pi.LastPaymentError = lastError
+	s.emit(c, "charge.failed", ch)
+	s.emit(c, "payment_intent.payment_failed", pi)
+
+	response := *lastError
+	response.PaymentIntent = snapshot(pi)
+	return failed(&response)
+}
+
+func (s *Simulator) captureCharge(pi *paymentIntent, ch *charge, amount int64) {
+	ch.Captured = true
+	ch.AmountCaptured = amount
+	pi.Status = statusSucceeded
+	pi.AmountCapturable = 0
+	pi.AmountReceived = amount
+}
+
+// getPaymentIntent is GET /v1/payment_intents/{id}.
+func (s *Simulator) getPaymentIntent(c *call) outcome {
+	pi, ok := s.state.paymentIntents.get(c.id)
+	if !ok {
+		return rejected(noSuchObject(http.StatusNotFound, "payment_intent", "intent", c.id))
+	}
+	return succeeded(pi)
+}
+
+// capturePaymentIntent is POST /v1/payment_intents/{id}/capture.
+func (s *Simulator) capturePaymentIntent(c *call) outcome {
+	if e := c.allowOnly("amount_to_capture", "final_capture", "metadata", "expand",
+		"statement_descriptor", "statement_descriptor_suffix"); e != nil {
+		return rejected(e)
+	}
+	pi, ok := s.state.paymentIntents.get(c.id)
+	if !ok {
+		return rejected(noSuchObject(http.StatusNotFound, "payment_intent", "intent", c.id))
+	}
+	amount, e := c.amount("amount_to_capture")
+	if e != nil {
+		return rejected(e)
+	}
+
+	if pi.Status != statusRequiresCapture {
+		return failed(unexpectedState(pi, "captured", statusRequiresCapture))
+	}
+	if amount == 0 {
+		amount = pi.AmountCapturable
+	}
+	if amount > pi.AmountCapturable {
+		return failed(invalidRequest(http.StatusBadRequest, "amount_too_large", "amount_to_capture",
+			"The amount to capture (%d) is greater than the amount capturable (%d).", amount, pi.AmountCapturable))
+	}
+
+	ch, _ := s.state.charges.get(*pi.LatestCharge)
+	s.captureCharge(pi, ch, amount)
+	s.emit(c, "charge.captured", ch)
+	s.emit(c, "payment_intent.succeeded", pi)
+	return succeeded(pi)
+}
+
+// cancelPaymentIntent is POST /v1/payment_intents/{id}/cancel.
+func (s *Simulator) cancelPaymentIntent(c *call) outcome {
+	if e := c.allowOnly("cancellation_reason", "expand"); e != nil {
+		return rejected(e)
+	}
+	pi, ok := s.state.paymentIntents.get(c.id)
+	if !ok {
+		return rejected(noSuchObject(http.StatusNotFound, "payment_intent", "intent", c.id))
+	}
+	reason, e := c.oneOf("cancellation_reason", "",
+		"duplicate", "fraudulent", "requested_by_customer", "abandoned")
+	if e != nil {
+		return rejected(e)
+	}
+
+	if !slices.Contains(cancelableStatuses, pi.Status) {
+		return failed(unexpectedState(pi, "canceled", strings.Join(cancelableStatuses, ", ")))
+	}
+	canceledAt := s.now().Unix()
+	pi.Status = statusCanceled
+	pi.CanceledAt = &canceledAt
+	pi.CancellationReason = nullable(reason)
+	pi.AmountCapturable = 0
+	s.emit(c, "payment_intent.canceled", pi)
+	return succeeded(pi)
+}

@@ -1,0 +1,110 @@
+package stripesim
+
+import "net/http"
+
+// createRefund is POST /v1/refunds. It refunds part or all of what a payment
+// intent's charge captured, never more:
+//
+//	nothing captured (authorised only, declined, canceled): 400 charge_not_refundable
+//	everything already refunded:                            400 charge_already_refunded
+//	more than what is left:                                 400 amount_too_large
+//
+// These are decided against the charge's state, so they are stored under the
+// idempotency key like a success.
+func (s *Simulator) createRefund(c *call) outcome {
+	pi, amount, reason, e := s.refundParams(c)
+	if e != nil {
+		return rejected(e)
+	}
+
+	ch, e := refundableCharge(s.state, pi)
+	if e != nil {
+		return failed(e)
+	}
+	if amount == 0 {
+		amount = ch.refundable()
+	}
+	if amount > ch.refundable() {
+		return failed(invalidRequest(http.StatusBadRequest, "amount_too_large", "amount",
+			"Refund amount (%d %s) is greater than unrefunded amount on charge (%d %s).",
+			amount, ch.Currency, ch.refundable(), ch.Currency))
+	}
+
+	re := &refund{
+		ID:            newID("re"),
+		Object:        "refund",
+		Amount:        amount,
+		Charge:        ch.ID,
+		Created:       s.now().Unix(),
+		Currency:      ch.Currency,
+		Metadata:      c.metadata(),
+		PaymentIntent: pi.ID,
+		Reason:        nullable(reason),
+		Status:        "succeeded",
+	}
+	s.state.refunds.add(re.ID, re)
+	ch.AmountRefunded += amount
+	ch.Refunded = ch.refundable() == 0
+	s.emit(c, "charge.refunded", ch)
+	return succeeded(re)
+}
+
+// refundParams validates a refund's parameters and finds its payment intent,
+// named directly or through its charge.
+func (s *Simulator) refundParams(c *call) (pi *paymentIntent, amount int64, reason string, e *apiError) {
+	if e := c.allowOnly("payment_intent", "charge", "amount", "reason", "metadata", "expand",
+		"instructions_email", "refund_application_fee", "reverse_transfer"); e != nil {
+		return nil, 0, "", e
+	}
+	if amount, e = c.amount("amount"); e != nil {
+		return nil, 0, "", e
+	}
+	if reason, e = c.oneOf("reason", "", "duplicate", "fraudulent", "requested_by_customer"); e != nil {
+		return nil, 0, "", e
+	}
+	piID := c.str("payment_intent")
+	if chID := c.str("charge"); chID != "" && piID == "" {
+		ch, ok := s.state.charges.get(chID)
+		if !ok {
+			return nil, 0, "", noSuchObject(http.StatusBadRequest, "charge", "charge", chID)
+		}
+		piID = ch.PaymentIntent
+	}
+	if piID == "" {
+		return nil, 0, "", invalidRequest(http.StatusBadRequest, "parameter_missing", "payment_intent",
+			"One of the following params should be provided for this request: payment_intent or charge.")
+	}
+	pi, ok := s.state.paymentIntents.get(piID)
+	if !ok {
+		return nil, 0, "", noSuchObject(http.StatusBadRequest, "payment_intent", "payment_intent", piID)
+	}
+	return pi, amount, reason, nil
+}
+
+// refundableCharge is the captured charge of pi with something left to
+// refund.
+func refundableCharge(st *state, pi *paymentIntent) (*charge, *apiError) {
+	var ch *charge
+	if pi.LatestCharge != nil {
+		ch, _ = st.charges.get(*pi.LatestCharge)
+	}
+	if pi.Status != statusSucceeded || ch == nil || !ch.Captured {
+		return nil, invalidRequest(http.StatusBadRequest, "charge_not_refundable", "payment_intent",
+			"This PaymentIntent (status %s) does not have a captured charge to refund. "+
+				"Cancel it instead to release an authorisation.", pi.Status)
+	}
+	if ch.refundable() == 0 {
+		return nil, invalidRequest(http.StatusBadRequest, "charge_already_refunded", "",
+			"Charge %s has already been refunded.", ch.ID)
+	}
+	return ch, nil
+}
+
+// getRefund is GET /v1/refunds/{id}.
+func (s *Simulator) getRefund(c *call) outcome {
+	re, ok := s.state.refunds.get(c.id)
+	if !ok {
+		return rejected(noSuchObject(http.StatusNotFound, "refund", "id", c.id))
+	}
+	return succeeded(re)
+}

@@ -1,0 +1,123 @@
+package stripesim
+
+import (
+	"cmp"
+	"log/slog"
+	"net/http"
+	"sync"
+	"time"
+)
+
+// APIVersion is the Stripe API version the simulator speaks and stamps on its
+// events: the one stripe-go v76 pins.
+const APIVersion = "2023-10-16"
+
+// Config configures a Simulator. The zero value is a simulator without
+// webhook delivery.
+type Config struct {
+	WebhookURL    string           // empty: no delivery
+	WebhookSecret string           // whsec_...; signs every delivery
+	Logger        *slog.Logger     // nil: discard
+	Now           func() time.Time // nil: time.Now (inject for tests of 24h key retention)
+
+	// WebhookMaxAttempts bounds the deliveries of one event (default 8).
+	WebhookMaxAttempts int
+	// WebhookBackoff is the wait after the first failed delivery; it doubles
+	// after each further failure, up to 10s (default 100ms).
+	WebhookBackoff time.Duration
+}
+
+// Simulator is an in-memory Stripe. It is safe for concurrent use. One mutex
+// guards all state; it is never held while a request sleeps or while a
+// webhook is delivered.
+type Simulator struct {
+	now      func() time.Time
+	logger   *slog.Logger
+	webhooks *deliverer // nil without Config.WebhookURL
+	closing  chan struct{}
+	close    sync.Once
+
+	mu    sync.Mutex
+	state *state
+}
+
+// New returns a simulator with no objects. Call Close to stop its webhook
+// delivery.
+func New(cfg Config) *Simulator {
+	s := &Simulator{
+		now:     cfg.Now,
+		logger:  cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
+		closing: make(chan struct{}),
+		state:   newState(),
+	}
+	if s.now == nil {
+		s.now = time.Now
+	}
+	if cfg.WebhookURL != "" {
+		s.webhooks = newDeliverer(cfg, s.logger)
+	}
+	return s
+}
+
+// Handler serves the Stripe API under /v1/ and the control surface under
+// /_sim/.
+func (s *Simulator) Handler() http.Handler {
+	mux := http.NewServeMux()
+
+	mux.Handle("POST /v1/customers", s.api(s.createCustomer))
+	mux.Handle("GET /v1/customers/{id}", s.api(s.getCustomer))
+	mux.Handle("POST /v1/payment_intents", s.api(s.createPaymentIntent))
+	mux.Handle("GET /v1/payment_intents/search", s.api(s.searchPaymentIntents))
+	mux.Handle("GET /v1/payment_intents/{id}", s.api(s.getPaymentIntent))
+	mux.Handle("POST /v1/payment_intents/{id}/capture", s.api(s.capturePaymentIntent))
+	mux.Handle("POST /v1/payment_intents/{id}/cancel", s.api(s.cancelPaymentIntent))
+	mux.Handle("POST /v1/refunds", s.api(s.createRefund))
+	mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
+	mux.Handle("/v1/", s.api(unrecognizedURL))
+
+	mux.Handle("GET /_sim/objects", loopbackOnly(http.HandlerFunc(s.serveObjects)))
+	mux.Handle("GET /_sim/requests", loopbackOnly(http.HandlerFunc(s.serveRequests)))
+	mux.Handle("GET /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveFaults)))
+	mux.Handle("POST /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveAddFault)))
+	mux.Handle("DELETE /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveClearFaults)))
+	mux.Handle("POST /_sim/reset", loopbackOnly(http.HandlerFunc(s.serveReset)))
+	mux.Handle("/_sim/", loopbackOnly(http.HandlerFunc(serveControlNotFound)))
+
+	return mux
+}
+
+// Close stops webhook delivery, waits for its goroutine and wakes requests
+// sleeping in a delay fault. Events not yet delivered are dropped. Close is
+// safe to call more than once.
+func (s *Simulator) Close() {
+	s.close.Do(func() {
+		close(s.closing)
+		if s.webhooks != nil {
+			s.webhooks.close()
+		}
+	})
+}
+
+// Reset forgets every object, idempotency key, fault, recorded request and
+// undelivered event.
+func (s *Simulator) Reset() {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.state = newState()
+	if s.webhooks != nil {
+		s.webhooks.clear() // under s.mu, so no event of the old state slips in after
+	}
+}
+
+// sleep waits for d, or less if the simulator closes. It never holds s.mu.
+func (s *Simulator) sleep(d time.Duration) {
+	if d <= 0 {
+		return
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-s.closing:
+	}
+}

@@ -13,6 +13,7 @@ import (
 
 	"github.com/go-chi/chi/v5/middleware"
 
+	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/users"
 )
 
@@ -82,7 +83,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		key, ok := bearerToken(r.Header.Get("Authorization"))
 		if !ok {
 			w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
-			writeProblem(w, newProblem(http.StatusUnauthorized, CodeUnauthorized,
+			problem.Write(w, problem.New(http.StatusUnauthorized, problem.Unauthorized,
 				"Send your API key as `Authorization: Bearer <key>`."))
 			return
 		}
@@ -122,12 +123,12 @@ func limitJSONBody(next http.Handler) http.Handler {
 			return
 		}
 		if !isJSON(r.Header.Get("Content-Type")) {
-			writeProblem(w, newProblem(http.StatusUnsupportedMediaType, CodeUnsupportedMediaType,
+			problem.Write(w, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType,
 				"Send the request body as Content-Type: application/json."))
 			return
 		}
 		if r.ContentLength > MaxBodyBytes {
-			writeProblem(w, bodyTooLarge())
+			problem.Write(w, bodyTooLarge())
 			return
 		}
 		r.Body = http.MaxBytesReader(w, r.Body, MaxBodyBytes)
@@ -135,9 +136,9 @@ func limitJSONBody(next http.Handler) http.Handler {
 	})
 }
 
-func bodyTooLarge() *Problem {
-	return newProblem(http.StatusRequestEntityTooLarge, CodeBodyTooLarge,
-		fmt.Sprintf("The request body is larger than %d bytes.", MaxBodyBytes))
+func bodyTooLarge() *problem.Problem {
+	return problem.New(http.StatusRequestEntityTooLarge, problem.BodyTooLarge,
+		"The request body is larger than %d bytes.", MaxBodyBytes)
 }
 
 func isJSON(contentType string) bool {

@@ -1,12 +1,164 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
+	"regexp"
 	"strconv"
 
+	"github.com/go-chi/chi/v5"
+
 	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/recovery"
 )
+
+// createPaymentRequest is the body of POST /v1/payments. Pointers tell a
+// missing field from a zero one.
+type createPaymentRequest struct {
+	Amount        *int64            `json:"amount"`
+	Currency      *string           `json:"currency"`
+	PaymentMethod *string           `json:"payment_method"`
+	Capture       *bool             `json:"capture"`
+	Description   *string           `json:"description"`
+	Metadata      map[string]string `json:"metadata"`
+}
+
+// createPayment answers POST /v1/payments.
+func (s *Server) createPayment(w http.ResponseWriter, r *http.Request) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req createPaymentRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return err
+	}
+	params, err := req.validate()
+	if err != nil {
+		return err
+	}
+	resp, err := s.payments.Create(r.Context(), idempotentRequest(r, key, body), params)
+	s.writeExecution(w, r, resp, err)
+	return nil
+}
+
+// Limits of a payment's fields, as Stripe's.
+const (
+	MinAmount           = 1
+	MaxAmount           = 99999999
+	maxDescription      = 1000
+	maxMetadataKeys     = 50
+	maxMetadataKeyLen   = 40
+	maxMetadataValueLen = 500
+)
+
+var currencyCode = regexp.MustCompile(`^[a-z]{3}$`)
+
+func (req createPaymentRequest) validate() (payments.CreateParams, error) {
+	switch {
+	case req.Amount == nil:
+		return payments.CreateParams{}, validationFailed("amount is required: an integer in the currency's minor unit (2000 is $20.00).")
+	case *req.Amount < MinAmount || *req.Amount > MaxAmount:
+		return payments.CreateParams{}, validationFailed("amount must be from %d to %d, not %d.", MinAmount, MaxAmount, *req.Amount)
+	case req.Currency == nil || !currencyCode.MatchString(*req.Currency):
+		return payments.CreateParams{}, validationFailed("currency is required: a lower-case ISO 4217 code such as \"usd\".")
+	case req.PaymentMethod == nil || *req.PaymentMethod == "" || len(*req.PaymentMethod) > 255:
+		return payments.CreateParams{}, validationFailed("payment_method is required: a payment method id such as \"pm_card_visa\".")
+	case req.Description != nil && len(*req.Description) > maxDescription:
+		return payments.CreateParams{}, validationFailed("description is at most %d bytes.", maxDescription)
+	}
+	if err := validateMetadata(req.Metadata); err != nil {
+		return payments.CreateParams{}, err
+	}
+	return payments.CreateParams{
+		Amount: *req.Amount, Currency: *req.Currency, PaymentMethod: *req.PaymentMethod,
+		Capture: req.Capture == nil || *req.Capture, Description: req.Description, Metadata: req.Metadata,
+	}, nil
+}
+
+func validateMetadata(m map[string]string) error {
+	if len(m) > maxMetadataKeys {
+		return validationFailed("metadata has at most %d keys.", maxMetadataKeys)
+	}
+	for k, v := range m {
+		if k == "" || len(k) > maxMetadataKeyLen || len(v) > maxMetadataValueLen {
+			return validationFailed("metadata keys are 1 to %d bytes and values at most %d.", maxMetadataKeyLen, maxMetadataValueLen)
+		}
+	}
+	return nil
+}
+
+// captureRequest is the optional body of POST /v1/payments/{id}/capture.
+type captureRequest struct {
+	Amount *int64 `json:"amount"`
+}
+
+// capturePayment answers POST /v1/payments/{id}/capture.
+func (s *Server) capturePayment(w http.ResponseWriter, r *http.Request) error {
+	var req captureRequest
+	return s.paymentAction(w, r, &req, func(pay payments.Payment) (payments.ActionParams, error) {
+		p := payments.ActionParams{Payment: pay.ID}
+		if req.Amount != nil {
+			if *req.Amount < MinAmount || *req.Amount > pay.Amount {
+				return p, validationFailed("amount must be from %d to the authorised %d, not %d.", MinAmount, pay.Amount, *req.Amount)
+			}
+			p.Amount = *req.Amount
+		}
+		return p, nil
+	}, s.payments.Capture)
+}
+
+// cancelPayment answers POST /v1/payments/{id}/cancel.
+func (s *Server) cancelPayment(w http.ResponseWriter, r *http.Request) error {
+	var req struct{}
+	return s.paymentAction(w, r, &req, func(pay payments.Payment) (payments.ActionParams, error) {
+		return payments.ActionParams{Payment: pay.ID}, nil
+	}, s.payments.Cancel)
+}
+
+// paymentAction is the common path of capture and cancel: the key, the
+// optional body, the caller's payment (404 if not theirs), then the flow.
+func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
+	params func(payments.Payment) (payments.ActionParams, error),
+	run func(context.Context, payments.Idempotent, payments.ActionParams) (recovery.Response, error)) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	if err := decodeJSON(body, req, true); err != nil {
+		return err
+	}
+	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	p, err := params(pay)
+	if err != nil {
+		return err
+	}
+	resp, err := run(r.Context(), idempotentRequest(r, key, body), p)
+	s.writeExecution(w, r, resp, err)
+	return nil
+}
+
+// getPayment answers GET /v1/payments/{id}.
+func (s *Server) getPayment(w http.ResponseWriter, r *http.Request) error {
+	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, pay)
+	return nil
+}
 
 // listPayments answers GET /v1/payments?limit=N&starting_after=ID: the
 // caller's payments, newest first.
@@ -22,11 +174,7 @@ func (s *Server) listPayments(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	data := make([]paymentJSON, 0, len(page))
-	for _, p := range page {
-		data = append(data, toPaymentJSON(p))
-	}
-	writeJSON(w, http.StatusOK, toList(data, hasMore))
+	writeJSON(w, http.StatusOK, toList(page, hasMore))
 	return nil
 }
 

@@ -3,8 +3,6 @@ package api
 import (
 	"encoding/json"
 	"net/http"
-
-	"github.com/example/payments/internal/payments"
 )
 
 func writeJSON(w http.ResponseWriter, status int, v any) {
@@ -31,33 +29,4 @@ type listJSON[T any] struct {
 
 func toList[T any](data []T, hasMore bool) listJSON[T] {
 	return listJSON[T]{Object: "list", Data: data, HasMore: hasMore}
-}
-
-// paymentJSON is the Payment object of API.md.
-type paymentJSON struct {
-	ID                  string            `json:"id"`
-	Object              string            `json:"object"`
-	Amount              int64             `json:"amount"`
-	Currency            string            `json:"currency"`
-	Status              string            `json:"status"`
-	Captured            bool              `json:"captured"`
-	AmountCaptured      int64             `json:"amount_captured"`
-	AmountRefunded      int64             `json:"amount_refunded"`
-	PaymentMethod       string            `json:"payment_method"`
-	StripePaymentIntent *string           `json:"stripe_payment_intent"`
-	FailureCode         *string           `json:"failure_code"`
-	FailureMessage      *string           `json:"failure_message"`
-	Description         *string           `json:"description"`
-	Metadata            map[string]string `json:"metadata"`
-	Created             int64             `json:"created"`
-}
-
-func toPaymentJSON(p payments.Payment) paymentJSON {
-	return paymentJSON{
-		ID: p.ID, Object: "payment", Amount: p.Amount, Currency: p.Currency, Status: string(p.Status),
-		Captured: p.Captured(), AmountCaptured: p.AmountCaptured, AmountRefunded: p.AmountRefunded,
-		PaymentMethod: p.PaymentMethod, StripePaymentIntent: p.StripePaymentIntent,
-		FailureCode: p.FailureCode, FailureMessage: p.FailureMessage, Description: p.Description,
-		Metadata: p.Metadata, Created: p.Created.Unix(),
-	}
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"fmt"
 	"log/slog"
 	"net/http"
 	"strings"
@@ -11,37 +10,45 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
+
+	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/problem"
+	"github.com/example/payments/internal/recovery"
 )
 
 // Config is what the API needs from the process that serves it.
 type Config struct {
-	Pool   *pgxpool.Pool
-	Logger *slog.Logger
+	Pool     *pgxpool.Pool
+	Engine   *recovery.Engine
+	Payments *payments.Service
+	Logger   *slog.Logger
 	// Registry collects the API's metrics and is served at /metrics.
 	Registry *prometheus.Registry
 }
 
 // Server holds the API's dependencies; its handlers are methods on it.
 type Server struct {
-	pool    *pgxpool.Pool
-	log     *slog.Logger
-	metrics *httpMetrics
+	pool     *pgxpool.Pool
+	engine   *recovery.Engine
+	payments *payments.Service
+	log      *slog.Logger
+	metrics  *httpMetrics
 }
 
 // NewHandler builds the API's router.
 func NewHandler(cfg Config) http.Handler {
-	s := &Server{pool: cfg.Pool, log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry)}
+	s := &Server{pool: cfg.Pool, engine: cfg.Engine, payments: cfg.Payments, log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry)}
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.logRequests, s.metrics.measure, s.recoverPanics)
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
-		writeProblem(w, newProblem(http.StatusNotFound, CodeNotFound, "No such route: "+r.Method+" "+r.URL.Path))
+		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "%s", "No such route: "+r.Method+" "+r.URL.Path))
 	})
 	r.MethodNotAllowed(func(w http.ResponseWriter, req *http.Request) {
 		allowed := allowedMethods(r, req.URL.Path)
 		w.Header().Set("Allow", strings.Join(allowed, ", "))
-		writeProblem(w, newProblem(http.StatusMethodNotAllowed, CodeMethodNotAllowed,
-			fmt.Sprintf("%s is not allowed on %s; use %s.", req.Method, req.URL.Path, strings.Join(allowed, " or "))))
+		problem.Write(w, problem.New(http.StatusMethodNotAllowed, problem.MethodNotAllowed,
+			"%s is not allowed on %s; use %s.", req.Method, req.URL.Path, strings.Join(allowed, " or ")))
 	})
 
 	r.Get("/healthz", s.healthz)
@@ -49,8 +56,13 @@ func NewHandler(cfg Config) http.Handler {
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(s.authenticate, limitJSONBody)
+		r.Use(echoIdempotencyKey, s.authenticate, limitJSONBody)
 		r.Get("/payments", s.handle(s.listPayments))
+		r.Post("/payments", s.handle(s.createPayment))
+		r.Get("/payments/{id}", s.handle(s.getPayment))
+		r.Post("/payments/{id}/capture", s.handle(s.capturePayment))
+		r.Post("/payments/{id}/cancel", s.handle(s.cancelPayment))
+		r.Get("/idempotency_keys/{key}", s.handle(s.getIdempotencyKey))
 	})
 	return r
 }

@@ -46,6 +46,37 @@ type Payment struct {
 // Captured tells whether any money was captured.
 func (p Payment) Captured() bool { return p.AmountCaptured > 0 }
 
+// paymentObject is the Payment object of the API, as clients see it.
+type paymentObject struct {
+	ID                  string            `json:"id"`
+	Object              string            `json:"object"`
+	Amount              int64             `json:"amount"`
+	Currency            string            `json:"currency"`
+	Status              Status            `json:"status"`
+	Captured            bool              `json:"captured"`
+	AmountCaptured      int64             `json:"amount_captured"`
+	AmountRefunded      int64             `json:"amount_refunded"`
+	PaymentMethod       string            `json:"payment_method"`
+	StripePaymentIntent *string           `json:"stripe_payment_intent"`
+	FailureCode         *string           `json:"failure_code"`
+	FailureMessage      *string           `json:"failure_message"`
+	Description         *string           `json:"description"`
+	Metadata            map[string]string `json:"metadata"`
+	Created             int64             `json:"created"`
+}
+
+// MarshalJSON renders the payment as the API's Payment object. Flows store
+// this rendering as their response, so it lives with the payment.
+func (p Payment) MarshalJSON() ([]byte, error) {
+	return json.Marshal(paymentObject{
+		ID: p.ID, Object: "payment", Amount: p.Amount, Currency: p.Currency, Status: p.Status,
+		Captured: p.Captured(), AmountCaptured: p.AmountCaptured, AmountRefunded: p.AmountRefunded,
+		PaymentMethod: p.PaymentMethod, StripePaymentIntent: p.StripePaymentIntent,
+		FailureCode: p.FailureCode, FailureMessage: p.FailureMessage, Description: p.Description,
+		Metadata: p.Metadata, Created: p.Created.Unix(),
+	})
+}
+
 // ErrNotFound is returned for a payment that does not exist or belongs to
 // another user: the two are indistinguishable on purpose.
 var ErrNotFound = errors.New("payment not found")
@@ -132,4 +163,25 @@ func fromText(t pgtype.Text) *string {
 		return nil
 	}
 	return &t.String
+}
+
+func toText(s *string) pgtype.Text {
+	if s == nil {
+		return pgtype.Text{}
+	}
+	return pgtype.Text{String: *s, Valid: true}
+}
+
+func deref(s *string) string {
+	if s == nil {
+		return ""
+	}
+	return *s
+}
+
+func nonNil(m map[string]string) map[string]string {
+	if m == nil {
+		return map[string]string{}
+	}
+	return m
 }

@@ -230,3 +230,24 @@ func toKey(row dbsqlc.IdempotencyKey) *Key {
 		lockToken: row.LockToken, responseBody: row.ResponseBody,
 	}
 }
+
+// ErrKeyNotFound is returned by Lookup for a key the user never used, or
+// one past its TTL.
+var ErrKeyNotFound = errors.New("idempotency key not found")
+
+// Lookup returns the state of one of the user's keys. Key.Locked is true
+// only while the lock is live.
+func (e *Engine) Lookup(ctx context.Context, userID int64, key string) (*Key, error) {
+	row, err := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
+		UserID: userID, IdempotencyKey: key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, ErrKeyNotFound
+	}
+	if err != nil {
+		return nil, err
+	}
+	k := toKey(row.IdempotencyKey)
+	k.Locked = row.LockLive
+	return k, nil
+}

@@ -111,36 +111,55 @@ func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishI
 	return result.RowsAffected(), nil
 }
 
-const getIdempotencyKeyForUser = `-- name: GetIdempotencyKeyForUser :one
-SELECT id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at FROM idempotency_keys
-WHERE user_id = $1 AND idempotency_key = $2
+const getIdempotencyKeyState = `-- name: GetIdempotencyKeyState :one
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at,
+    (locked_at IS NOT NULL
+        AND locked_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+    )::bool AS lock_live
+FROM idempotency_keys
+WHERE user_id = $3 AND idempotency_key = $4
+  AND expires_at > coalesce($1::timestamptz, now())
 `
 
-type GetIdempotencyKeyForUserParams struct {
-	UserID         int64
-	IdempotencyKey string
+type GetIdempotencyKeyStateParams struct {
+	Now                pgtype.Timestamptz
+	LockTimeoutSeconds float64
+	UserID             int64
+	IdempotencyKey     string
 }
 
-func (q *Queries) GetIdempotencyKeyForUser(ctx context.Context, db DBTX, arg GetIdempotencyKeyForUserParams) (IdempotencyKey, error) {
-	row := db.QueryRow(ctx, getIdempotencyKeyForUser, arg.UserID, arg.IdempotencyKey)
-	var i IdempotencyKey
+type GetIdempotencyKeyStateRow struct {
+	IdempotencyKey IdempotencyKey
+	LockLive       bool
+}
+
+// A key as its owner may inspect it; an expired key is gone.
+func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetIdempotencyKeyStateParams) (GetIdempotencyKeyStateRow, error) {
+	row := db.QueryRow(ctx, getIdempotencyKeyState,
+		arg.Now,
+		arg.LockTimeoutSeconds,
+		arg.UserID,
+		arg.IdempotencyKey,
+	)
+	var i GetIdempotencyKeyStateRow
 	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.IdempotencyKey,
-		&i.Flow,
-		&i.RequestMethod,
-		&i.RequestPath,
-		&i.RequestParams,
-		&i.RequestFingerprint,
-		&i.RecoveryPoint,
-		&i.LockedAt,
-		&i.LockToken,
-		&i.LastRunAt,
-		&i.ResponseCode,
-		&i.ResponseBody,
-		&i.CreatedAt,
-		&i.ExpiresAt,
+		&i.IdempotencyKey.ID,
+		&i.IdempotencyKey.UserID,
+		&i.IdempotencyKey.IdempotencyKey,
+		&i.IdempotencyKey.Flow,
+		&i.IdempotencyKey.RequestMethod,
+		&i.IdempotencyKey.RequestPath,
+		&i.IdempotencyKey.RequestParams,
+		&i.IdempotencyKey.RequestFingerprint,
+		&i.IdempotencyKey.RecoveryPoint,
+		&i.IdempotencyKey.LockedAt,
+		&i.IdempotencyKey.LockToken,
+		&i.IdempotencyKey.LastRunAt,
+		&i.IdempotencyKey.ResponseCode,
+		&i.IdempotencyKey.ResponseBody,
+		&i.IdempotencyKey.CreatedAt,
+		&i.IdempotencyKey.ExpiresAt,
+		&i.LockLive,
 	)
 	return i, err
 }

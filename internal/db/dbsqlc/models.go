@@ -27,7 +27,7 @@ type AuditRecord struct {
 	ResourceType     string
 	ResourceID       string
 	Data             []byte
-	IdempotencyKeyID pgtype.UUID
+	IdempotencyKeyID *uuid.UUID
 	CreatedAt        time.Time
 }
 
@@ -67,14 +67,14 @@ type Payment struct {
 	Metadata            []byte
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
-	IdempotencyKeyID    pgtype.UUID
+	IdempotencyKeyID    *uuid.UUID
 }
 
 type StagedJob struct {
 	ID               int64
 	Kind             string
 	Args             []byte
-	IdempotencyKeyID pgtype.UUID
+	IdempotencyKeyID *uuid.UUID
 	CreatedAt        time.Time
 }
 

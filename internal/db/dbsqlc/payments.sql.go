@@ -8,6 +8,9 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const getPayment = `-- name: GetPayment :one
@@ -23,6 +26,124 @@ type GetPaymentParams struct {
 // A payment of one user: another user's payment is simply not found.
 func (q *Queries) GetPayment(ctx context.Context, db DBTX, arg GetPaymentParams) (Payment, error) {
 	row := db.QueryRow(ctx, getPayment, arg.ID, arg.UserID)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+	)
+	return i, err
+}
+
+const getPaymentByIdempotencyKey = `-- name: GetPaymentByIdempotencyKey :one
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments WHERE idempotency_key_id = $1
+`
+
+// The payment a create request made, found again after a crash.
+func (q *Queries) GetPaymentByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKeyID *uuid.UUID) (Payment, error) {
+	row := db.QueryRow(ctx, getPaymentByIdempotencyKey, idempotencyKeyID)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+	)
+	return i, err
+}
+
+const getPaymentForUpdate = `-- name: GetPaymentForUpdate :one
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments WHERE id = $1 AND user_id = $2 FOR UPDATE
+`
+
+type GetPaymentForUpdateParams struct {
+	ID     string
+	UserID int64
+}
+
+// The payment under a row lock, for a flow about to change it.
+func (q *Queries) GetPaymentForUpdate(ctx context.Context, db DBTX, arg GetPaymentForUpdateParams) (Payment, error) {
+	row := db.QueryRow(ctx, getPaymentForUpdate, arg.ID, arg.UserID)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+	)
+	return i, err
+}
+
+const insertPayment = `-- name: InsertPayment :one
+INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id)
+VALUES ($1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9)
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+`
+
+type InsertPaymentParams struct {
+	ID               string
+	UserID           int64
+	Amount           int64
+	Currency         string
+	Capture          bool
+	PaymentMethod    string
+	Description      pgtype.Text
+	Metadata         []byte
+	IdempotencyKeyID *uuid.UUID
+}
+
+func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentParams) (Payment, error) {
+	row := db.QueryRow(ctx, insertPayment,
+		arg.ID,
+		arg.UserID,
+		arg.Amount,
+		arg.Currency,
+		arg.Capture,
+		arg.PaymentMethod,
+		arg.Description,
+		arg.Metadata,
+		arg.IdempotencyKeyID,
+	)
 	var i Payment
 	err := row.Scan(
 		&i.ID,
@@ -104,4 +225,163 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 		return nil, err
 	}
 	return items, nil
+}
+
+const recordCancel = `-- name: RecordCancel :one
+UPDATE payments
+SET status = 'canceled', updated_at = now()
+WHERE id = $1
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+`
+
+func (q *Queries) RecordCancel(ctx context.Context, db DBTX, id string) (Payment, error) {
+	row := db.QueryRow(ctx, recordCancel, id)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+	)
+	return i, err
+}
+
+const recordCapture = `-- name: RecordCapture :one
+UPDATE payments
+SET status = 'succeeded', amount_captured = $1, updated_at = now()
+WHERE id = $2
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+`
+
+type RecordCaptureParams struct {
+	AmountCaptured int64
+	ID             string
+}
+
+func (q *Queries) RecordCapture(ctx context.Context, db DBTX, arg RecordCaptureParams) (Payment, error) {
+	row := db.QueryRow(ctx, recordCapture, arg.AmountCaptured, arg.ID)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+	)
+	return i, err
+}
+
+const recordPaymentFailure = `-- name: RecordPaymentFailure :one
+UPDATE payments
+SET status = 'failed', stripe_payment_intent = coalesce($1, stripe_payment_intent),
+    failure_code = $2, failure_message = $3, updated_at = now()
+WHERE id = $4
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+`
+
+type RecordPaymentFailureParams struct {
+	StripePaymentIntent pgtype.Text
+	FailureCode         pgtype.Text
+	FailureMessage      pgtype.Text
+	ID                  string
+}
+
+func (q *Queries) RecordPaymentFailure(ctx context.Context, db DBTX, arg RecordPaymentFailureParams) (Payment, error) {
+	row := db.QueryRow(ctx, recordPaymentFailure,
+		arg.StripePaymentIntent,
+		arg.FailureCode,
+		arg.FailureMessage,
+		arg.ID,
+	)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+	)
+	return i, err
+}
+
+const recordPaymentIntent = `-- name: RecordPaymentIntent :one
+UPDATE payments
+SET stripe_payment_intent = $1, status = $2, amount_captured = $3, updated_at = now()
+WHERE id = $4
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+`
+
+type RecordPaymentIntentParams struct {
+	StripePaymentIntent pgtype.Text
+	Status              string
+	AmountCaptured      int64
+	ID                  string
+}
+
+// Stripe accepted the payment: authorised (requires_capture) or captured (succeeded).
+func (q *Queries) RecordPaymentIntent(ctx context.Context, db DBTX, arg RecordPaymentIntentParams) (Payment, error) {
+	row := db.QueryRow(ctx, recordPaymentIntent,
+		arg.StripePaymentIntent,
+		arg.Status,
+		arg.AmountCaptured,
+		arg.ID,
+	)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+	)
+	return i, err
 }

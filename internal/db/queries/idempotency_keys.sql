@@ -64,6 +64,12 @@ UPDATE idempotency_keys
 SET locked_at = NULL
 WHERE id = @id AND lock_token = @lock_token;
 
--- name: GetIdempotencyKeyForUser :one
-SELECT * FROM idempotency_keys
-WHERE user_id = @user_id AND idempotency_key = @idempotency_key;
+-- name: GetIdempotencyKeyState :one
+-- A key as its owner may inspect it; an expired key is gone.
+SELECT sqlc.embed(idempotency_keys),
+    (locked_at IS NOT NULL
+        AND locked_at > coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8)
+    )::bool AS lock_live
+FROM idempotency_keys
+WHERE user_id = @user_id AND idempotency_key = @idempotency_key
+  AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());

@@ -1,0 +1,49 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/example/payments/internal/problem"
+	"github.com/example/payments/internal/recovery"
+)
+
+// keyObject is the idempotency-key state of API.md.
+type keyObject struct {
+	Object        string `json:"object"`
+	Key           string `json:"key"`
+	RecoveryPoint string `json:"recovery_point"`
+	Locked        bool   `json:"locked"`
+	RequestMethod string `json:"request_method"`
+	RequestPath   string `json:"request_path"`
+	ResponseCode  *int   `json:"response_code"`
+	Created       int64  `json:"created"`
+	ExpiresAt     int64  `json:"expires_at"`
+}
+
+// getIdempotencyKey answers GET /v1/idempotency_keys/{key}: where one of the
+// caller's requests stands.
+func (s *Server) getIdempotencyKey(w http.ResponseWriter, r *http.Request) error {
+	key, ok := ParseIdempotencyKey(chi.URLParam(r, "key"))
+	if !ok {
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such idempotency key.")
+	}
+	k, err := s.engine.Lookup(r.Context(), userFrom(r.Context()).ID, key)
+	if errors.Is(err, recovery.ErrKeyNotFound) {
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such idempotency key.")
+	}
+	if err != nil {
+		return err
+	}
+	obj := keyObject{
+		Object: "idempotency_key", Key: k.Key, RecoveryPoint: string(k.RecoveryPoint), Locked: k.Locked,
+		RequestMethod: k.Method, RequestPath: k.Path, Created: k.Created.Unix(), ExpiresAt: k.Expires.Unix(),
+	}
+	if k.ResponseCode != 0 {
+		obj.ResponseCode = &k.ResponseCode
+	}
+	writeJSON(w, http.StatusOK, obj)
+	return nil
+}

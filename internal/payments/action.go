@@ -1,0 +1,119 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/problem"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
+)
+
+// ActionParams are the parameters of a capture or a cancel, stored with the key.
+type ActionParams struct {
+	Payment string `json:"payment"`
+	// Amount to capture; 0 captures everything authorised. Unused by cancel.
+	Amount int64 `json:"amount,omitempty"`
+}
+
+// actionResult is Stripe's answer to a capture or cancel: the updated
+// PaymentIntent, or a final refusal (the intent is not in a state that allows it).
+type actionResult struct {
+	intent  *stripe.PaymentIntent
+	refusal string
+}
+
+// callOnIntent makes a capture or cancel call on the payment's PaymentIntent.
+// Stripe, not our copy of the status, decides whether it is allowed: after a
+// crash our copy may lag behind what this very request already did at
+// Stripe, and the child key makes Stripe replay that first answer.
+func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string,
+	call func(ctx context.Context, childKey, intent string, p ActionParams) (*stripe.PaymentIntent, error)) (actionResult, error) {
+	var p ActionParams
+	if err := k.DecodeParams(&p); err != nil {
+		return actionResult{}, err
+	}
+	pay, err := Get(ctx, s.pool, k.UserID, p.Payment)
+	if err != nil {
+		return actionResult{}, err
+	}
+	if pay.StripePaymentIntent == nil {
+		return actionResult{refusal: fmt.Sprintf("Payment %s is %s and was never authorised.", pay.ID, pay.Status)}, nil
+	}
+	pi, err := call(ctx, k.ChildKey(step), *pay.StripePaymentIntent, p)
+	switch {
+	case err == nil:
+		return actionResult{intent: pi}, nil
+	case stripeclient.Classify(err) == stripeclient.Transient:
+		return actionResult{}, recovery.Transient(err)
+	default:
+		return actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, stripeMessage(err))}, nil
+	}
+}
+
+// recordAction locks the payment and applies update to it, or answers a refusal.
+func recordAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult, action string, next recovery.RecoveryPoint,
+	update func(ctx context.Context, pay Payment, pi *stripe.PaymentIntent) (dbsqlc.Payment, error)) (recovery.Outcome, error) {
+	if res.intent == nil {
+		answer := problem.New(http.StatusBadRequest, problem.PaymentNotCapturable, "%s", res.refusal)
+		return recovery.Respond(answer.Status, answer.JSON()), nil
+	}
+	var p ActionParams
+	if err := k.DecodeParams(&p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	row, err := queries.GetPaymentForUpdate(ctx, tx, dbsqlc.GetPaymentForUpdateParams{ID: p.Payment, UserID: k.UserID})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	pay, err := fromRow(row)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if row, err = update(ctx, pay, res.intent); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if pay, err = fromRow(row); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := audit(ctx, tx, k, action, pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Next(next), nil
+}
+
+// finishAction stages the action's event (and a receipt, if asked) and answers 200 with the payment.
+func finishAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, eventType string, receipt bool) (recovery.Outcome, error) {
+	var p ActionParams
+	if err := k.DecodeParams(&p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	pay, err := Get(ctx, tx, k.UserID, p.Payment)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := stagePaymentEvent(ctx, tx, k, eventType, pay); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if receipt {
+		if err := stageReceipt(ctx, tx, k, pay); err != nil {
+			return recovery.Outcome{}, err
+		}
+	}
+	return respond(http.StatusOK, pay)
+}
+
+// stripeMessage is Stripe's own message for a refusal, else the error text.
+func stripeMessage(err error) string {
+	var se *stripe.Error
+	if errors.As(err, &se) {
+		return se.Msg
+	}
+	return err.Error()
+}

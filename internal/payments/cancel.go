@@ -1,0 +1,59 @@
+package payments
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/recovery"
+)
+
+// The cancel flow, POST /v1/payments/{id}/cancel, for a payment made with
+// capture=false (status requires_capture): the authorisation is released.
+//
+//	started
+//	  │ Stripe: cancel the PaymentIntent, child key "cancel_payment"
+//	  │ tx: record it (canceled); a refusal is final: 400 stored
+//	  ▼
+//	payment_canceled
+//	  │ tx: stage payment.canceled, store 200
+//	  ▼
+//	finished
+const (
+	PaymentCanceled recovery.RecoveryPoint = "payment_canceled"
+	stepCancel                             = "cancel_payment" // the Stripe call, its child key and failpoint
+)
+
+// Cancel runs the cancel flow for req.
+func (s *Service) Cancel(ctx context.Context, req Idempotent, p ActionParams) (recovery.Response, error) {
+	return s.execute(ctx, req, s.cancel, p)
+}
+
+func (s *Service) cancelFlow() *recovery.Flow {
+	return &recovery.Flow{Name: "cancel_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+		recovery.Started: recovery.ExternalPhase(stepCancel, s.cancelPaymentIntent, s.recordCancel),
+		PaymentCanceled:  recovery.LocalPhase(s.finishCancel),
+	}}
+}
+
+// cancelPaymentIntent: the Stripe call of started.
+func (s *Service) cancelPaymentIntent(ctx context.Context, k *recovery.Key) (actionResult, error) {
+	return s.callOnIntent(ctx, k, stepCancel, func(ctx context.Context, childKey, intent string, _ ActionParams) (*stripe.PaymentIntent, error) {
+		return s.stripe.CancelPaymentIntent(ctx, childKey, intent)
+	})
+}
+
+// recordCancel: started -> payment_canceled, or finished on a refusal.
+func (s *Service) recordCancel(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
+	return recordAction(ctx, tx, k, res, "payment.canceled", PaymentCanceled,
+		func(ctx context.Context, pay Payment, _ *stripe.PaymentIntent) (dbsqlc.Payment, error) {
+			return queries.RecordCancel(ctx, tx, pay.ID)
+		})
+}
+
+// finishCancel: payment_canceled -> finished.
+func (s *Service) finishCancel(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	return finishAction(ctx, tx, k, "payment.canceled", false)
+}

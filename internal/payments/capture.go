@@ -1,0 +1,59 @@
+package payments
+
+import (
+	"context"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/recovery"
+)
+
+// The capture flow, POST /v1/payments/{id}/capture, for a payment made with
+// capture=false (status requires_capture):
+//
+//	started
+//	  │ Stripe: capture the PaymentIntent, child key "capture_payment"
+//	  │ tx: record it (succeeded, amount_captured); a refusal is final: 400 stored
+//	  ▼
+//	payment_captured
+//	  │ tx: stage payment.captured and the receipt, store 200
+//	  ▼
+//	finished
+const (
+	PaymentCaptured recovery.RecoveryPoint = "payment_captured"
+	stepCapture                            = "capture_payment" // the Stripe call, its child key and failpoint
+)
+
+// Capture runs the capture flow for req.
+func (s *Service) Capture(ctx context.Context, req Idempotent, p ActionParams) (recovery.Response, error) {
+	return s.execute(ctx, req, s.capture, p)
+}
+
+func (s *Service) captureFlow() *recovery.Flow {
+	return &recovery.Flow{Name: "capture_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+		recovery.Started: recovery.ExternalPhase(stepCapture, s.capturePaymentIntent, s.recordCapture),
+		PaymentCaptured:  recovery.LocalPhase(s.finishCapture),
+	}}
+}
+
+// capturePaymentIntent: the Stripe call of started.
+func (s *Service) capturePaymentIntent(ctx context.Context, k *recovery.Key) (actionResult, error) {
+	return s.callOnIntent(ctx, k, stepCapture, func(ctx context.Context, childKey, intent string, p ActionParams) (*stripe.PaymentIntent, error) {
+		return s.stripe.CapturePaymentIntent(ctx, childKey, intent, p.Amount)
+	})
+}
+
+// recordCapture: started -> payment_captured, or finished on a refusal.
+func (s *Service) recordCapture(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
+	return recordAction(ctx, tx, k, res, "payment.captured", PaymentCaptured,
+		func(ctx context.Context, pay Payment, pi *stripe.PaymentIntent) (dbsqlc.Payment, error) {
+			return queries.RecordCapture(ctx, tx, dbsqlc.RecordCaptureParams{ID: pay.ID, AmountCaptured: pi.AmountReceived})
+		})
+}
+
+// finishCapture: payment_captured -> finished.
+func (s *Service) finishCapture(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	return finishAction(ctx, tx, k, "payment.captured", true)
+}

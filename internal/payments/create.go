@@ -1,0 +1,247 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/problem"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/stripeclient"
+)
+
+// The create-payment flow, POST /v1/payments:
+//
+//	started
+//	  │ tx: insert the payment (processing) and its audit record
+//	  ▼
+//	payment_created
+//	  │ Stripe: create and confirm a PaymentIntent, child key "payment_intent"
+//	  │ tx: record it (succeeded or requires_capture); a decline is final:
+//	  │     the payment is failed, payment.failed is staged, 402 is stored
+//	  ▼
+//	payment_intent_created
+//	  │ tx: stage payment.succeeded and the receipt, store 201
+//	  ▼
+//	finished
+const (
+	PaymentCreated       recovery.RecoveryPoint = "payment_created"
+	PaymentIntentCreated recovery.RecoveryPoint = "payment_intent_created"
+	stepPaymentIntent                           = "payment_intent" // the Stripe call, its child key and failpoint
+)
+
+// CreateParams are the parameters of POST /v1/payments, stored with the key.
+type CreateParams struct {
+	Amount        int64             `json:"amount"`
+	Currency      string            `json:"currency"`
+	PaymentMethod string            `json:"payment_method"`
+	Capture       bool              `json:"capture"`
+	Description   *string           `json:"description,omitempty"`
+	Metadata      map[string]string `json:"metadata,omitempty"`
+}
+
+// Create runs the create-payment flow for req.
+func (s *Service) Create(ctx context.Context, req Idempotent, p CreateParams) (recovery.Response, error) {
+	return s.execute(ctx, req, s.create, p)
+}
+
+func (s *Service) createFlow() *recovery.Flow {
+	return &recovery.Flow{Name: "create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+		recovery.Started:     recovery.LocalPhase(s.insertPayment),
+		PaymentCreated:       recovery.ExternalPhase(stepPaymentIntent, s.createPaymentIntent, s.recordPaymentIntent),
+		PaymentIntentCreated: recovery.LocalPhase(s.finishCreate),
+	}}
+}
+
+// insertPayment: started -> payment_created.
+func (s *Service) insertPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	var p CreateParams
+	if err := k.DecodeParams(&p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	metadata, err := json.Marshal(nonNil(p.Metadata))
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	row, err := queries.InsertPayment(ctx, tx, dbsqlc.InsertPaymentParams{
+		ID: newPaymentID(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
+		PaymentMethod: p.PaymentMethod, Description: toText(p.Description), Metadata: metadata, IdempotencyKeyID: keyID(k),
+	})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	pay, err := fromRow(row)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := audit(ctx, tx, k, "payment.created", pay, p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Next(PaymentCreated), nil
+}
+
+// intentResult is what Stripe answered: a PaymentIntent, a decline, or
+// another final refusal (an unknown payment method, say).
+type intentResult struct {
+	intent  *stripe.PaymentIntent
+	decline *stripeclient.Decline
+	refusal error
+}
+
+// createPaymentIntent: the Stripe call of payment_created.
+func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, error) {
+	pay, err := s.paymentOf(ctx, k)
+	if err != nil {
+		return intentResult{}, err
+	}
+	pi, err := s.stripe.CreatePaymentIntent(ctx, k.ChildKey(stepPaymentIntent), stripeclient.PaymentIntentRequest{
+		Amount: pay.Amount, Currency: pay.Currency, PaymentMethod: pay.PaymentMethod, CaptureManually: !capturesAtOnce(k),
+		Description: deref(pay.Description),
+		// The completer finds this PaymentIntent by these if it must reconcile.
+		Metadata: map[string]string{"payment": pay.ID, "idempotency_key_id": k.ID.String()},
+	})
+	return classifyIntent(pi, err)
+}
+
+func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
+	switch {
+	case err == nil:
+		return intentResult{intent: pi}, nil
+	case stripeclient.Classify(err) == stripeclient.Transient:
+		return intentResult{}, recovery.Transient(err)
+	}
+	if d, ok := stripeclient.AsDecline(err); ok {
+		return intentResult{decline: &d}, nil
+	}
+	return intentResult{refusal: err}, nil
+}
+
+// recordPaymentIntent: payment_created -> payment_intent_created, or finished on a decline.
+func (s *Service) recordPaymentIntent(ctx context.Context, tx pgx.Tx, k *recovery.Key, res intentResult) (recovery.Outcome, error) {
+	pay, err := s.paymentOfTx(ctx, tx, k)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if res.intent == nil {
+		return s.failPayment(ctx, tx, k, pay, res)
+	}
+	status, captured := StatusRequiresCapture, int64(0)
+	if res.intent.Status == stripe.PaymentIntentStatusSucceeded {
+		status, captured = StatusSucceeded, res.intent.AmountReceived
+	}
+	row, err := queries.RecordPaymentIntent(ctx, tx, dbsqlc.RecordPaymentIntentParams{
+		ID: pay.ID, StripePaymentIntent: toText(&res.intent.ID), Status: string(status), AmountCaptured: captured,
+	})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if pay, err = fromRow(row); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := audit(ctx, tx, k, "payment."+string(status), pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Next(PaymentIntentCreated), nil
+}
+
+// failPayment records a final refusal from Stripe and answers it: 402 for
+// a declined card, 400 for anything else Stripe refused.
+func (s *Service) failPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key, pay Payment, res intentResult) (recovery.Outcome, error) {
+	params := dbsqlc.RecordPaymentFailureParams{ID: pay.ID}
+	var answer *problem.Problem
+	if d := res.decline; d != nil {
+		reason := d.DeclineCode
+		if reason == "" {
+			reason = d.Code
+		}
+		params.FailureCode, params.FailureMessage = toText(&reason), toText(&d.Message)
+		if d.PaymentIntent != "" {
+			params.StripePaymentIntent = toText(&d.PaymentIntent)
+		}
+		answer = problem.New(http.StatusPaymentRequired, problem.CardDeclined, "%s", d.Message)
+		answer.DeclineCode, answer.Payment = reason, pay.ID
+	} else {
+		code, msg := "payment_refused", stripeMessage(res.refusal)
+		var se *stripe.Error
+		if errors.As(res.refusal, &se) && se.Code != "" {
+			code = string(se.Code)
+		}
+		params.FailureCode, params.FailureMessage = toText(&code), toText(&msg)
+		answer = problem.New(http.StatusBadRequest, problem.ValidationFailed, "The payment processor refused the payment: %s", msg)
+		answer.Payment = pay.ID
+	}
+	row, err := queries.RecordPaymentFailure(ctx, tx, params)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if pay, err = fromRow(row); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := audit(ctx, tx, k, "payment.failed", pay, map[string]string{"failure_code": *pay.FailureCode}); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := stagePaymentEvent(ctx, tx, k, "payment.failed", pay); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Respond(answer.Status, answer.JSON()), nil
+}
+
+// finishCreate: payment_intent_created -> finished.
+func (s *Service) finishCreate(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	pay, err := s.paymentOfTx(ctx, tx, k)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if pay.Status == StatusSucceeded {
+		if err := stagePaymentEvent(ctx, tx, k, "payment.succeeded", pay); err != nil {
+			return recovery.Outcome{}, err
+		}
+		if err := stageReceipt(ctx, tx, k, pay); err != nil {
+			return recovery.Outcome{}, err
+		}
+	}
+	return respond(http.StatusCreated, pay)
+}
+
+// capturesAtOnce reads the request's capture flag (true unless it said false).
+func capturesAtOnce(k *recovery.Key) bool {
+	var p CreateParams
+	return k.DecodeParams(&p) == nil && p.Capture
+}
+
+// paymentOf finds the payment that the create request k made.
+func (s *Service) paymentOf(ctx context.Context, k *recovery.Key) (Payment, error) {
+	return s.paymentOfTx(ctx, s.pool, k)
+}
+
+func (s *Service) paymentOfTx(ctx context.Context, db dbsqlc.DBTX, k *recovery.Key) (Payment, error) {
+	row, err := queries.GetPaymentByIdempotencyKey(ctx, db, keyID(k))
+	if err != nil {
+		return Payment{}, err
+	}
+	return fromRow(row)
+}
+
+func stagePaymentEvent(ctx context.Context, tx pgx.Tx, k *recovery.Key, eventType string, pay Payment) error {
+	object, err := json.Marshal(pay)
+	if err != nil {
+		return err
+	}
+	return stagedjobs.StageTx(ctx, tx, k.ID, stagedjobs.Job{
+		Kind: stagedjobs.MerchantEvent,
+		Args: stagedjobs.EventArgs{UserID: k.UserID, Type: eventType, Object: object},
+	})
+}
+
+func stageReceipt(ctx context.Context, tx pgx.Tx, k *recovery.Key, pay Payment) error {
+	return stagedjobs.StageTx(ctx, tx, k.ID, stagedjobs.Job{
+		Kind: stagedjobs.ReceiptEmail,
+		Args: stagedjobs.ReceiptArgs{UserID: k.UserID, Payment: pay.ID, Amount: pay.AmountCaptured, Currency: pay.Currency, Reason: "payment"},
+	})
+}

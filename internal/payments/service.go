@@ -1,0 +1,84 @@
+package payments
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
+)
+
+// Service runs the payment flows on the idempotency engine.
+type Service struct {
+	pool   *pgxpool.Pool
+	engine *recovery.Engine
+	stripe *stripeclient.Client
+
+	create, capture, cancel *recovery.Flow
+}
+
+// NewService wires the flows to their engine and Stripe client.
+func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client) *Service {
+	s := &Service{pool: pool, engine: engine, stripe: stripe}
+	s.create = s.createFlow()
+	s.capture = s.captureFlow()
+	s.cancel = s.cancelFlow()
+	return s
+}
+
+// Flows lists every flow, for the completer to resume any of them by name.
+func (s *Service) Flows() []*recovery.Flow { return []*recovery.Flow{s.create, s.capture, s.cancel} }
+
+// Idempotent is what every mutating request brings besides its parameters:
+// who asks, with which key, and the request as received.
+type Idempotent struct {
+	UserID int64
+	Key    string
+	Method string
+	Path   string
+	Body   []byte
+}
+
+func (s *Service) execute(ctx context.Context, req Idempotent, flow *recovery.Flow, params any) (recovery.Response, error) {
+	return s.engine.Execute(ctx, recovery.Request{
+		UserID: req.UserID, Key: req.Key, Method: req.Method, Path: req.Path, Body: req.Body,
+		Params: params, Flow: flow,
+	})
+}
+
+// newPaymentID returns "pay_" and 24 random hex characters.
+func newPaymentID() string {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
+	return "pay_" + hex.EncodeToString(b)
+}
+
+// audit records an action of the request k on a payment, inside tx.
+func audit(ctx context.Context, tx pgx.Tx, k *recovery.Key, action string, p Payment, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	return queries.InsertAuditRecord(ctx, tx, dbsqlc.InsertAuditRecordParams{
+		UserID: k.UserID, Action: action, ResourceType: "payment", ResourceID: p.ID, Data: raw, IdempotencyKeyID: &k.ID,
+	})
+}
+
+// respond finishes a request with the payment as its body.
+func respond(status int, p Payment) (recovery.Outcome, error) {
+	body, err := json.Marshal(p)
+	if err != nil {
+		return recovery.Outcome{}, fmt.Errorf("rendering payment %s: %w", p.ID, err)
+	}
+	return recovery.Respond(status, body), nil
+}
+
+func keyID(k *recovery.Key) *uuid.UUID { return &k.ID }

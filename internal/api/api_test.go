@@ -19,6 +19,10 @@ import (
 
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
+	"github.com/example/payments/internal/stripesim"
 	"github.com/example/payments/internal/users"
 )
 
@@ -32,18 +36,39 @@ const (
 type testBundle struct {
 	pool   *pgxpool.Pool
 	server *httptest.Server
+	sim    *stripesim.Simulator
 }
 
-func setup(t *testing.T) *testBundle {
+type setupOpts struct {
+	engine recovery.Config // Pool is filled in
+}
+
+// setup serves the API on a fresh database, with the Stripe simulator
+// behind it over real HTTP.
+func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	t.Helper()
+	var o setupOpts
+	if len(opts) > 0 {
+		o = opts[0]
+	}
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
+
+	sim := stripesim.New(stripesim.Config{})
+	simServer := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { simServer.Close(); sim.Close() })
+	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_api", APIBase: simServer.URL})
+	require.NoError(t, err)
+
+	o.engine.Pool = pool
+	engine := recovery.New(o.engine)
 	handler := api.NewHandler(api.Config{
-		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
+		Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe),
+		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
 	})
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)
-	return &testBundle{pool: pool, server: server}
+	return &testBundle{pool: pool, server: server, sim: sim}
 }
 
 // do sends a request and returns the response with its body read.
@@ -201,7 +226,7 @@ func TestRouting_notFoundAndMethodNotAllowed(t *testing.T) {
 
 	resp, body = b.do(t, http.MethodDelete, "/v1/payments", aliceKey, nil, nil)
 	requireProblem(t, resp, body, http.StatusMethodNotAllowed, "method_not_allowed")
-	require.Equal(t, "GET", resp.Header.Get("Allow"))
+	require.Equal(t, "GET, POST", resp.Header.Get("Allow"))
 }
 
 func TestBodyRules(t *testing.T) {

@@ -23,6 +23,16 @@ type config struct {
 	DBMaxConns      int
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
+
+	StripeSecretKey     string
+	StripeAPIBase       string
+	StripeWebhookSecret string
+	StripesimAddr       string
+	AllowLiveKeys       bool
+
+	KeyTTL      time.Duration
+	LockTimeout time.Duration
+	Failpoints  string
 }
 
 // flags registers settings on a flag.FlagSet with their environment twins,
@@ -60,6 +70,11 @@ func (f *flags) intVar(p *int, name, env string, def int, help string) {
 	f.IntVar(p, name, def, help+" (env "+env+")")
 }
 
+func (f *flags) boolVar(p *bool, name, env string, def bool, help string) {
+	f.parseEnv(env, func(v string) error { b, err := strconv.ParseBool(v); def = b; return err })
+	f.BoolVar(p, name, def, help+" (env "+env+")")
+}
+
 func (f *flags) durationVar(p *time.Duration, name, env string, def time.Duration, help string) {
 	f.parseEnv(env, func(v string) error { d, err := time.ParseDuration(v); def = d; return err })
 	f.DurationVar(p, name, def, help+" (env "+env+")")
@@ -86,6 +101,25 @@ func (c *config) commonFlags(f *flags) {
 	f.levelVar(&c.LogLevel, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
 	f.durationVar(&c.ShutdownTimeout, "shutdown-timeout", "PAYMENTS_SHUTDOWN_TIMEOUT", 20*time.Second,
 		"how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	c.stripeFlags(f)
+	c.engineFlags(f)
+}
+
+// stripeFlags are the settings of the connection to Stripe.
+func (c *config) stripeFlags(f *flags) {
+	f.stringVar(&c.StripeSecretKey, "stripe-secret-key", "STRIPE_SECRET_KEY", "", "Stripe secret key (sk_test_...)")
+	f.stringVar(&c.StripeAPIBase, "stripe-api-base", "STRIPE_API_BASE", "", "Stripe API base URL (empty: Stripe's own)")
+	f.stringVar(&c.StripeWebhookSecret, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", "", "secret that signs Stripe's webhooks (whsec_...)")
+	f.boolVar(&c.AllowLiveKeys, "allow-live-keys", "PAYMENTS_ALLOW_LIVE_KEYS", false, "accept a sk_live_ Stripe key")
+}
+
+// engineFlags are the settings of the idempotency engine.
+func (c *config) engineFlags(f *flags) {
+	f.durationVar(&c.KeyTTL, "idempotency-key-ttl", "PAYMENTS_IDEMPOTENCY_KEY_TTL", 24*time.Hour,
+		"how long an idempotency key is remembered")
+	f.durationVar(&c.LockTimeout, "lock-timeout", "PAYMENTS_LOCK_TIMEOUT", 90*time.Second,
+		"how long a request's lock lasts without a heartbeat")
+	f.stringVar(&c.Failpoints, "failpoints", "PAYMENTS_FAILPOINTS", "", "crash-test failpoints: name=action,...")
 }
 
 // LogValue shows the configuration with every secret masked.
@@ -97,7 +131,27 @@ func (c config) LogValue() slog.Value {
 		slog.Int("db_max_conns", c.DBMaxConns),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
+		slog.String("stripe_secret_key", maskSecret(c.StripeSecretKey)),
+		slog.String("stripe_api_base", c.StripeAPIBase),
+		slog.String("stripe_webhook_secret", maskSecret(c.StripeWebhookSecret)),
+		slog.String("stripesim_addr", c.StripesimAddr),
+		slog.Bool("allow_live_keys", c.AllowLiveKeys),
+		slog.String("idempotency_key_ttl", c.KeyTTL.String()),
+		slog.String("lock_timeout", c.LockTimeout.String()),
+		slog.String("failpoints", c.Failpoints),
 	)
+}
+
+// maskSecret keeps a secret's prefix (sk_test_, whsec_), which tells what
+// kind of secret it is, and hides the rest.
+func maskSecret(secret string) string {
+	if secret == "" {
+		return ""
+	}
+	if i := strings.LastIndexByte(secret, '_'); i > 0 && i < 12 {
+		return secret[:i+1] + "****"
+	}
+	return "****"
 }
 
 // maskURL hides a connection URL's password, and a password= setting of a

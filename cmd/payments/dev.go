@@ -21,6 +21,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	f := newFlags("dev", stderr)
 	cfg.commonFlags(f)
 	f.stringVar(&cfg.DataDir, "data-dir", "PAYMENTS_DATA_DIR", ".data", "where the local PostgreSQL cluster lives")
+	f.stringVar(&cfg.StripesimAddr, "stripesim-addr", "PAYMENTS_STRIPESIM_ADDR", "127.0.0.1:12111",
+		"where the embedded Stripe simulator listens (when neither STRIPE_API_BASE nor STRIPE_SECRET_KEY is set)")
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -34,7 +36,19 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer pg.Stop()
 		cfg.DatabaseURL = pg.URL("payments")
 	}
+	if cfg.StripeAPIBase == "" && cfg.StripeSecretKey == "" {
+		sim, err := startSimulator(cfg.StripesimAddr, "", "", log)
+		if err != nil {
+			return err
+		}
+		defer sim.stop()
+		cfg.StripeAPIBase = sim.url
+	}
 	log.Info("starting payments dev", slog.Any("config", cfg))
+	stripe, err := newStripeClient(cfg, log)
+	if err != nil {
+		return err
+	}
 
 	if err := db.MigrateUp(cfg.DatabaseURL, log); err != nil {
 		return err
@@ -52,7 +66,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	printWelcome(stdout, cfg, ln.Addr().String())
-	return serveAPI(ctx, cfg, log, pool, ln)
+	return serveAPI(ctx, cfg, log, pool, stripe, ln)
 }
 
 func startLocalPostgres(ctx context.Context, dataDir string, log *slog.Logger) (*pglocal.Server, error) {
@@ -79,9 +93,16 @@ func printWelcome(w io.Writer, cfg config, addr string) {
 	fmt.Fprintf(w, "payments dev is up\n\n")
 	fmt.Fprintf(w, "  API:       %s\n", base)
 	fmt.Fprintf(w, "  Database:  %s\n", maskURL(cfg.DatabaseURL))
+	stripe := cfg.StripeAPIBase
+	if stripe == "" {
+		stripe = "Stripe's API"
+	}
+	fmt.Fprintf(w, "  Stripe:    %s\n", stripe)
 	fmt.Fprintf(w, "\n  Demo API keys:\n")
 	for _, u := range users.DemoUsers {
 		fmt.Fprintf(w, "    %-20s %s\n", u.Email, u.APIKey)
 	}
-	fmt.Fprintf(w, "\n  Try:\n    curl -H 'Authorization: Bearer %s' %s/v1/payments\n\n", users.DemoUsers[0].APIKey, base)
+	fmt.Fprintf(w, "\n  Try:\n    curl -H 'Authorization: Bearer %s' -H 'Idempotency-Key: first-payment' \\\n"+
+		"      -H 'Content-Type: application/json' -d '{\"amount\":2000,\"currency\":\"usd\",\"payment_method\":\"pm_card_visa\"}' \\\n"+
+		"      %s/v1/payments\n\n", users.DemoUsers[0].APIKey, base)
 }

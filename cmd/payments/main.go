@@ -22,6 +22,7 @@ Commands:
   dev         everything on one machine: local PostgreSQL, migrations, demo users, the API
   serve       the HTTP API only (needs DATABASE_URL)
   migrate     schema migrations: payments migrate up|down|version (needs DATABASE_URL)
+  stripesim   the Stripe simulator alone (--addr, --webhook-url, --webhook-secret)
   users       payments users create --email E: a new user, its API key printed once
 
 Every flag has an environment twin; run "payments <command> -h" to see them.
@@ -56,6 +57,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runServe(ctx, args, stderr)
 	case "migrate":
 		return runMigrate(args, stdout, stderr)
+	case "stripesim":
+		return runStripesim(ctx, args, stdout, stderr)
 	case "users":
 		return runUsers(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":

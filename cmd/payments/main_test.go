@@ -24,8 +24,10 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/dbtest"
 	"github.com/example/payments/migrations"
 )
@@ -126,7 +128,8 @@ var devURL = regexp.MustCompile(`API:\s+(http://\S+)`)
 
 func startDev(t *testing.T, dataDir string) (*proc, string) {
 	t.Helper()
-	p := startProc(t, []string{"DATABASE_URL="}, "dev", "--data-dir", dataDir, "--addr", "127.0.0.1:0")
+	p := startProc(t, []string{"DATABASE_URL=", "STRIPE_API_BASE=", "STRIPE_SECRET_KEY="}, "dev", "--data-dir", dataDir,
+		"--addr", "127.0.0.1:0", "--stripesim-addr", "127.0.0.1:0")
 	base := p.waitFor(t, &p.stdout, devURL)
 	return p, base
 }
@@ -218,7 +221,7 @@ func TestServe_migrateUsersCreateAndMaskedSecrets(t *testing.T) {
 	u, err := url.Parse(dbtest.NewURL(t)) // migrated already
 	require.NoError(t, err)
 	u.User = url.UserPassword(u.User.Username(), "hunter2-secret")
-	env := []string{"DATABASE_URL=" + u.String()}
+	env := []string{"DATABASE_URL=" + u.String(), "STRIPE_API_BASE=http://127.0.0.1:9", "STRIPE_SECRET_KEY=sk_test_not_shown_in_logs"}
 	latest := strconv.Itoa(latestMigration(t))
 
 	run := func(args ...string) (string, string) {
@@ -253,6 +256,7 @@ func TestServe_migrateUsersCreateAndMaskedSecrets(t *testing.T) {
 	require.Zero(t, serve.signalAndWait(t, syscall.SIGTERM))
 	logs := serve.output(&serve.stderr)
 	require.NotContains(t, logs, "hunter2-secret", "secrets are masked in logs")
+	require.NotContains(t, logs, "not_shown_in_logs", "secrets are masked in logs")
 	require.Contains(t, logs, "xxxxx")
 	for line := range strings.Lines(logs) {
 		var entry map[string]any
@@ -285,4 +289,12 @@ func latestMigration(t *testing.T) int {
 		latest = max(latest, v)
 	}
 	return latest
+}
+
+func dbtestPool(t *testing.T, url string) *pgxpool.Pool {
+	t.Helper()
+	pool, err := db.Open(context.Background(), url, db.PoolConfig{MaxConns: 2})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	return pool
 }

@@ -16,6 +16,10 @@ import (
 
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
 )
 
 // runServe is `payments serve`: the HTTP API against an existing database.
@@ -31,7 +35,10 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting payments serve", slog.Any("config", cfg))
-
+	stripe, err := newStripeClient(cfg, log)
+	if err != nil {
+		return err
+	}
 	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: int32(cfg.DBMaxConns)})
 	if err != nil {
 		return err
@@ -41,16 +48,25 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return serveAPI(ctx, cfg, log, pool, ln)
+	return serveAPI(ctx, cfg, log, pool, stripe, ln)
 }
 
 // serveAPI serves the API on ln until ctx is cancelled, then stops taking new
 // connections and gives in-flight requests cfg.ShutdownTimeout to finish.
-func serveAPI(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, ln net.Listener) error {
+func serveAPI(ctx context.Context, cfg config, log *slog.Logger, pool *pgxpool.Pool, stripe *stripeclient.Client, ln net.Listener) error {
+	failpoints, err := failpoint.Parse(cfg.Failpoints)
+	if err != nil {
+		return fmt.Errorf("%w: PAYMENTS_FAILPOINTS: %v", errUsage, err)
+	}
+	engine := recovery.New(recovery.Config{
+		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, Failpoints: failpoints,
+	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	srv := &http.Server{
-		Handler: api.NewHandler(api.Config{Pool: pool, Logger: log, Registry: reg}),
+		Handler: api.NewHandler(api.Config{
+			Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe), Logger: log, Registry: reg,
+		}),
 		// Every phase of a request is bounded, so a slow or stuck client cannot
 		// hold a connection (and a goroutine) forever.
 		ReadHeaderTimeout: 5 * time.Second,

@@ -31,12 +31,20 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	for attempt := 0; attempt < 2; attempt++ {
 		err = db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
-			k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params)
-			return err
+			if k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params); err != nil {
+				return err
+			}
+			if k != nil && k.lockToken == 1 { // a new key: this commit moves it to "started"
+				return e.cfg.Failpoints.Fire("before_commit:" + string(Started))
+			}
+			return nil
 		})
 		if !db.IsUniqueViolation(err) {
 			break
 		}
+	}
+	if err == nil && k != nil && k.lockToken == 1 {
+		err = e.cfg.Failpoints.Fire("after_commit:" + string(Started))
 	}
 	return k, replay, err
 }

@@ -1,0 +1,75 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"net/http"
+	"time"
+
+	"github.com/example/payments/internal/stripeclient"
+	"github.com/example/payments/internal/stripesim"
+)
+
+// simulatorKey is the Stripe key used when only STRIPE_API_BASE is given:
+// a simulator or stripe-mock accepts any test key.
+const simulatorKey = "sk_test_simulator"
+
+// newStripeClient connects to the Stripe that cfg names. With only an API
+// base, it uses simulatorKey.
+func newStripeClient(cfg config, log *slog.Logger) (*stripeclient.Client, error) {
+	key := cfg.StripeSecretKey
+	if key == "" {
+		if cfg.StripeAPIBase == "" {
+			return nil, fmt.Errorf("%w: set STRIPE_SECRET_KEY (Stripe itself) or STRIPE_API_BASE (a simulator)", errUsage)
+		}
+		key = simulatorKey
+	}
+	return stripeclient.New(stripeclient.Config{
+		SecretKey: key, APIBase: cfg.StripeAPIBase, AllowLive: cfg.AllowLiveKeys,
+		Logger: log.With(slog.String("component", "stripe")),
+	})
+}
+
+// embeddedSimulator is a Stripe simulator served from this process.
+type embeddedSimulator struct {
+	sim *stripesim.Simulator
+	srv *http.Server
+	url string
+}
+
+// startSimulator serves a Stripe simulator on addr, delivering webhooks to
+// webhookURL when it is set.
+func startSimulator(addr, webhookURL, webhookSecret string, log *slog.Logger) (*embeddedSimulator, error) {
+	ln, err := net.Listen("tcp", addr)
+	if err != nil {
+		return nil, fmt.Errorf("starting the Stripe simulator: %w", err)
+	}
+	sim := stripesim.New(stripesim.Config{
+		WebhookURL: webhookURL, WebhookSecret: webhookSecret, Logger: log.With(slog.String("component", "stripesim")),
+	})
+	srv := &http.Server{
+		Handler:           sim.Handler(),
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		// A delay fault may hold a response for a while on purpose.
+		WriteTimeout: 5 * time.Minute,
+		IdleTimeout:  120 * time.Second,
+		ErrorLog:     slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() {
+		if err := srv.Serve(ln); !errors.Is(err, http.ErrServerClosed) {
+			log.Error("stripe simulator stopped", slog.String("error", err.Error()))
+		}
+	}()
+	return &embeddedSimulator{sim: sim, srv: srv, url: "http://" + ln.Addr().String()}, nil
+}
+
+func (e *embeddedSimulator) stop() {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = e.srv.Shutdown(ctx)
+	e.sim.Close()
+}

@@ -1,0 +1,36 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"log/slog"
+)
+
+// runStripesim is `payments stripesim`: the Stripe simulator alone.
+func runStripesim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
+	var addr, webhookURL, webhookSecret string
+	var level slog.Level
+	f := newFlags("stripesim", stderr)
+	f.stringVar(&addr, "addr", "PAYMENTS_STRIPESIM_ADDR", "127.0.0.1:12111", "address the simulator listens on")
+	f.stringVar(&webhookURL, "webhook-url", "PAYMENTS_STRIPESIM_WEBHOOK_URL", "", "where to deliver signed webhook events (empty: none)")
+	f.stringVar(&webhookSecret, "webhook-secret", "STRIPE_WEBHOOK_SECRET", "", "secret that signs the webhook events (whsec_...)")
+	f.levelVar(&level, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
+	if err := f.parse(args); err != nil {
+		return err
+	}
+	if webhookURL != "" && webhookSecret == "" {
+		return fmt.Errorf("%w: --webhook-url needs --webhook-secret (or STRIPE_WEBHOOK_SECRET)", errUsage)
+	}
+	log := newLogger(stderr, level)
+	sim, err := startSimulator(addr, webhookURL, webhookSecret, log)
+	if err != nil {
+		return err
+	}
+	defer sim.stop()
+	fmt.Fprintf(stdout, "Stripe simulator listening on %s\n", sim.url)
+	log.Info("stripe simulator listening", slog.String("url", sim.url), slog.String("webhook_url", webhookURL))
+	<-ctx.Done()
+	log.Info("stripe simulator stopping")
+	return nil
+}

@@ -50,7 +50,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 
-	if err := db.MigrateUp(cfg.DatabaseURL, log); err != nil {
+	if err := db.MigrateUp(ctx, cfg.DatabaseURL, log); err != nil {
 		return err
 	}
 	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: int32(cfg.DBMaxConns)})

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 
@@ -24,7 +25,7 @@ func runMigrate(args []string, stdout, stderr io.Writer) error {
 	log := newLogger(stderr, 0)
 	switch f.Arg(0) {
 	case "up":
-		return db.MigrateUp(cfg.DatabaseURL, log)
+		return db.MigrateUp(context.Background(), cfg.DatabaseURL, log)
 	case "down":
 		return db.MigrateDown(cfg.DatabaseURL, log)
 	case "version":

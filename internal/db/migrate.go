@@ -1,6 +1,7 @@
 package db
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -9,6 +10,8 @@ import (
 	"github.com/golang-migrate/migrate/v4"
 	_ "github.com/golang-migrate/migrate/v4/database/pgx/v5" // registers the pgx5:// driver
 	"github.com/golang-migrate/migrate/v4/source/iofs"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivermigrate"
 
 	"github.com/example/payments/migrations"
 )
@@ -19,18 +22,48 @@ type MigrationStatus struct {
 	Dirty   bool // a migration failed halfway and needs a hand
 }
 
-// MigrateUp applies every migration not yet applied.
-func MigrateUp(url string, log *slog.Logger) error {
-	return withMigrator(url, log, func(m *migrate.Migrate) error {
+// MigrateUp applies every migration not yet applied: the project's, then
+// River's (the job queue lives in the same database, so a job can be
+// inserted in the transaction of the change it announces).
+func MigrateUp(ctx context.Context, url string, log *slog.Logger) error {
+	err := withMigrator(url, log, func(m *migrate.Migrate) error {
 		if err := m.Up(); err != nil && !errors.Is(err, migrate.ErrNoChange) {
 			return err
 		}
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return migrateRiverUp(ctx, url, log)
 }
 
-// MigrateDown reverts the last applied migration (one step, never all:
-// dropping every table by accident is not a thing a command should make easy).
+// migrateRiverUp applies River's own migrations with its migrator.
+func migrateRiverUp(ctx context.Context, url string, log *slog.Logger) error {
+	pool, err := Open(ctx, url, PoolConfig{MaxConns: 2})
+	if err != nil {
+		return err
+	}
+	defer pool.Close()
+	migrator, err := rivermigrate.New(riverpgxv5.New(pool), nil)
+	if err != nil {
+		return err
+	}
+	res, err := migrator.Migrate(ctx, rivermigrate.DirectionUp, nil)
+	if err != nil {
+		return fmt.Errorf("migrating River's tables: %w", err)
+	}
+	if log != nil {
+		for _, v := range res.Versions {
+			log.Info(fmt.Sprintf("river %d/u %s", v.Version, v.Name), slog.String("component", "migrate"))
+		}
+	}
+	return nil
+}
+
+// MigrateDown reverts the project's last applied migration (one step, never
+// all: dropping every table by accident is not a thing a command should make
+// easy). River's tables are left alone.
 func MigrateDown(url string, log *slog.Logger) error {
 	return withMigrator(url, log, func(m *migrate.Migrate) error {
 		return m.Steps(-1)

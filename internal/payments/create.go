@@ -235,7 +235,7 @@ func stagePaymentEvent(ctx context.Context, tx pgx.Tx, k *recovery.Key, eventTyp
 	}
 	return stagedjobs.StageTx(ctx, tx, k.ID, stagedjobs.Job{
 		Kind: stagedjobs.MerchantEvent,
-		Args: stagedjobs.EventArgs{UserID: k.UserID, Type: eventType, Object: object},
+		Args: stagedjobs.NewEventArgs(k.UserID, eventType, object),
 	})
 }
 

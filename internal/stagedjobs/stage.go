@@ -7,8 +7,11 @@ package stagedjobs
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"encoding/json"
 	"fmt"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -33,12 +36,22 @@ type Job struct {
 	Args any // encoded as JSON
 }
 
-// EventArgs are a MerchantEvent's arguments: the event's type and a snapshot
-// of the object as it was when the change committed.
+// EventArgs are a MerchantEvent's arguments: the event's id (chosen at
+// staging, so a job that runs twice writes one event), its type, and a
+// snapshot of the object as it was when the change committed.
 type EventArgs struct {
-	UserID int64           `json:"user_id"`
-	Type   string          `json:"type"`
-	Object json.RawMessage `json:"object"`
+	EventID string          `json:"event_id"`
+	UserID  int64           `json:"user_id"`
+	Type    string          `json:"type"`
+	Object  json.RawMessage `json:"object"`
+	Created time.Time       `json:"created"`
+}
+
+// NewEventArgs describes a new event of eventType about object.
+func NewEventArgs(userID int64, eventType string, object json.RawMessage) EventArgs {
+	b := make([]byte, 12)
+	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
+	return EventArgs{EventID: "evt_" + hex.EncodeToString(b), UserID: userID, Type: eventType, Object: object, Created: time.Now().UTC()}
 }
 
 // ReceiptArgs are a ReceiptEmail's arguments.
@@ -49,14 +62,26 @@ type ReceiptArgs struct {
 	Currency string `json:"currency"`
 	// Reason says what the receipt is for: "payment" or "refund".
 	Reason string `json:"reason"`
+	// Refund is the refund's id, for a refund receipt.
+	Refund string `json:"refund,omitempty"`
 }
 
 var queries = dbsqlc.New()
+
+// notifyChannel wakes the enqueuer when jobs are staged. NOTIFY inside a
+// transaction is delivered when it commits, and not at all if it rolls back.
+const notifyChannel = "staged_jobs"
 
 // StageTx stages jobs inside tx, on behalf of the request with idempotency
 // key keyID. It has no pool variant on purpose: a job staged outside the
 // transaction of its change could announce a change that never happened.
 func StageTx(ctx context.Context, tx pgx.Tx, keyID uuid.UUID, jobs ...Job) error {
+	if len(jobs) == 0 {
+		return nil
+	}
+	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", notifyChannel); err != nil {
+		return fmt.Errorf("notifying the enqueuer: %w", err)
+	}
 	for _, job := range jobs {
 		args, err := json.Marshal(job.Args)
 		if err != nil {

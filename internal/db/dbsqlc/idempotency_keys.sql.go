@@ -14,7 +14,7 @@ import (
 
 const claimLookup = `-- name: ClaimLookup :one
 
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at,
     (locked_at IS NOT NULL
         AND locked_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
     )::bool AS lock_live,
@@ -67,6 +67,8 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.IdempotencyKey.ResponseBody,
 		&i.IdempotencyKey.CreatedAt,
 		&i.IdempotencyKey.ExpiresAt,
+		&i.IdempotencyKey.CompleterAttempts,
+		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.LockLive,
 		&i.Expired,
 	)
@@ -112,7 +114,7 @@ func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishI
 }
 
 const getIdempotencyKeyState = `-- name: GetIdempotencyKeyState :one
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at,
     (locked_at IS NOT NULL
         AND locked_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
     )::bool AS lock_live
@@ -159,6 +161,8 @@ func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetId
 		&i.IdempotencyKey.ResponseBody,
 		&i.IdempotencyKey.CreatedAt,
 		&i.IdempotencyKey.ExpiresAt,
+		&i.IdempotencyKey.CompleterAttempts,
+		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.LockLive,
 	)
 	return i, err
@@ -194,7 +198,7 @@ INSERT INTO idempotency_keys (
     coalesce($8::timestamptz, now()), 1, coalesce($8::timestamptz, now()),
     coalesce($8::timestamptz, now()), coalesce($8::timestamptz, now()) + make_interval(secs => $9::float8)
 )
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at
+RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at
 `
 
 type InsertIdempotencyKeyParams struct {
@@ -240,6 +244,8 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		&i.ResponseBody,
 		&i.CreatedAt,
 		&i.ExpiresAt,
+		&i.CompleterAttempts,
+		&i.NeedsAttentionAt,
 	)
 	return i, err
 }
@@ -250,7 +256,7 @@ SET locked_at = coalesce($1::timestamptz, now()),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1
 WHERE id = $2
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at
+RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at
 `
 
 type LockIdempotencyKeyParams struct {
@@ -279,6 +285,8 @@ func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdemp
 		&i.ResponseBody,
 		&i.CreatedAt,
 		&i.ExpiresAt,
+		&i.CompleterAttempts,
+		&i.NeedsAttentionAt,
 	)
 	return i, err
 }

@@ -31,6 +31,14 @@ type AuditRecord struct {
 	CreatedAt        time.Time
 }
 
+type Event struct {
+	ID        string
+	UserID    int64
+	Type      string
+	Data      []byte
+	CreatedAt time.Time
+}
+
 type IdempotencyKey struct {
 	ID                 uuid.UUID
 	UserID             int64
@@ -48,6 +56,8 @@ type IdempotencyKey struct {
 	ResponseBody       []byte
 	CreatedAt          time.Time
 	ExpiresAt          time.Time
+	CompleterAttempts  int32
+	NeedsAttentionAt   pgtype.Timestamptz
 }
 
 type Payment struct {
@@ -68,6 +78,14 @@ type Payment struct {
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	IdempotencyKeyID    *uuid.UUID
+}
+
+type Receipt struct {
+	PaymentID string
+	Kind      string
+	Recipient string
+	SentAt    pgtype.Timestamptz
+	CreatedAt time.Time
 }
 
 type StagedJob struct {

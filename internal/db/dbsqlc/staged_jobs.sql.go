@@ -11,6 +11,61 @@ import (
 	"github.com/google/uuid"
 )
 
+const claimStagedJobs = `-- name: ClaimStagedJobs :many
+SELECT id, kind, args, idempotency_key_id, created_at FROM staged_jobs
+ORDER BY id
+LIMIT $1
+FOR UPDATE SKIP LOCKED
+`
+
+// A batch to move to the job queue. SKIP LOCKED lets several enqueuers work
+// side by side, each on its own rows.
+func (q *Queries) ClaimStagedJobs(ctx context.Context, db DBTX, batchSize int32) ([]StagedJob, error) {
+	rows, err := db.Query(ctx, claimStagedJobs, batchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []StagedJob
+	for rows.Next() {
+		var i StagedJob
+		if err := rows.Scan(
+			&i.ID,
+			&i.Kind,
+			&i.Args,
+			&i.IdempotencyKeyID,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const countStagedJobs = `-- name: CountStagedJobs :one
+SELECT count(*) FROM staged_jobs
+`
+
+func (q *Queries) CountStagedJobs(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, countStagedJobs)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
+const deleteStagedJobs = `-- name: DeleteStagedJobs :exec
+DELETE FROM staged_jobs WHERE id = ANY($1::bigint[])
+`
+
+func (q *Queries) DeleteStagedJobs(ctx context.Context, db DBTX, ids []int64) error {
+	_, err := db.Exec(ctx, deleteStagedJobs, ids)
+	return err
+}
+
 const insertStagedJob = `-- name: InsertStagedJob :exec
 INSERT INTO staged_jobs (kind, args, idempotency_key_id)
 VALUES ($1, $2, $3)

@@ -1,0 +1,17 @@
+-- name: InsertEvent :execrows
+-- The id was chosen when the change was staged: a job that runs twice
+-- inserts nothing the second time.
+INSERT INTO events (id, user_id, type, data, created_at)
+VALUES (@id, @user_id, @type, @data, @created_at)
+ON CONFLICT (id) DO NOTHING;
+
+-- name: GetEvent :one
+SELECT * FROM events WHERE id = @id AND user_id = @user_id;
+
+-- name: ListEvents :many
+-- Newest first, keyset-paginated like payments.
+SELECT * FROM events
+WHERE user_id = @user_id
+  AND (created_at, id) < (@before_created::timestamptz, @before_id::text)
+ORDER BY created_at DESC, id DESC
+LIMIT @row_limit;

@@ -1,0 +1,184 @@
+package stagedjobs
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/db/dbsqlc"
+)
+
+// EnqueuerConfig configures an Enqueuer.
+type EnqueuerConfig struct {
+	Pool   *pgxpool.Pool
+	River  *river.Client[pgx.Tx] // an insert-only client is enough
+	Logger *slog.Logger
+	// BatchSize is how many staged jobs move in one transaction. Default 500.
+	BatchSize int
+	// PollInterval is how often the enqueuer looks for work when no
+	// notification wakes it (a missed NOTIFY, a restart). Default 1s.
+	PollInterval time.Duration
+	// Registry, when set, receives the enqueuer's metrics.
+	Registry prometheus.Registerer
+	// BeforeCommit, when set, runs inside each drain transaction after the
+	// jobs were inserted into River and before the commit. Tests use it to
+	// crash a drain halfway.
+	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
+}
+
+// Enqueuer moves staged jobs into River, exactly once: each batch is
+// claimed with FOR UPDATE SKIP LOCKED, inserted into River and deleted in
+// one transaction. River's tables live in the same database, so the insert
+// and the delete commit or roll back together; and SKIP LOCKED lets any
+// number of enqueuers run side by side, each moving different rows.
+type Enqueuer struct {
+	cfg     EnqueuerConfig
+	log     *slog.Logger
+	drained prometheus.Counter
+}
+
+// NewEnqueuer returns an Enqueuer.
+func NewEnqueuer(cfg EnqueuerConfig) *Enqueuer {
+	if cfg.BatchSize <= 0 {
+		cfg.BatchSize = 500
+	}
+	if cfg.PollInterval <= 0 {
+		cfg.PollInterval = time.Second
+	}
+	e := &Enqueuer{cfg: cfg, log: cfg.Logger}
+	if e.log == nil {
+		e.log = slog.New(slog.DiscardHandler)
+	}
+	e.drained = prometheus.NewCounter(prometheus.CounterOpts{
+		Name: "payments_staged_jobs_drained_total",
+		Help: "Staged jobs moved into the job queue.",
+	})
+	if cfg.Registry != nil {
+		cfg.Registry.MustRegister(e.drained, prometheus.NewGaugeFunc(prometheus.GaugeOpts{
+			Name: "payments_staged_jobs_backlog",
+			Help: "Staged jobs waiting to be moved into the job queue.",
+		}, e.backlog))
+	}
+	return e
+}
+
+// Run drains until ctx ends: whenever a staging transaction commits (it
+// sends a NOTIFY), and every PollInterval in case a notification was missed.
+func (e *Enqueuer) Run(ctx context.Context) error {
+	for ctx.Err() == nil {
+		if err := e.listenAndDrain(ctx); err != nil && ctx.Err() == nil {
+			e.log.Warn("enqueuer: restarting after an error", slog.String("error", err.Error()))
+			sleep(ctx, e.cfg.PollInterval)
+		}
+	}
+	return nil
+}
+
+func (e *Enqueuer) listenAndDrain(ctx context.Context) error {
+	conn, err := e.cfg.Pool.Acquire(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Release()
+	if _, err := conn.Exec(ctx, "LISTEN "+notifyChannel); err != nil {
+		return err
+	}
+	// The connection goes back to the pool later; it must not keep listening.
+	defer func() { _, _ = conn.Exec(context.WithoutCancel(ctx), "UNLISTEN *") }()
+	for {
+		if err := e.DrainAll(ctx); err != nil {
+			return err
+		}
+		waitCtx, cancel := context.WithTimeout(ctx, e.cfg.PollInterval)
+		_, err := conn.Conn().WaitForNotification(waitCtx)
+		cancel()
+		if ctx.Err() != nil {
+			return nil
+		}
+		if err != nil && !errors.Is(err, context.DeadlineExceeded) {
+			return err
+		}
+	}
+}
+
+// DrainAll moves batches until no staged job is left.
+func (e *Enqueuer) DrainAll(ctx context.Context) error {
+	for {
+		n, err := e.DrainOnce(ctx)
+		if err != nil || n < e.cfg.BatchSize {
+			return err
+		}
+	}
+}
+
+// DrainOnce moves one batch and says how many jobs it moved.
+func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
+	var moved int
+	err := db.WithTx(ctx, e.cfg.Pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
+		jobs, err := queries.ClaimStagedJobs(ctx, tx, int32(e.cfg.BatchSize))
+		if err != nil || len(jobs) == 0 {
+			return err
+		}
+		if _, err := e.cfg.River.InsertManyTx(ctx, tx, toInsertParams(jobs)); err != nil {
+			return fmt.Errorf("inserting into River: %w", err)
+		}
+		if err := queries.DeleteStagedJobs(ctx, tx, ids(jobs)); err != nil {
+			return err
+		}
+		if e.cfg.BeforeCommit != nil {
+			if err := e.cfg.BeforeCommit(ctx, tx); err != nil {
+				return err
+			}
+		}
+		moved = len(jobs)
+		return nil
+	})
+	if err != nil {
+		return 0, err
+	}
+	e.drained.Add(float64(moved))
+	return moved, nil
+}
+
+func toInsertParams(jobs []dbsqlc.StagedJob) []river.InsertManyParams {
+	params := make([]river.InsertManyParams, len(jobs))
+	for i, job := range jobs {
+		params[i] = river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}}
+	}
+	return params
+}
+
+func ids(jobs []dbsqlc.StagedJob) []int64 {
+	out := make([]int64, len(jobs))
+	for i, job := range jobs {
+		out[i] = job.ID
+	}
+	return out
+}
+
+func (e *Enqueuer) backlog() float64 {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	n, err := queries.CountStagedJobs(ctx, e.cfg.Pool)
+	if err != nil {
+		return -1
+	}
+	return float64(n)
+}
+
+func sleep(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	}
+}

@@ -173,7 +173,7 @@ func (env *environment) createTemplate(ctx context.Context) error {
 	if _, err := env.admin.Exec(ctx, "CREATE DATABASE "+env.template); err != nil {
 		return fmt.Errorf("creating template database: %w", err)
 	}
-	if err := db.MigrateUp(env.urlFor(env.template), nil); err != nil {
+	if err := db.MigrateUp(ctx, env.urlFor(env.template), nil); err != nil {
 		return fmt.Errorf("migrating template database: %w", err)
 	}
 	return nil

@@ -33,6 +33,12 @@ type config struct {
 	KeyTTL      time.Duration
 	LockTimeout time.Duration
 	Failpoints  string
+
+	SMTPURL              string
+	CompleterInterval    time.Duration
+	CompleterGrace       time.Duration
+	ReaperInterval       time.Duration
+	EnqueuerPollInterval time.Duration
 }
 
 // flags registers settings on a flag.FlagSet with their environment twins,
@@ -103,6 +109,20 @@ func (c *config) commonFlags(f *flags) {
 		"how long in-flight requests may take to finish on SIGINT/SIGTERM")
 	c.stripeFlags(f)
 	c.engineFlags(f)
+	c.workerFlags(f)
+}
+
+// workerFlags are the settings of the background work.
+func (c *config) workerFlags(f *flags) {
+	f.stringVar(&c.SMTPURL, "smtp-url", "SMTP_URL", "", "SMTP server for receipts, smtp://user:pass@host:port?from=addr (empty: receipts are logged)")
+	f.durationVar(&c.CompleterInterval, "completer-interval", "PAYMENTS_COMPLETER_INTERVAL", 10*time.Second,
+		"how often the completer looks for abandoned requests")
+	f.durationVar(&c.CompleterGrace, "completer-grace", "PAYMENTS_COMPLETER_GRACE", 30*time.Second,
+		"how long a request sits untouched before the completer finishes it")
+	f.durationVar(&c.ReaperInterval, "reaper-interval", "PAYMENTS_REAPER_INTERVAL", time.Minute,
+		"how often expired finished keys are deleted")
+	f.durationVar(&c.EnqueuerPollInterval, "enqueuer-poll-interval", "PAYMENTS_ENQUEUER_POLL_INTERVAL", time.Second,
+		"how often the enqueuer looks for staged jobs when no notification wakes it")
 }
 
 // stripeFlags are the settings of the connection to Stripe.
@@ -139,6 +159,11 @@ func (c config) LogValue() slog.Value {
 		slog.String("idempotency_key_ttl", c.KeyTTL.String()),
 		slog.String("lock_timeout", c.LockTimeout.String()),
 		slog.String("failpoints", c.Failpoints),
+		slog.String("smtp_url", maskURL(c.SMTPURL)),
+		slog.String("completer_interval", c.CompleterInterval.String()),
+		slog.String("completer_grace", c.CompleterGrace.String()),
+		slog.String("reaper_interval", c.ReaperInterval.String()),
+		slog.String("enqueuer_poll_interval", c.EnqueuerPollInterval.String()),
 	)
 }
 

@@ -45,20 +45,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		cfg.StripeAPIBase = sim.url
 	}
 	log.Info("starting payments dev", slog.Any("config", cfg))
-	stripe, err := newStripeClient(cfg, log)
-	if err != nil {
-		return err
-	}
 
 	if err := db.MigrateUp(ctx, cfg.DatabaseURL, log); err != nil {
 		return err
 	}
-	pool, err := db.Open(ctx, cfg.DatabaseURL, db.PoolConfig{MaxConns: int32(cfg.DBMaxConns)})
+	a, err := newApp(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer pool.Close()
-	if err := users.SeedDemoUsers(ctx, pool); err != nil {
+	defer a.close()
+	if err := users.SeedDemoUsers(ctx, a.pool); err != nil {
 		return err
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
@@ -66,7 +62,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	printWelcome(stdout, cfg, ln.Addr().String())
-	return serveAPI(ctx, cfg, log, pool, stripe, ln)
+	return runAll(ctx, a.runWorker, func(ctx context.Context) error { return a.serveAPI(ctx, ln) })
 }
 
 func startLocalPostgres(ctx context.Context, dataDir string, log *slog.Logger) (*pglocal.Server, error) {

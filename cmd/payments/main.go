@@ -20,7 +20,8 @@ Usage: payments <command> [flags]
 
 Commands:
   dev         everything on one machine: local PostgreSQL, migrations, demo users, the API
-  serve       the HTTP API only (needs DATABASE_URL)
+  serve       the HTTP API only (needs DATABASE_URL, and STRIPE_SECRET_KEY or STRIPE_API_BASE)
+  worker      background work only: staged jobs, receipts, events, completer, reaper
   migrate     schema migrations: payments migrate up|down|version (needs DATABASE_URL)
   stripesim   the Stripe simulator alone (--addr, --webhook-url, --webhook-secret)
   users       payments users create --email E: a new user, its API key printed once
@@ -55,6 +56,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runDev(ctx, args, stdout, stderr)
 	case "serve":
 		return runServe(ctx, args, stderr)
+	case "worker":
+		return runWorker(ctx, args, stderr)
 	case "migrate":
 		return runMigrate(args, stdout, stderr)
 	case "stripesim":

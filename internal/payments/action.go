@@ -57,6 +57,24 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 	}
 }
 
+// findActionResult: for a key too old to call Stripe again, whether the
+// payment's PaymentIntent already reached the status the action leads to.
+func (s *Service) findActionResult(ctx context.Context, k *recovery.Key, done stripe.PaymentIntentStatus) (actionResult, bool, error) {
+	var p ActionParams
+	if err := k.DecodeParams(&p); err != nil {
+		return actionResult{}, false, err
+	}
+	pay, err := Get(ctx, s.pool, k.UserID, p.Payment)
+	if err != nil || pay.StripePaymentIntent == nil {
+		return actionResult{}, false, err
+	}
+	pi, err := s.stripe.GetPaymentIntent(ctx, *pay.StripePaymentIntent)
+	if err != nil {
+		return actionResult{}, false, recovery.Transient(err)
+	}
+	return actionResult{intent: pi}, pi.Status == done, nil
+}
+
 // recordAction locks the payment and applies update to it, or answers a refusal.
 func recordAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult, action string, next recovery.RecoveryPoint,
 	update func(ctx context.Context, pay Payment, pi *stripe.PaymentIntent) (dbsqlc.Payment, error)) (recovery.Outcome, error) {

@@ -33,8 +33,11 @@ func (s *Service) Cancel(ctx context.Context, req Idempotent, p ActionParams) (r
 
 func (s *Service) cancelFlow() *recovery.Flow {
 	return &recovery.Flow{Name: "cancel_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.ExternalPhase(stepCancel, s.cancelPaymentIntent, s.recordCancel),
-		PaymentCanceled:  recovery.LocalPhase(s.finishCancel),
+		recovery.Started: recovery.WithReconcile(recovery.ExternalPhase(stepCancel, s.cancelPaymentIntent, s.recordCancel),
+			func(ctx context.Context, k *recovery.Key) (actionResult, bool, error) {
+				return s.findActionResult(ctx, k, stripe.PaymentIntentStatusCanceled)
+			}),
+		PaymentCanceled: recovery.LocalPhase(s.finishCancel),
 	}}
 }
 

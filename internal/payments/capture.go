@@ -33,8 +33,11 @@ func (s *Service) Capture(ctx context.Context, req Idempotent, p ActionParams) (
 
 func (s *Service) captureFlow() *recovery.Flow {
 	return &recovery.Flow{Name: "capture_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.ExternalPhase(stepCapture, s.capturePaymentIntent, s.recordCapture),
-		PaymentCaptured:  recovery.LocalPhase(s.finishCapture),
+		recovery.Started: recovery.WithReconcile(recovery.ExternalPhase(stepCapture, s.capturePaymentIntent, s.recordCapture),
+			func(ctx context.Context, k *recovery.Key) (actionResult, bool, error) {
+				return s.findActionResult(ctx, k, stripe.PaymentIntentStatusSucceeded)
+			}),
+		PaymentCaptured: recovery.LocalPhase(s.finishCapture),
 	}}
 }
 

@@ -53,8 +53,10 @@ func (s *Service) Create(ctx context.Context, req Idempotent, p CreateParams) (r
 
 func (s *Service) createFlow() *recovery.Flow {
 	return &recovery.Flow{Name: "create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started:     recovery.LocalPhase(s.insertPayment),
-		PaymentCreated:       recovery.ExternalPhase(stepPaymentIntent, s.createPaymentIntent, s.recordPaymentIntent),
+		recovery.Started: recovery.LocalPhase(s.insertPayment),
+		PaymentCreated: recovery.WithReconcile(
+			recovery.ExternalPhase(stepPaymentIntent, s.createPaymentIntent, s.recordPaymentIntent),
+			s.findPaymentIntent),
 		PaymentIntentCreated: recovery.LocalPhase(s.finishCreate),
 	}}
 }
@@ -107,6 +109,27 @@ func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (int
 		Metadata: map[string]string{"payment": pay.ID, "idempotency_key_id": k.ID.String()},
 	})
 	return classifyIntent(pi, err)
+}
+
+// findPaymentIntent: for a key too old to call Stripe again, the
+// PaymentIntent it made, found by the key's id in its metadata.
+func (s *Service) findPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, bool, error) {
+	found, err := s.stripe.SearchPaymentIntentsByMetadata(ctx, "idempotency_key_id", k.ID.String())
+	if err != nil {
+		return intentResult{}, false, recovery.Transient(err)
+	}
+	for _, pi := range found {
+		switch {
+		case pi.Status == stripe.PaymentIntentStatusSucceeded || pi.Status == stripe.PaymentIntentStatusRequiresCapture:
+			return intentResult{intent: pi}, true, nil
+		case pi.LastPaymentError != nil:
+			e := pi.LastPaymentError
+			return intentResult{decline: &stripeclient.Decline{
+				Code: string(e.Code), DeclineCode: string(e.DeclineCode), Message: e.Msg, PaymentIntent: pi.ID,
+			}}, true, nil
+		}
+	}
+	return intentResult{}, false, nil
 }
 
 func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {

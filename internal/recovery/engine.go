@@ -25,6 +25,11 @@ type Config struct {
 	KeyTTL time.Duration
 	// LockTimeout is how long a lock lasts without a heartbeat. Default 90s.
 	LockTimeout time.Duration
+	// ExternalWindow is how long the remote side (Stripe) surely remembers a
+	// child key. Past it, an external phase is reconciled, never re-sent.
+	// Stripe keeps keys at least 24h; the default, 23h, leaves an hour for
+	// the difference between our clock and the database's.
+	ExternalWindow time.Duration
 	// Now, when set, is the clock used instead of the database's now(), for tests.
 	Now func() time.Time
 	// Failpoints, when set, fire around commits and after external calls.
@@ -44,6 +49,9 @@ func New(cfg Config) *Engine {
 	}
 	if cfg.LockTimeout <= 0 {
 		cfg.LockTimeout = 90 * time.Second
+	}
+	if cfg.ExternalWindow <= 0 {
+		cfg.ExternalWindow = 23 * time.Hour
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -91,7 +99,7 @@ func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key
 		}
 		from := k.RecoveryPoint
 		if err := e.runPhase(ctx, k, phase); err != nil {
-			if !errors.Is(err, ErrLockLost) {
+			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
 				e.unlock(ctx, log, k)
 			}
 			log.WarnContext(ctx, "phase failed; the key stays resumable",
@@ -107,7 +115,13 @@ func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key
 // and the key's move to the next recovery point in one fenced transaction.
 func (e *Engine) runPhase(ctx context.Context, k *Key, phase Phase) error {
 	var called any
-	if phase.call != nil {
+	switch {
+	case phase.call != nil && e.pastExternalWindow(k):
+		var err error
+		if called, err = e.reconcile(ctx, k, phase); err != nil {
+			return err
+		}
+	case phase.call != nil:
 		var err error
 		if called, err = e.callWithHeartbeat(ctx, k, phase.call); err != nil {
 			return err
@@ -202,6 +216,34 @@ func (e *Engine) unlock(ctx context.Context, log *slog.Logger, k *Key) {
 	if _, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: k.ID, LockToken: k.lockToken}); err != nil {
 		log.WarnContext(ctx, "could not unlock key; it unlocks by itself after the lock timeout", slog.String("error", err.Error()))
 	}
+}
+
+// pastExternalWindow tells whether k is too old to repeat its external call.
+func (e *Engine) pastExternalWindow(k *Key) bool {
+	now := time.Now()
+	if e.cfg.Now != nil {
+		now = e.cfg.Now()
+	}
+	return k.Created.Before(now.Add(-e.cfg.ExternalWindow))
+}
+
+// reconcile finds the result of the phase's earlier call, or marks the key
+// as needing attention when there is none to find.
+func (e *Engine) reconcile(ctx context.Context, k *Key, phase Phase) (any, error) {
+	if phase.reconcile != nil {
+		result, found, err := phase.reconcile(ctx, k)
+		if err != nil || found {
+			return result, err
+		}
+	}
+	e.log.WarnContext(ctx, "key needs attention: too old to repeat its external call, and nothing found to reconcile",
+		slog.String("idempotency_key_id", k.ID.String()), slog.String("step", phase.step))
+	if _, err := queries.MarkNeedsAttention(ctx, e.cfg.Pool, dbsqlc.MarkNeedsAttentionParams{
+		ID: k.ID, LockToken: k.lockToken, Now: e.now(),
+	}); err != nil {
+		return nil, err
+	}
+	return nil, ErrNeedsAttention
 }
 
 // now is the injected clock as a query parameter, or NULL for the database's now().

@@ -13,6 +13,10 @@ var (
 	ErrKeyInUse = errors.New("idempotency key in use by a request in progress")
 	// ErrLockLost: this attempt's lock was taken over by another; it wrote nothing.
 	ErrLockLost = errors.New("idempotency key lock lost to another attempt")
+	// ErrNeedsAttention: the key's next step calls out, the key is older than
+	// the remote side's idempotency window, and reconciling found no trace
+	// of the call. Re-sending could act twice, so the key waits for a person.
+	ErrNeedsAttention = errors.New("idempotency key needs attention: past the external idempotency window with nothing to reconcile")
 	// ErrUnknownRecoveryPoint: the key is at a point its flow has no phase for (a bug).
 	ErrUnknownRecoveryPoint = errors.New("no phase for the key's recovery point")
 )

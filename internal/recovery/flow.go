@@ -32,6 +32,9 @@ type Phase struct {
 	step   string
 	call   func(ctx context.Context, k *Key) (any, error)
 	commit func(ctx context.Context, tx pgx.Tx, k *Key, called any) (Outcome, error)
+	// reconcile finds the result of an earlier call without calling again,
+	// for keys older than the remote side's idempotency window.
+	reconcile func(ctx context.Context, k *Key) (any, bool, error)
 }
 
 // LocalPhase is a phase that only commits local work: commit runs in one
@@ -55,6 +58,19 @@ func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T
 			return record(ctx, tx, k, called.(T))
 		},
 	}
+}
+
+// WithReconcile gives an external phase a way to find its call's result
+// without making the call: reconcile returns the result and true if the
+// remote side has a trace of the call (an object carrying the key's id in
+// its metadata, say), false if it has none. The engine uses it instead of
+// the call once a key is older than Config.ExternalWindow, when the remote
+// side may have forgotten the child key and a second call could act twice.
+// A phase without it, or a reconcile that finds nothing, leaves the key
+// marked as needing attention.
+func WithReconcile[T any](p Phase, reconcile func(ctx context.Context, k *Key) (T, bool, error)) Phase {
+	p.reconcile = func(ctx context.Context, k *Key) (any, bool, error) { return reconcile(ctx, k) }
+	return p
 }
 
 // Outcome is where a phase leaves the key: at a next recovery point, or

@@ -12,6 +12,85 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const claimAbandonedKeys = `-- name: ClaimAbandonedKeys :many
+UPDATE idempotency_keys
+SET locked_at = coalesce($1::timestamptz, now()),
+    last_run_at = coalesce($1::timestamptz, now()),
+    lock_token = lock_token + 1,
+    completer_attempts = completer_attempts + 1
+WHERE id IN (
+    SELECT k.id FROM idempotency_keys k
+    WHERE k.recovery_point <> 'finished'
+      AND k.needs_attention_at IS NULL
+      AND (k.locked_at IS NULL
+           OR k.locked_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8))
+      AND k.last_run_at < coalesce($1::timestamptz, now())
+          - make_interval(secs => least($3::float8 * power(2, least(k.completer_attempts, 20)), $4::float8))
+    ORDER BY k.last_run_at
+    LIMIT $5
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at
+`
+
+type ClaimAbandonedKeysParams struct {
+	Now                pgtype.Timestamptz
+	LockTimeoutSeconds float64
+	GraceSeconds       float64
+	MaxBackoffSeconds  float64
+	BatchSize          int32
+}
+
+// The completer's batch: unfinished keys nobody holds (or whose holder's
+// lock lapsed) and nobody has run for a while, backing off per key: a key
+// the completer already tried n times waits grace times 2 to the n (at most
+// max_backoff) since its last run. Claiming takes the lock with a new token,
+// as a retry by the client would. SKIP LOCKED leaves keys claimed elsewhere.
+func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAbandonedKeysParams) ([]IdempotencyKey, error) {
+	rows, err := db.Query(ctx, claimAbandonedKeys,
+		arg.Now,
+		arg.LockTimeoutSeconds,
+		arg.GraceSeconds,
+		arg.MaxBackoffSeconds,
+		arg.BatchSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []IdempotencyKey
+	for rows.Next() {
+		var i IdempotencyKey
+		if err := rows.Scan(
+			&i.ID,
+			&i.UserID,
+			&i.IdempotencyKey,
+			&i.Flow,
+			&i.RequestMethod,
+			&i.RequestPath,
+			&i.RequestParams,
+			&i.RequestFingerprint,
+			&i.RecoveryPoint,
+			&i.LockedAt,
+			&i.LockToken,
+			&i.LastRunAt,
+			&i.ResponseCode,
+			&i.ResponseBody,
+			&i.CreatedAt,
+			&i.ExpiresAt,
+			&i.CompleterAttempts,
+			&i.NeedsAttentionAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const claimLookup = `-- name: ClaimLookup :one
 
 SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at,
@@ -73,6 +152,17 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.Expired,
 	)
 	return i, err
+}
+
+const countKeysNeedingAttention = `-- name: CountKeysNeedingAttention :one
+SELECT count(*) FROM idempotency_keys WHERE needs_attention_at IS NOT NULL
+`
+
+func (q *Queries) CountKeysNeedingAttention(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, countKeysNeedingAttention)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
 }
 
 const deleteExpiredIdempotencyKey = `-- name: DeleteExpiredIdempotencyKey :exec
@@ -289,6 +379,53 @@ func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdemp
 		&i.NeedsAttentionAt,
 	)
 	return i, err
+}
+
+const markNeedsAttention = `-- name: MarkNeedsAttention :execrows
+UPDATE idempotency_keys
+SET needs_attention_at = coalesce($1::timestamptz, now()), locked_at = NULL
+WHERE id = $2 AND lock_token = $3
+`
+
+type MarkNeedsAttentionParams struct {
+	Now       pgtype.Timestamptz
+	ID        uuid.UUID
+	LockToken int64
+}
+
+// Gives up on a key for good: its Stripe step is past Stripe's idempotency
+// window and Stripe has no trace of it. A person decides; nothing is re-sent.
+func (q *Queries) MarkNeedsAttention(ctx context.Context, db DBTX, arg MarkNeedsAttentionParams) (int64, error) {
+	result, err := db.Exec(ctx, markNeedsAttention, arg.Now, arg.ID, arg.LockToken)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const reapExpiredKeys = `-- name: ReapExpiredKeys :execrows
+DELETE FROM idempotency_keys
+WHERE id IN (
+    SELECT id FROM idempotency_keys
+    WHERE recovery_point = 'finished' AND expires_at < coalesce($1::timestamptz, now())
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+`
+
+type ReapExpiredKeysParams struct {
+	Now       pgtype.Timestamptz
+	BatchSize int32
+}
+
+// A small batch of finished keys past their TTL. Unfinished keys are never
+// reaped: their work may include a charge that still needs recording.
+func (q *Queries) ReapExpiredKeys(ctx context.Context, db DBTX, arg ReapExpiredKeysParams) (int64, error) {
+	result, err := db.Exec(ctx, reapExpiredKeys, arg.Now, arg.BatchSize)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const setRecoveryPoint = `-- name: SetRecoveryPoint :execrows

@@ -73,3 +73,49 @@ SELECT sqlc.embed(idempotency_keys),
 FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
   AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
+
+-- name: ClaimAbandonedKeys :many
+-- The completer's batch: unfinished keys nobody holds (or whose holder's
+-- lock lapsed) and nobody has run for a while, backing off per key: a key
+-- the completer already tried n times waits grace times 2 to the n (at most
+-- max_backoff) since its last run. Claiming takes the lock with a new token,
+-- as a retry by the client would. SKIP LOCKED leaves keys claimed elsewhere.
+UPDATE idempotency_keys
+SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    lock_token = lock_token + 1,
+    completer_attempts = completer_attempts + 1
+WHERE id IN (
+    SELECT k.id FROM idempotency_keys k
+    WHERE k.recovery_point <> 'finished'
+      AND k.needs_attention_at IS NULL
+      AND (k.locked_at IS NULL
+           OR k.locked_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8))
+      AND k.last_run_at < coalesce(sqlc.narg('now')::timestamptz, now())
+          - make_interval(secs => least(sqlc.arg('grace_seconds')::float8 * power(2, least(k.completer_attempts, 20)), sqlc.arg('max_backoff_seconds')::float8))
+    ORDER BY k.last_run_at
+    LIMIT @batch_size
+    FOR UPDATE SKIP LOCKED
+)
+RETURNING *;
+
+-- name: MarkNeedsAttention :execrows
+-- Gives up on a key for good: its Stripe step is past Stripe's idempotency
+-- window and Stripe has no trace of it. A person decides; nothing is re-sent.
+UPDATE idempotency_keys
+SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_at = NULL
+WHERE id = @id AND lock_token = @lock_token;
+
+-- name: CountKeysNeedingAttention :one
+SELECT count(*) FROM idempotency_keys WHERE needs_attention_at IS NOT NULL;
+
+-- name: ReapExpiredKeys :execrows
+-- A small batch of finished keys past their TTL. Unfinished keys are never
+-- reaped: their work may include a charge that still needs recording.
+DELETE FROM idempotency_keys
+WHERE id IN (
+    SELECT id FROM idempotency_keys
+    WHERE recovery_point = 'finished' AND expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
+    LIMIT @batch_size
+    FOR UPDATE SKIP LOCKED
+);

@@ -1,0 +1,163 @@
+// Package worker assembles the background work of the service on River:
+// the staged-job enqueuer, the job workers (receipts, merchant events), and
+// the completer and the reaper as River periodic jobs. River elects one
+// leader among all running workers and only the leader inserts periodic
+// jobs, so one completer run and one reaper run happen at a time across
+// every instance. Any number of workers may run at once.
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stagedjobs"
+)
+
+// Config configures the background work. Zero intervals take the defaults.
+type Config struct {
+	Pool     *pgxpool.Pool
+	Logger   *slog.Logger
+	Registry prometheus.Registerer
+	Engine   *recovery.Engine
+	Flows    []*recovery.Flow
+	Mailer   stagedjobs.Mailer
+
+	// CompleterInterval is how often the completer runs. Default 10s.
+	CompleterInterval time.Duration
+	// CompleterGrace is how long a key sits untouched before the completer takes it. Default 30s.
+	CompleterGrace time.Duration
+	// ReaperInterval is how often the reaper runs. Default 1m.
+	ReaperInterval time.Duration
+	// EnqueuerPollInterval is how often the enqueuer looks for staged jobs
+	// when no NOTIFY wakes it. Default 1s.
+	EnqueuerPollInterval time.Duration
+	// MaxWorkers is how many jobs run at once in this process. Default 10.
+	MaxWorkers int
+}
+
+// Run does the background work until ctx ends, then stops River gracefully.
+func Run(ctx context.Context, cfg Config) error {
+	cfg.defaults()
+	completer := recovery.NewCompleter(recovery.CompleterConfig{
+		Engine: cfg.Engine, Flows: cfg.Flows, Grace: cfg.CompleterGrace, Registry: cfg.Registry,
+	})
+	reaper := recovery.NewReaper(cfg.Engine, 0, cfg.Registry)
+
+	workers := river.NewWorkers()
+	stagedjobs.AddWorkers(workers, cfg.Pool, cfg.Mailer)
+	river.AddWorker(workers, &completerWorker{completer: completer, log: cfg.Logger})
+	river.AddWorker(workers, &reaperWorker{reaper: reaper, log: cfg.Logger})
+
+	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
+		Logger:  cfg.Logger.With(slog.String("component", "river")),
+		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		Workers: workers,
+		PeriodicJobs: []*river.PeriodicJob{
+			periodic(cfg.CompleterInterval, CompleterArgs{}),
+			periodic(cfg.ReaperInterval, ReaperArgs{}),
+		},
+	})
+	if err != nil {
+		return fmt.Errorf("creating the River client: %w", err)
+	}
+	if err := client.Start(ctx); err != nil {
+		return fmt.Errorf("starting River: %w", err)
+	}
+	enqueuer := stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{
+		Pool: cfg.Pool, River: client, Logger: cfg.Logger.With(slog.String("component", "enqueuer")),
+		PollInterval: cfg.EnqueuerPollInterval, Registry: cfg.Registry,
+	})
+	cfg.Logger.Info("worker started", slog.String("completer_interval", cfg.CompleterInterval.String()),
+		slog.String("completer_grace", cfg.CompleterGrace.String()), slog.String("reaper_interval", cfg.ReaperInterval.String()))
+	runErr := enqueuer.Run(ctx)
+
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
+	defer cancel()
+	return errors.Join(runErr, client.Stop(stopCtx))
+}
+
+func (cfg *Config) defaults() {
+	if cfg.CompleterInterval <= 0 {
+		cfg.CompleterInterval = 10 * time.Second
+	}
+	if cfg.CompleterGrace <= 0 {
+		cfg.CompleterGrace = 30 * time.Second
+	}
+	if cfg.ReaperInterval <= 0 {
+		cfg.ReaperInterval = time.Minute
+	}
+	if cfg.EnqueuerPollInterval <= 0 {
+		cfg.EnqueuerPollInterval = time.Second
+	}
+	if cfg.MaxWorkers <= 0 {
+		cfg.MaxWorkers = 10
+	}
+	if cfg.Logger == nil {
+		cfg.Logger = slog.New(slog.DiscardHandler)
+	}
+}
+
+// periodic is a job River's leader inserts every interval, and once at start.
+// One attempt is enough: the next period runs it again anyway.
+func periodic(interval time.Duration, args river.JobArgs) *river.PeriodicJob {
+	return river.NewPeriodicJob(river.PeriodicInterval(interval),
+		func() (river.JobArgs, *river.InsertOpts) { return args, &river.InsertOpts{MaxAttempts: 1} },
+		&river.PeriodicJobOpts{RunOnStart: true})
+}
+
+// CompleterArgs is the completer's periodic job.
+type CompleterArgs struct{}
+
+// Kind names the job for River.
+func (CompleterArgs) Kind() string { return "completer" }
+
+type completerWorker struct {
+	river.WorkerDefaults[CompleterArgs]
+	completer *recovery.Completer
+	log       *slog.Logger
+}
+
+// Work runs the completer until a run finds nothing to do.
+func (w *completerWorker) Work(ctx context.Context, _ *river.Job[CompleterArgs]) error {
+	for {
+		run, err := w.completer.RunOnce(ctx)
+		if run.Claimed > 0 {
+			w.log.InfoContext(ctx, "completer run", slog.Int("claimed", run.Claimed), slog.Int("finished", run.Finished),
+				slog.Int("failed", run.Failed), slog.Int("needs_attention", run.NeedsAttention))
+		}
+		if err != nil || run.Claimed == 0 || run.Finished == 0 {
+			return err
+		}
+	}
+}
+
+// ReaperArgs is the reaper's periodic job.
+type ReaperArgs struct{}
+
+// Kind names the job for River.
+func (ReaperArgs) Kind() string { return "reaper" }
+
+type reaperWorker struct {
+	river.WorkerDefaults[ReaperArgs]
+	reaper *recovery.Reaper
+	log    *slog.Logger
+}
+
+// Work deletes expired finished keys.
+func (w *reaperWorker) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error {
+	n, err := w.reaper.RunOnce(ctx)
+	if n > 0 {
+		w.log.InfoContext(ctx, "reaper run", slog.Int64("deleted", n))
+	}
+	return err
+}
+

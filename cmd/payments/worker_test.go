@@ -1,0 +1,65 @@
+package main_test
+
+import (
+	"context"
+	"io"
+	"net/http"
+	"regexp"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/dbtest"
+)
+
+var metricsListening = regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
+
+func TestWorker_finishesAPaymentWhoseClientVanished(t *testing.T) {
+	t.Parallel()
+	simURL := startSimulator(t)
+	dbURL := dbtest.NewURL(t)
+	seedDemoUsers(t, dbURL)
+
+	// The service dies right after committing the payment row; the client
+	// never retries.
+	doomed, base := startServe(t, dbURL, simURL, "PAYMENTS_FAILPOINTS=after_commit:payment_created=crash")
+	_, _, err := createPayment(base, "vanished")
+	require.Error(t, err)
+	<-doomed.exited
+
+	worker := startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
+		"PAYMENTS_LOCK_TIMEOUT=1s", "PAYMENTS_COMPLETER_INTERVAL=200ms", "PAYMENTS_COMPLETER_GRACE=100ms",
+		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0"}, "worker")
+	metricsURL := "http://" + worker.waitFor(t, &worker.stderr, metricsListening) + "/metrics"
+
+	pool := dbtestPool(t, dbURL)
+	ctx := context.Background()
+	var point, paymentID string
+	var code *int32
+	require.Eventually(t, func() bool {
+		require.NoError(t, pool.QueryRow(ctx,
+			"SELECT recovery_point, response_code FROM idempotency_keys WHERE idempotency_key = 'vanished'").Scan(&point, &code))
+		return point == "finished"
+	}, 30*time.Second, 50*time.Millisecond, "the completer finishes the request")
+	require.EqualValues(t, 201, *code)
+	require.NoError(t, pool.QueryRow(ctx, "SELECT id FROM payments").Scan(&paymentID))
+	require.Len(t, simPaymentIntents(t, simURL, paymentID), 1, "one PaymentIntent")
+
+	// Its staged jobs reach River and run: the merchant's event appears.
+	require.Eventually(t, func() bool {
+		var events int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE type = 'payment.succeeded'").Scan(&events))
+		return events == 1
+	}, 30*time.Second, 50*time.Millisecond)
+
+	resp, err := http.Get(metricsURL)
+	require.NoError(t, err)
+	body, err := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	require.NoError(t, err)
+	for _, m := range []string{"payments_completer_keys_finished_total 1", "payments_staged_jobs_drained_total 2",
+		"payments_staged_jobs_backlog 0", "payments_reaper_keys_deleted_total 0"} {
+		require.Contains(t, string(body), m)
+	}
+}

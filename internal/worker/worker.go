@@ -160,4 +160,3 @@ func (w *reaperWorker) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error
 	}
 	return err
 }
-

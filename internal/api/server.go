@@ -63,6 +63,7 @@ func NewHandler(cfg Config) http.Handler {
 		r.Post("/payments/{id}/capture", s.handle(s.capturePayment))
 		r.Post("/payments/{id}/cancel", s.handle(s.cancelPayment))
 		r.Get("/idempotency_keys/{key}", s.handle(s.getIdempotencyKey))
+		r.Get("/events", s.handle(s.listEvents))
 	})
 	return r
 }

@@ -26,10 +26,10 @@ type Event struct {
 // MarshalJSON renders the API's Event object.
 func (e Event) MarshalJSON() ([]byte, error) {
 	return json.Marshal(struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Type    string `json:"type"`
-		Data    struct {
+		ID     string `json:"id"`
+		Object string `json:"object"`
+		Type   string `json:"type"`
+		Data   struct {
 			Object json.RawMessage `json:"object"`
 		} `json:"data"`
 		Created int64 `json:"created"`

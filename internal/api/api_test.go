@@ -8,11 +8,14 @@ import (
 	"log/slog"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
@@ -274,4 +277,265 @@ func TestHealthReadyMetrics(t *testing.T) {
 	require.Equal(t, http.StatusServiceUnavailable, resp.StatusCode, string(body))
 	resp, _ = b.do(t, http.MethodGet, "/healthz", "", nil, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, "the process is still up")
+}
+
+// The helpers below serve the idempotency and payment-flow tests.
+
+const (
+	pathPayments = "/v1/payments"
+	visaBody     = `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`
+)
+
+// jsonRequest is a POST with a JSON body as the API expects it. An empty
+// idemKey sends no Idempotency-Key header.
+type jsonRequest struct {
+	apiKey, path, idemKey, body string
+}
+
+// send makes req without touching t, so that goroutines may call it.
+func (b *testBundle) send(req jsonRequest) (*http.Response, []byte, error) {
+	var body io.Reader
+	if req.body != "" {
+		body = strings.NewReader(req.body)
+	}
+	r, err := http.NewRequest(http.MethodPost, b.server.URL+req.path, body)
+	if err != nil {
+		return nil, nil, err
+	}
+	if req.body != "" {
+		r.Header.Set("Content-Type", "application/json")
+	}
+	if req.apiKey != "" {
+		r.Header.Set("Authorization", "Bearer "+req.apiKey)
+	}
+	if req.idemKey != "" {
+		r.Header.Set("Idempotency-Key", req.idemKey)
+	}
+	resp, err := http.DefaultClient.Do(r)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp, data, err
+}
+
+// post sends a JSON POST as apiKey with the Idempotency-Key idemKey.
+func (b *testBundle) post(t *testing.T, apiKey, path, idemKey, body string) (*http.Response, []byte) {
+	t.Helper()
+	resp, data, err := b.send(jsonRequest{apiKey: apiKey, path: path, idemKey: idemKey, body: body})
+	require.NoError(t, err)
+	return resp, data
+}
+
+// createPayment posts body as apiKey's new payment with idemKey and requires a 201.
+func (b *testBundle) createPayment(t *testing.T, apiKey, idemKey, body string) paymentJSON {
+	t.Helper()
+	resp, data := b.post(t, apiKey, pathPayments, idemKey, body)
+	require.Equal(t, http.StatusCreated, resp.StatusCode, string(data))
+	return decodePayment(t, data)
+}
+
+// paymentJSON is the API's Payment object.
+type paymentJSON struct {
+	ID                  string            `json:"id"`
+	Object              string            `json:"object"`
+	Amount              int64             `json:"amount"`
+	Currency            string            `json:"currency"`
+	Status              string            `json:"status"`
+	Captured            bool              `json:"captured"`
+	AmountCaptured      int64             `json:"amount_captured"`
+	AmountRefunded      int64             `json:"amount_refunded"`
+	PaymentMethod       string            `json:"payment_method"`
+	StripePaymentIntent *string           `json:"stripe_payment_intent"`
+	FailureCode         *string           `json:"failure_code"`
+	FailureMessage      *string           `json:"failure_message"`
+	Description         *string           `json:"description"`
+	Metadata            map[string]string `json:"metadata"`
+	Created             int64             `json:"created"`
+}
+
+func decodePayment(t *testing.T, data []byte) paymentJSON {
+	t.Helper()
+	var p paymentJSON
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&p), string(data))
+	require.Equal(t, "payment", p.Object)
+	return p
+}
+
+// getPayment reads a payment back through the API and requires a 200.
+func (b *testBundle) getPayment(t *testing.T, apiKey, id string) paymentJSON {
+	t.Helper()
+	resp, data := b.do(t, http.MethodGet, "/v1/payments/"+id, apiKey, nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(data))
+	return decodePayment(t, data)
+}
+
+// problemJSON is an application/problem+json body with its extensions.
+type problemJSON struct {
+	Code        string `json:"code"`
+	Status      int    `json:"status"`
+	DeclineCode string `json:"decline_code"`
+	Payment     string `json:"payment"`
+}
+
+func decodeProblem(t *testing.T, data []byte) problemJSON {
+	t.Helper()
+	var p problemJSON
+	require.NoError(t, json.Unmarshal(data, &p), string(data))
+	return p
+}
+
+// requireRetryAfter checks a positive whole number of seconds in Retry-After.
+func requireRetryAfter(t *testing.T, resp *http.Response) {
+	t.Helper()
+	seconds, err := strconv.Atoi(resp.Header.Get("Retry-After"))
+	require.NoError(t, err, "Retry-After %q", resp.Header.Get("Retry-After"))
+	require.Positive(t, seconds)
+}
+
+// requireReplayOf checks that again is first replayed: same status, same
+// bytes, marked Idempotent-Replayed.
+func requireReplayOf(t *testing.T, first *http.Response, firstBody []byte, again *http.Response, againBody []byte) {
+	t.Helper()
+	require.Empty(t, first.Header.Get("Idempotent-Replayed"), "the first answer is not a replay")
+	require.Equal(t, first.StatusCode, again.StatusCode, string(againBody))
+	require.Equal(t, string(firstBody), string(againBody), "a replay is byte for byte the first answer")
+	require.Equal(t, first.Header.Get("Content-Type"), again.Header.Get("Content-Type"))
+	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
+}
+
+// count runs a SELECT count(*) ... query.
+func (b *testBundle) count(t *testing.T, query string, args ...any) int {
+	t.Helper()
+	var n int
+	require.NoError(t, b.pool.QueryRow(context.Background(), query, args...).Scan(&n))
+	return n
+}
+
+// keyRows counts the idempotency_keys rows of every user.
+func (b *testBundle) keyRows(t *testing.T) int {
+	t.Helper()
+	return b.count(t, "SELECT count(*) FROM idempotency_keys")
+}
+
+// keyState is the idempotency-key object of GET /v1/idempotency_keys/{key}.
+type keyState struct {
+	Object        string `json:"object"`
+	Key           string `json:"key"`
+	RecoveryPoint string `json:"recovery_point"`
+	Locked        bool   `json:"locked"`
+	RequestMethod string `json:"request_method"`
+	RequestPath   string `json:"request_path"`
+	ResponseCode  *int   `json:"response_code"`
+	Created       int64  `json:"created"`
+	ExpiresAt     int64  `json:"expires_at"`
+}
+
+// keyState reads one of apiKey's keys and requires a 200.
+func (b *testBundle) keyState(t *testing.T, apiKey, idemKey string) keyState {
+	t.Helper()
+	resp, data := b.do(t, http.MethodGet, "/v1/idempotency_keys/"+url.PathEscape(idemKey), apiKey, nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(data))
+	var k keyState
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	require.NoError(t, dec.Decode(&k), string(data))
+	return k
+}
+
+// simIntents returns the simulator's payment intents, decoded.
+func (b *testBundle) simIntents(t *testing.T) []simIntent {
+	t.Helper()
+	raw, err := b.sim.Objects("payment_intent")
+	require.NoError(t, err)
+	out := make([]simIntent, 0, len(raw))
+	for _, r := range raw {
+		var pi simIntent
+		require.NoError(t, json.Unmarshal(r, &pi))
+		out = append(out, pi)
+	}
+	return out
+}
+
+// simIntentsFor returns the payment intents made for one payment.
+func (b *testBundle) simIntentsFor(t *testing.T, paymentID string) []simIntent {
+	t.Helper()
+	var out []simIntent
+	for _, pi := range b.simIntents(t) {
+		if pi.Metadata["payment"] == paymentID {
+			out = append(out, pi)
+		}
+	}
+	return out
+}
+
+type simIntent struct {
+	ID               string            `json:"id"`
+	Status           string            `json:"status"`
+	Amount           int64             `json:"amount"`
+	AmountReceived   int64             `json:"amount_received"`
+	AmountCapturable int64             `json:"amount_capturable"`
+	Metadata         map[string]string `json:"metadata"`
+}
+
+// simRequests returns the simulator's log of method path requests.
+func (b *testBundle) simRequests(method, path string) []stripesim.RequestRecord {
+	var out []stripesim.RequestRecord
+	for _, r := range b.sim.Requests() {
+		if r.Method == method && r.Path == path {
+			out = append(out, r)
+		}
+	}
+	return out
+}
+
+// simIntentCreations counts the PaymentIntent creations the simulator
+// executed (received and not answered from its idempotency store).
+func (b *testBundle) simIntentCreations() int {
+	n := 0
+	for _, r := range b.simRequests(http.MethodPost, "/v1/payment_intents") {
+		if !r.Replayed {
+			n++
+		}
+	}
+	return n
+}
+
+// addFault arms a fault on PaymentIntent creation.
+func (b *testBundle) addFault(t *testing.T, kind stripesim.FaultKind, delay time.Duration) {
+	t.Helper()
+	require.NoError(t, b.sim.AddFault(stripesim.Fault{
+		PathPrefix: "/v1/payment_intents", Method: http.MethodPost, Kind: kind, DelayMS: int(delay.Milliseconds()),
+	}))
+}
+
+// requireEventually polls cond until it holds, failing after a deadline.
+func requireEventually(t *testing.T, what string, cond func() bool) {
+	t.Helper()
+	deadline := time.Now().Add(10 * time.Second)
+	for !cond() {
+		if time.Now().After(deadline) {
+			require.FailNow(t, "timed out waiting: "+what)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+}
+
+// stagedJobs lists "kind type" of the jobs staged by apiKey's user for idemKey.
+func (b *testBundle) stagedJobs(t *testing.T, email, idemKey string) []string {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `
+		SELECT j.kind || coalesce(' ' || (j.args->>'type'), '')
+		FROM staged_jobs j
+		JOIN idempotency_keys k ON k.id = j.idempotency_key_id
+		JOIN users u ON u.id = k.user_id
+		WHERE u.email = $1 AND k.idempotency_key = $2
+		ORDER BY j.kind`, email, idemKey)
+	require.NoError(t, err)
+	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return jobs
 }

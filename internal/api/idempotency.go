@@ -30,7 +30,8 @@ func echoIdempotencyKey(next http.Handler) http.Handler {
 func idempotencyKey(r *http.Request) (string, error) {
 	values := r.Header.Values("Idempotency-Key")
 	switch {
-	case len(values) == 0 || values[0] == "":
+	// Only an absent header is missing; one sent empty is invalid (a key is 1 to 255 characters).
+	case len(values) == 0:
 		return "", problem.New(http.StatusBadRequest, problem.IdempotencyKeyMissing,
 			"Send an Idempotency-Key header with every POST: a unique value (a UUID, say) per logical request.")
 	case len(values) > 1:

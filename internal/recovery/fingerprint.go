@@ -28,14 +28,16 @@ func CanonicalJSON(body []byte) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return []byte("{}"), nil
 	}
+	// Decoder.More misses trailing closers ("{}}" would pass as "{}"), so
+	// the whole body is checked to be exactly one JSON value first.
+	if !json.Valid(body) {
+		return nil, fmt.Errorf("canonical JSON: not one valid JSON value")
+	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
 	var v any
 	if err := dec.Decode(&v); err != nil {
 		return nil, fmt.Errorf("canonical JSON: %w", err)
-	}
-	if dec.More() {
-		return nil, fmt.Errorf("canonical JSON: more than one value")
 	}
 	var buf bytes.Buffer
 	enc := json.NewEncoder(&buf)

@@ -1,8 +1,10 @@
 package api_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -251,4 +253,22 @@ func TestStagedJobs_eachStateChangeStagesItsJobs(t *testing.T) {
 	// Replays stage nothing more.
 	b.createPayment(t, aliceKey, "captured", visaBody)
 	require.Equal(t, 6, b.count(t, "SELECT count(*) FROM staged_jobs"))
+}
+
+func TestCancel_ofADeclinedPaymentIsRefused(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	resp, body := b.do(t, http.MethodPost, "/v1/payments", aliceKey,
+		strings.NewReader(`{"amount":1000,"currency":"usd","payment_method":"pm_card_chargeDeclined","capture":false}`),
+		http.Header{"Content-Type": {"application/json"}, "Idempotency-Key": {"declined-then-cancel"}})
+	require.Equal(t, http.StatusPaymentRequired, resp.StatusCode, string(body))
+	var declined struct{ Payment string }
+	require.NoError(t, json.Unmarshal(body, &declined))
+
+	resp, body = b.do(t, http.MethodPost, "/v1/payments/"+declined.Payment+"/cancel", aliceKey, nil,
+		http.Header{"Idempotency-Key": {"cancel-declined"}})
+	requireProblem(t, resp, body, http.StatusBadRequest, "payment_not_capturable")
+	resp, body = b.do(t, http.MethodGet, "/v1/payments/"+declined.Payment, aliceKey, nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	require.Contains(t, string(body), `"status":"failed"`, "a declined payment stays failed")
 }

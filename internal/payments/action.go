@@ -43,7 +43,9 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 	if err != nil {
 		return actionResult{}, err
 	}
-	if pay.StripePaymentIntent == nil {
+	// A payment that never got an authorisation can never get one: refusing
+	// it here is safe, whatever this request did before.
+	if pay.StripePaymentIntent == nil || pay.Status == StatusFailed {
 		return actionResult{refusal: fmt.Sprintf("Payment %s is %s and was never authorised.", pay.ID, pay.Status)}, nil
 	}
 	pi, err := call(ctx, k.ChildKey(step), *pay.StripePaymentIntent, p)

@@ -210,7 +210,7 @@ SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempoten
     )::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = $3 AND idempotency_key = $4
-  AND expires_at > coalesce($1::timestamptz, now())
+  AND (expires_at > coalesce($1::timestamptz, now()) OR recovery_point <> 'finished')
 `
 
 type GetIdempotencyKeyStateParams struct {
@@ -225,7 +225,8 @@ type GetIdempotencyKeyStateRow struct {
 	LockLive       bool
 }
 
-// A key as its owner may inspect it; an expired key is gone.
+// A key as its owner may inspect it. A finished key past its TTL is gone;
+// an unfinished one stays visible, since a retry would still resume it.
 func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetIdempotencyKeyStateParams) (GetIdempotencyKeyStateRow, error) {
 	row := db.QueryRow(ctx, getIdempotencyKeyState,
 		arg.Now,

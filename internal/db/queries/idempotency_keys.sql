@@ -65,14 +65,15 @@ SET locked_at = NULL
 WHERE id = @id AND lock_token = @lock_token;
 
 -- name: GetIdempotencyKeyState :one
--- A key as its owner may inspect it; an expired key is gone.
+-- A key as its owner may inspect it. A finished key past its TTL is gone;
+-- an unfinished one stays visible, since a retry would still resume it.
 SELECT sqlc.embed(idempotency_keys),
     (locked_at IS NOT NULL
         AND locked_at > coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8)
     )::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
-  AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
+  AND (expires_at > coalesce(sqlc.narg('now')::timestamptz, now()) OR recovery_point <> 'finished');
 
 -- name: ClaimAbandonedKeys :many
 -- The completer's batch: unfinished keys nobody holds (or whose holder's

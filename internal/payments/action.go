@@ -9,7 +9,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
@@ -77,9 +76,10 @@ func (s *Service) findActionResult(ctx context.Context, k *recovery.Key, done st
 	return actionResult{intent: pi}, pi.Status == done, nil
 }
 
-// recordAction locks the payment and applies update to it, or answers a refusal.
+// recordAction locks the payment and makes the move Stripe reported (the
+// move stages its event), or answers a refusal.
 func recordAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult, action string, next recovery.RecoveryPoint,
-	update func(ctx context.Context, pay Payment, pi *stripe.PaymentIntent) (dbsqlc.Payment, error)) (recovery.Outcome, error) {
+	move func(pi *stripe.PaymentIntent) transition) (recovery.Outcome, error) {
 	if res.intent == nil {
 		answer := problem.New(http.StatusBadRequest, problem.PaymentNotCapturable, "%s", res.refusal)
 		return recovery.Respond(answer.Status, answer.JSON()), nil
@@ -88,18 +88,12 @@ func recordAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionRes
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	row, err := queries.GetPaymentForUpdate(ctx, tx, dbsqlc.GetPaymentForUpdateParams{ID: p.Payment, UserID: k.UserID})
+	pay, err := lockPayment(ctx, tx, p.Payment)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	pay, err := fromRow(row)
-	if err != nil {
-		return recovery.Outcome{}, err
-	}
-	if row, err = update(ctx, pay, res.intent); err != nil {
-		return recovery.Outcome{}, err
-	}
-	if pay, err = fromRow(row); err != nil {
+	// A webhook may have made the move already; then it staged the event.
+	if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, move(res.intent)); err != nil {
 		return recovery.Outcome{}, err
 	}
 	if err := audit(ctx, tx, k, action, pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
@@ -108,8 +102,8 @@ func recordAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionRes
 	return recovery.Next(next), nil
 }
 
-// finishAction stages the action's event (and a receipt, if asked) and answers 200 with the payment.
-func finishAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, eventType string, receipt bool) (recovery.Outcome, error) {
+// finishAction answers 200 with the payment as it now stands.
+func finishAction(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p ActionParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
@@ -117,14 +111,6 @@ func finishAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, eventType str
 	pay, err := Get(ctx, tx, k.UserID, p.Payment)
 	if err != nil {
 		return recovery.Outcome{}, err
-	}
-	if err := stagePaymentEvent(ctx, tx, k, eventType, pay); err != nil {
-		return recovery.Outcome{}, err
-	}
-	if receipt {
-		if err := stageReceipt(ctx, tx, k, pay); err != nil {
-			return recovery.Outcome{}, err
-		}
 	}
 	return respond(http.StatusOK, pay)
 }

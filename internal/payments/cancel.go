@@ -6,7 +6,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -15,10 +14,10 @@ import (
 //
 //	started
 //	  │ Stripe: cancel the PaymentIntent, child key "cancel_payment"
-//	  │ tx: record it (canceled); a refusal is final: 400 stored
+//	  │ tx: record it (canceled; payment.canceled staged); a refusal is final: 400 stored
 //	  ▼
 //	payment_canceled
-//	  │ tx: stage payment.canceled, store 200
+//	  │ tx: store 200
 //	  ▼
 //	finished
 const (
@@ -50,13 +49,12 @@ func (s *Service) cancelPaymentIntent(ctx context.Context, k *recovery.Key) (act
 
 // recordCancel: started -> payment_canceled, or finished on a refusal.
 func (s *Service) recordCancel(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
-	return recordAction(ctx, tx, k, res, "payment.canceled", PaymentCanceled,
-		func(ctx context.Context, pay Payment, _ *stripe.PaymentIntent) (dbsqlc.Payment, error) {
-			return queries.RecordCancel(ctx, tx, pay.ID)
-		})
+	return recordAction(ctx, tx, k, res, "payment.canceled", PaymentCanceled, func(*stripe.PaymentIntent) transition {
+		return transition{to: StatusCanceled}
+	})
 }
 
 // finishCancel: payment_canceled -> finished.
 func (s *Service) finishCancel(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
-	return finishAction(ctx, tx, k, "payment.canceled", false)
+	return finishAction(ctx, tx, k)
 }

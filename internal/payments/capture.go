@@ -6,7 +6,6 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
-	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -15,10 +14,11 @@ import (
 //
 //	started
 //	  │ Stripe: capture the PaymentIntent, child key "capture_payment"
-//	  │ tx: record it (succeeded, amount_captured); a refusal is final: 400 stored
+//	  │ tx: record it (succeeded, amount_captured; payment.captured and the
+//	  │     receipt staged); a refusal is final: 400 stored
 //	  ▼
 //	payment_captured
-//	  │ tx: stage payment.captured and the receipt, store 200
+//	  │ tx: store 200
 //	  ▼
 //	finished
 const (
@@ -50,13 +50,12 @@ func (s *Service) capturePaymentIntent(ctx context.Context, k *recovery.Key) (ac
 
 // recordCapture: started -> payment_captured, or finished on a refusal.
 func (s *Service) recordCapture(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
-	return recordAction(ctx, tx, k, res, "payment.captured", PaymentCaptured,
-		func(ctx context.Context, pay Payment, pi *stripe.PaymentIntent) (dbsqlc.Payment, error) {
-			return queries.RecordCapture(ctx, tx, dbsqlc.RecordCaptureParams{ID: pay.ID, AmountCaptured: pi.AmountReceived})
-		})
+	return recordAction(ctx, tx, k, res, "payment.captured", PaymentCaptured, func(pi *stripe.PaymentIntent) transition {
+		return transition{to: StatusSucceeded, amountCaptured: pi.AmountReceived}
+	})
 }
 
 // finishCapture: payment_captured -> finished.
 func (s *Service) finishCapture(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
-	return finishAction(ctx, tx, k, "payment.captured", true)
+	return finishAction(ctx, tx, k)
 }

@@ -12,7 +12,6 @@ import (
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
-	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/stripeclient"
 )
 
@@ -23,11 +22,12 @@ import (
 //	  ▼
 //	payment_created
 //	  │ Stripe: create and confirm a PaymentIntent, child key "payment_intent"
-//	  │ tx: record it (succeeded or requires_capture); a decline is final:
-//	  │     the payment is failed, payment.failed is staged, 402 is stored
+//	  │ tx: record it (succeeded, with payment.succeeded and the receipt
+//	  │     staged; or requires_capture); a decline is final: the payment is
+//	  │     failed, payment.failed is staged, 402 is stored
 //	  ▼
 //	payment_intent_created
-//	  │ tx: stage payment.succeeded and the receipt, store 201
+//	  │ tx: store 201
 //	  ▼
 //	finished
 const (
@@ -151,23 +151,21 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx pgx.Tx, k *recover
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
+	if pay, err = lockPayment(ctx, tx, pay.ID); err != nil {
+		return recovery.Outcome{}, err
+	}
 	if res.intent == nil {
 		return s.failPayment(ctx, tx, k, pay, res)
 	}
-	status, captured := StatusRequiresCapture, int64(0)
+	t := transition{to: StatusRequiresCapture, intent: res.intent.ID}
 	if res.intent.Status == stripe.PaymentIntentStatusSucceeded {
-		status, captured = StatusSucceeded, res.intent.AmountReceived
+		t = transition{to: StatusSucceeded, intent: res.intent.ID, amountCaptured: res.intent.AmountReceived}
 	}
-	row, err := queries.RecordPaymentIntent(ctx, tx, dbsqlc.RecordPaymentIntentParams{
-		ID: pay.ID, StripePaymentIntent: toText(&res.intent.ID), Status: string(status), AmountCaptured: captured,
-	})
-	if err != nil {
+	// A webhook may have made the move already; then it staged the event.
+	if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, t); err != nil {
 		return recovery.Outcome{}, err
 	}
-	if pay, err = fromRow(row); err != nil {
-		return recovery.Outcome{}, err
-	}
-	if err := audit(ctx, tx, k, "payment."+string(status), pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
+	if err := audit(ctx, tx, k, "payment."+string(t.to), pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Next(PaymentIntentCreated), nil
@@ -176,58 +174,40 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx pgx.Tx, k *recover
 // failPayment records a final refusal from Stripe and answers it: 402 for
 // a declined card, 400 for anything else Stripe refused.
 func (s *Service) failPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key, pay Payment, res intentResult) (recovery.Outcome, error) {
-	params := dbsqlc.RecordPaymentFailureParams{ID: pay.ID}
+	t := transition{to: StatusFailed}
 	var answer *problem.Problem
 	if d := res.decline; d != nil {
-		reason := d.DeclineCode
-		if reason == "" {
-			reason = d.Code
-		}
-		params.FailureCode, params.FailureMessage = toText(&reason), toText(&d.Message)
-		if d.PaymentIntent != "" {
-			params.StripePaymentIntent = toText(&d.PaymentIntent)
+		t.failureCode, t.failureMessage, t.intent = d.DeclineCode, d.Message, d.PaymentIntent
+		if t.failureCode == "" {
+			t.failureCode = d.Code
 		}
 		answer = problem.New(http.StatusPaymentRequired, problem.CardDeclined, "%s", d.Message)
-		answer.DeclineCode, answer.Payment = reason, pay.ID
+		answer.DeclineCode, answer.Payment = t.failureCode, pay.ID
 	} else {
-		code, msg := "payment_refused", stripeMessage(res.refusal)
+		t.failureCode, t.failureMessage = "payment_refused", stripeMessage(res.refusal)
 		var se *stripe.Error
 		if errors.As(res.refusal, &se) && se.Code != "" {
-			code = string(se.Code)
+			t.failureCode = string(se.Code)
 		}
-		params.FailureCode, params.FailureMessage = toText(&code), toText(&msg)
-		answer = problem.New(http.StatusBadRequest, problem.ValidationFailed, "The payment processor refused the payment: %s", msg)
+		answer = problem.New(http.StatusBadRequest, problem.ValidationFailed, "The payment processor refused the payment: %s", t.failureMessage)
 		answer.Payment = pay.ID
 	}
-	row, err := queries.RecordPaymentFailure(ctx, tx, params)
+	pay, _, err := transitionTx(ctx, tx, keyID(k), pay, t)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if pay, err = fromRow(row); err != nil {
-		return recovery.Outcome{}, err
-	}
-	if err := audit(ctx, tx, k, "payment.failed", pay, map[string]string{"failure_code": *pay.FailureCode}); err != nil {
-		return recovery.Outcome{}, err
-	}
-	if err := stagePaymentEvent(ctx, tx, k, "payment.failed", pay); err != nil {
+	if err := audit(ctx, tx, k, "payment.failed", pay, map[string]string{"failure_code": t.failureCode}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Respond(answer.Status, answer.JSON()), nil
 }
 
-// finishCreate: payment_intent_created -> finished.
+// finishCreate: payment_intent_created -> finished. The events were staged
+// with the move they announce; what is left is the answer.
 func (s *Service) finishCreate(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	pay, err := s.paymentOfTx(ctx, tx, k)
 	if err != nil {
 		return recovery.Outcome{}, err
-	}
-	if pay.Status == StatusSucceeded {
-		if err := stagePaymentEvent(ctx, tx, k, "payment.succeeded", pay); err != nil {
-			return recovery.Outcome{}, err
-		}
-		if err := stageReceipt(ctx, tx, k, pay); err != nil {
-			return recovery.Outcome{}, err
-		}
 	}
 	return respond(http.StatusCreated, pay)
 }
@@ -251,20 +231,12 @@ func (s *Service) paymentOfTx(ctx context.Context, db dbsqlc.DBTX, k *recovery.K
 	return fromRow(row)
 }
 
+// stagePaymentEvent stages a merchant event about pay for the request k.
 func stagePaymentEvent(ctx context.Context, tx pgx.Tx, k *recovery.Key, eventType string, pay Payment) error {
-	object, err := json.Marshal(pay)
-	if err != nil {
-		return err
-	}
-	return stagedjobs.StageTx(ctx, tx, k.ID, stagedjobs.Job{
-		Kind: stagedjobs.MerchantEvent,
-		Args: stagedjobs.NewEventArgs(k.UserID, eventType, object),
-	})
+	return stage(ctx, tx, keyID(k), eventJob(k.UserID, eventType, pay))
 }
 
+// stageReceipt stages a receipt for pay's captured amount for the request k.
 func stageReceipt(ctx context.Context, tx pgx.Tx, k *recovery.Key, pay Payment) error {
-	return stagedjobs.StageTx(ctx, tx, k.ID, stagedjobs.Job{
-		Kind: stagedjobs.ReceiptEmail,
-		Args: stagedjobs.ReceiptArgs{UserID: k.UserID, Payment: pay.ID, Amount: pay.AmountCaptured, Currency: pay.Currency, Reason: "payment"},
-	})
+	return stage(ctx, tx, keyID(k), receiptJob(pay))
 }

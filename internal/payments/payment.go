@@ -29,6 +29,7 @@ const (
 // minor unit.
 type Payment struct {
 	ID                  string
+	UserID              int64 // the owner; not part of the API object
 	Amount              int64
 	Currency            string
 	Status              Status
@@ -143,6 +144,7 @@ func fromRow(row dbsqlc.Payment) (Payment, error) {
 	}
 	return Payment{
 		ID:                  row.ID,
+		UserID:              row.UserID,
 		Amount:              row.Amount,
 		Currency:            row.Currency,
 		Status:              Status(row.Status),

@@ -76,6 +76,16 @@ const notifyChannel = "staged_jobs"
 // key keyID. It has no pool variant on purpose: a job staged outside the
 // transaction of its change could announce a change that never happened.
 func StageTx(ctx context.Context, tx pgx.Tx, keyID uuid.UUID, jobs ...Job) error {
+	return stageTx(ctx, tx, &keyID, jobs)
+}
+
+// StageUnkeyedTx stages jobs inside tx for a change no request with an
+// idempotency key made: one a Stripe webhook announced, say.
+func StageUnkeyedTx(ctx context.Context, tx pgx.Tx, jobs ...Job) error {
+	return stageTx(ctx, tx, nil, jobs)
+}
+
+func stageTx(ctx context.Context, tx pgx.Tx, keyID *uuid.UUID, jobs []Job) error {
 	if len(jobs) == 0 {
 		return nil
 	}
@@ -88,7 +98,7 @@ func StageTx(ctx context.Context, tx pgx.Tx, keyID uuid.UUID, jobs ...Job) error
 			return fmt.Errorf("staging %s: %w", job.Kind, err)
 		}
 		if err := queries.InsertStagedJob(ctx, tx, dbsqlc.InsertStagedJobParams{
-			Kind: string(job.Kind), Args: args, IdempotencyKeyID: &keyID,
+			Kind: string(job.Kind), Args: args, IdempotencyKeyID: keyID,
 		}); err != nil {
 			return fmt.Errorf("staging %s: %w", job.Kind, err)
 		}

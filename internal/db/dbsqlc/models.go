@@ -78,6 +78,7 @@ type Payment struct {
 	CreatedAt           time.Time
 	UpdatedAt           time.Time
 	IdempotencyKeyID    *uuid.UUID
+	StripeEventAt       pgtype.Timestamptz
 }
 
 type Receipt struct {
@@ -94,6 +95,14 @@ type StagedJob struct {
 	Args             []byte
 	IdempotencyKeyID *uuid.UUID
 	CreatedAt        time.Time
+}
+
+type StripeEvent struct {
+	ID         string
+	Type       string
+	OccurredAt time.Time
+	ReceivedAt time.Time
+	Outcome    string
 }
 
 type User struct {

@@ -14,7 +14,7 @@ import (
 )
 
 const getPayment = `-- name: GetPayment :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at FROM payments
 WHERE id = $1 AND user_id = $2
 `
 
@@ -45,12 +45,45 @@ func (q *Queries) GetPayment(ctx context.Context, db DBTX, arg GetPaymentParams)
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
+	)
+	return i, err
+}
+
+const getPaymentByIDForUpdate = `-- name: GetPaymentByIDForUpdate :one
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at FROM payments WHERE id = $1 FOR UPDATE
+`
+
+// Any user's payment, locked: for Stripe's webhooks, which name payments by
+// their PaymentIntent's metadata.
+func (q *Queries) GetPaymentByIDForUpdate(ctx context.Context, db DBTX, id string) (Payment, error) {
+	row := db.QueryRow(ctx, getPaymentByIDForUpdate, id)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
 	)
 	return i, err
 }
 
 const getPaymentByIdempotencyKey = `-- name: GetPaymentByIdempotencyKey :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments WHERE idempotency_key_id = $1
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at FROM payments WHERE idempotency_key_id = $1
 `
 
 // The payment a create request made, found again after a crash.
@@ -75,12 +108,43 @@ func (q *Queries) GetPaymentByIdempotencyKey(ctx context.Context, db DBTX, idemp
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
+	)
+	return i, err
+}
+
+const getPaymentByIntentForUpdate = `-- name: GetPaymentByIntentForUpdate :one
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at FROM payments WHERE stripe_payment_intent = $1 FOR UPDATE
+`
+
+func (q *Queries) GetPaymentByIntentForUpdate(ctx context.Context, db DBTX, stripePaymentIntent pgtype.Text) (Payment, error) {
+	row := db.QueryRow(ctx, getPaymentByIntentForUpdate, stripePaymentIntent)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
 	)
 	return i, err
 }
 
 const getPaymentForUpdate = `-- name: GetPaymentForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments WHERE id = $1 AND user_id = $2 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at FROM payments WHERE id = $1 AND user_id = $2 FOR UPDATE
 `
 
 type GetPaymentForUpdateParams struct {
@@ -110,6 +174,7 @@ func (q *Queries) GetPaymentForUpdate(ctx context.Context, db DBTX, arg GetPayme
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
 	)
 	return i, err
 }
@@ -117,7 +182,7 @@ func (q *Queries) GetPaymentForUpdate(ctx context.Context, db DBTX, arg GetPayme
 const insertPayment = `-- name: InsertPayment :one
 INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id)
 VALUES ($1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9)
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at
 `
 
 type InsertPaymentParams struct {
@@ -163,12 +228,13 @@ func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentP
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
 	)
 	return i, err
 }
 
 const listPayments = `-- name: ListPayments :many
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at FROM payments
 WHERE user_id = $1
   AND (created_at, id) < ($2::timestamptz, $3::text)
 ORDER BY created_at DESC, id DESC
@@ -216,6 +282,7 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.IdempotencyKeyID,
+			&i.StripeEventAt,
 		); err != nil {
 			return nil, err
 		}
@@ -227,52 +294,35 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 	return items, nil
 }
 
-const recordCancel = `-- name: RecordCancel :one
-UPDATE payments
-SET status = 'canceled', updated_at = now()
-WHERE id = $1
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+const noteStripeEvent = `-- name: NoteStripeEvent :exec
+UPDATE payments SET stripe_event_at = greatest(stripe_event_at, $1::timestamptz) WHERE id = $2
 `
 
-func (q *Queries) RecordCancel(ctx context.Context, db DBTX, id string) (Payment, error) {
-	row := db.QueryRow(ctx, recordCancel, id)
-	var i Payment
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.Amount,
-		&i.Currency,
-		&i.Status,
-		&i.Capture,
-		&i.AmountCaptured,
-		&i.AmountRefunded,
-		&i.PaymentMethod,
-		&i.StripePaymentIntent,
-		&i.FailureCode,
-		&i.FailureMessage,
-		&i.Description,
-		&i.Metadata,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.IdempotencyKeyID,
-	)
-	return i, err
+type NoteStripeEventParams struct {
+	OccurredAt time.Time
+	ID         string
 }
 
-const recordCapture = `-- name: RecordCapture :one
+func (q *Queries) NoteStripeEvent(ctx context.Context, db DBTX, arg NoteStripeEventParams) error {
+	_, err := db.Exec(ctx, noteStripeEvent, arg.OccurredAt, arg.ID)
+	return err
+}
+
+const raiseAmountRefunded = `-- name: RaiseAmountRefunded :one
 UPDATE payments
-SET status = 'succeeded', amount_captured = $1, updated_at = now()
+SET amount_refunded = greatest(amount_refunded, least($1::bigint, amount_captured)), updated_at = now()
 WHERE id = $2
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at
 `
 
-type RecordCaptureParams struct {
-	AmountCaptured int64
+type RaiseAmountRefundedParams struct {
+	AmountRefunded int64
 	ID             string
 }
 
-func (q *Queries) RecordCapture(ctx context.Context, db DBTX, arg RecordCaptureParams) (Payment, error) {
-	row := db.QueryRow(ctx, recordCapture, arg.AmountCaptured, arg.ID)
+// Never lowers it: our refunds and Stripe's charge.refunded may arrive in any order.
+func (q *Queries) RaiseAmountRefunded(ctx context.Context, db DBTX, arg RaiseAmountRefundedParams) (Payment, error) {
+	row := db.QueryRow(ctx, raiseAmountRefunded, arg.AmountRefunded, arg.ID)
 	var i Payment
 	err := row.Scan(
 		&i.ID,
@@ -292,28 +342,39 @@ func (q *Queries) RecordCapture(ctx context.Context, db DBTX, arg RecordCaptureP
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
 	)
 	return i, err
 }
 
-const recordPaymentFailure = `-- name: RecordPaymentFailure :one
+const transitionPayment = `-- name: TransitionPayment :one
 UPDATE payments
-SET status = 'failed', stripe_payment_intent = coalesce($1, stripe_payment_intent),
-    failure_code = $2, failure_message = $3, updated_at = now()
-WHERE id = $4
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
+SET status = $1,
+    stripe_payment_intent = coalesce($2, stripe_payment_intent),
+    amount_captured = coalesce($3, amount_captured),
+    failure_code = coalesce($4, failure_code),
+    failure_message = coalesce($5, failure_message),
+    updated_at = now()
+WHERE id = $6
+RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at
 `
 
-type RecordPaymentFailureParams struct {
+type TransitionPaymentParams struct {
+	Status              string
 	StripePaymentIntent pgtype.Text
+	AmountCaptured      pgtype.Int8
 	FailureCode         pgtype.Text
 	FailureMessage      pgtype.Text
 	ID                  string
 }
 
-func (q *Queries) RecordPaymentFailure(ctx context.Context, db DBTX, arg RecordPaymentFailureParams) (Payment, error) {
-	row := db.QueryRow(ctx, recordPaymentFailure,
+// Moves a payment to a new status with what Stripe said about it. Only
+// transitionTx calls it, after checking the move is allowed.
+func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg TransitionPaymentParams) (Payment, error) {
+	row := db.QueryRow(ctx, transitionPayment,
+		arg.Status,
 		arg.StripePaymentIntent,
+		arg.AmountCaptured,
 		arg.FailureCode,
 		arg.FailureMessage,
 		arg.ID,
@@ -337,51 +398,7 @@ func (q *Queries) RecordPaymentFailure(ctx context.Context, db DBTX, arg RecordP
 		&i.CreatedAt,
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
-	)
-	return i, err
-}
-
-const recordPaymentIntent = `-- name: RecordPaymentIntent :one
-UPDATE payments
-SET stripe_payment_intent = $1, status = $2, amount_captured = $3, updated_at = now()
-WHERE id = $4
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id
-`
-
-type RecordPaymentIntentParams struct {
-	StripePaymentIntent pgtype.Text
-	Status              string
-	AmountCaptured      int64
-	ID                  string
-}
-
-// Stripe accepted the payment: authorised (requires_capture) or captured (succeeded).
-func (q *Queries) RecordPaymentIntent(ctx context.Context, db DBTX, arg RecordPaymentIntentParams) (Payment, error) {
-	row := db.QueryRow(ctx, recordPaymentIntent,
-		arg.StripePaymentIntent,
-		arg.Status,
-		arg.AmountCaptured,
-		arg.ID,
-	)
-	var i Payment
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.Amount,
-		&i.Currency,
-		&i.Status,
-		&i.Capture,
-		&i.AmountCaptured,
-		&i.AmountRefunded,
-		&i.PaymentMethod,
-		&i.StripePaymentIntent,
-		&i.FailureCode,
-		&i.FailureMessage,
-		&i.Description,
-		&i.Metadata,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
 	)
 	return i, err
 }

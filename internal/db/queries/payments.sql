@@ -25,28 +25,33 @@ SELECT * FROM payments WHERE idempotency_key_id = @idempotency_key_id;
 -- The payment under a row lock, for a flow about to change it.
 SELECT * FROM payments WHERE id = @id AND user_id = @user_id FOR UPDATE;
 
--- name: RecordPaymentIntent :one
--- Stripe accepted the payment: authorised (requires_capture) or captured (succeeded).
+-- name: GetPaymentByIDForUpdate :one
+-- Any user's payment, locked: for Stripe's webhooks, which name payments by
+-- their PaymentIntent's metadata.
+SELECT * FROM payments WHERE id = @id FOR UPDATE;
+
+-- name: GetPaymentByIntentForUpdate :one
+SELECT * FROM payments WHERE stripe_payment_intent = @stripe_payment_intent FOR UPDATE;
+
+-- name: TransitionPayment :one
+-- Moves a payment to a new status with what Stripe said about it. Only
+-- transitionTx calls it, after checking the move is allowed.
 UPDATE payments
-SET stripe_payment_intent = @stripe_payment_intent, status = @status, amount_captured = @amount_captured, updated_at = now()
+SET status = @status,
+    stripe_payment_intent = coalesce(sqlc.narg('stripe_payment_intent'), stripe_payment_intent),
+    amount_captured = coalesce(sqlc.narg('amount_captured'), amount_captured),
+    failure_code = coalesce(sqlc.narg('failure_code'), failure_code),
+    failure_message = coalesce(sqlc.narg('failure_message'), failure_message),
+    updated_at = now()
 WHERE id = @id
 RETURNING *;
 
--- name: RecordPaymentFailure :one
+-- name: RaiseAmountRefunded :one
+-- Never lowers it: our refunds and Stripe's charge.refunded may arrive in any order.
 UPDATE payments
-SET status = 'failed', stripe_payment_intent = coalesce(sqlc.narg('stripe_payment_intent'), stripe_payment_intent),
-    failure_code = @failure_code, failure_message = @failure_message, updated_at = now()
+SET amount_refunded = greatest(amount_refunded, least(@amount_refunded::bigint, amount_captured)), updated_at = now()
 WHERE id = @id
 RETURNING *;
 
--- name: RecordCapture :one
-UPDATE payments
-SET status = 'succeeded', amount_captured = @amount_captured, updated_at = now()
-WHERE id = @id
-RETURNING *;
-
--- name: RecordCancel :one
-UPDATE payments
-SET status = 'canceled', updated_at = now()
-WHERE id = @id
-RETURNING *;
+-- name: NoteStripeEvent :exec
+UPDATE payments SET stripe_event_at = greatest(stripe_event_at, @occurred_at::timestamptz) WHERE id = @id;

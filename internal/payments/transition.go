@@ -1,0 +1,115 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/stagedjobs"
+)
+
+// A payment's life, and the event each move announces to the merchant:
+//
+//	processing ──────────────> succeeded          payment.succeeded (+ receipt)
+//	    │  └─────────────────> failed             payment.failed
+//	    └──> requires_capture ─> succeeded        payment.captured (+ receipt)
+//	                  │  └─────> canceled         payment.canceled
+//	                  └────────> failed           payment.failed (the authorisation lapsed)
+//
+// A flow (create, capture, cancel) and a Stripe webhook may both learn of
+// the same change, in either order. Whichever applies it first makes the
+// move and stages its event, in its own transaction and under the payment's
+// row lock; the other finds the move already made and stages nothing. So
+// each change yields exactly one event.
+var moves = map[[2]Status]string{
+	{StatusProcessing, StatusSucceeded}:       "payment.succeeded",
+	{StatusProcessing, StatusFailed}:          "payment.failed",
+	{StatusProcessing, StatusRequiresCapture}: "",
+	{StatusRequiresCapture, StatusSucceeded}:  "payment.captured",
+	{StatusRequiresCapture, StatusCanceled}:   "payment.canceled",
+	{StatusRequiresCapture, StatusFailed}:     "payment.failed",
+}
+
+// transition is a move to make and what Stripe said with it.
+type transition struct {
+	to             Status
+	intent         string // the PaymentIntent, when it is new to us
+	amountCaptured int64  // for a move to succeeded
+	failureCode    string // for a move to failed
+	failureMessage string
+}
+
+// transitionTx makes the move t on pay, which the caller holds locked in
+// tx, if the payment's life allows it, and stages the event that announces
+// it (and a receipt when money was captured). keyID is the request making
+// the change; nil for a Stripe webhook. It returns the payment as it now
+// stands and whether it moved.
+func transitionTx(ctx context.Context, tx pgx.Tx, keyID *uuid.UUID, pay Payment, t transition) (Payment, bool, error) {
+	event, allowed := moves[[2]Status{pay.Status, t.to}]
+	if !allowed {
+		return pay, false, nil
+	}
+	params := dbsqlc.TransitionPaymentParams{
+		ID: pay.ID, Status: string(t.to), StripePaymentIntent: textOrNull(t.intent),
+		FailureCode: textOrNull(t.failureCode), FailureMessage: textOrNull(t.failureMessage),
+	}
+	if t.to == StatusSucceeded {
+		params.AmountCaptured = pgtype.Int8{Int64: t.amountCaptured, Valid: true}
+	}
+	row, err := queries.TransitionPayment(ctx, tx, params)
+	if err != nil {
+		return pay, false, err
+	}
+	if pay, err = fromRow(row); err != nil {
+		return pay, false, err
+	}
+	if event == "" {
+		return pay, true, nil
+	}
+	jobs := []stagedjobs.Job{eventJob(pay.UserID, event, pay)}
+	if t.to == StatusSucceeded {
+		jobs = append(jobs, receiptJob(pay))
+	}
+	return pay, true, stage(ctx, tx, keyID, jobs...)
+}
+
+func eventJob(userID int64, eventType string, object any) stagedjobs.Job {
+	raw, err := json.Marshal(object)
+	if err != nil {
+		// Payments and refunds always marshal; a failure here is a bug.
+		panic(fmt.Sprintf("marshalling %T: %v", object, err))
+	}
+	return stagedjobs.Job{Kind: stagedjobs.MerchantEvent, Args: stagedjobs.NewEventArgs(userID, eventType, raw)}
+}
+
+func receiptJob(pay Payment) stagedjobs.Job {
+	return stagedjobs.Job{Kind: stagedjobs.ReceiptEmail, Args: stagedjobs.ReceiptArgs{
+		UserID: pay.UserID, Payment: pay.ID, Amount: pay.AmountCaptured, Currency: pay.Currency, Reason: "payment",
+	}}
+}
+
+// stage stages jobs for the request keyID, or for no request (a webhook).
+func stage(ctx context.Context, tx pgx.Tx, keyID *uuid.UUID, jobs ...stagedjobs.Job) error {
+	if keyID == nil {
+		return stagedjobs.StageUnkeyedTx(ctx, tx, jobs...)
+	}
+	return stagedjobs.StageTx(ctx, tx, *keyID, jobs...)
+}
+
+func textOrNull(s string) pgtype.Text {
+	return pgtype.Text{String: s, Valid: s != ""}
+}
+
+// lockPayment locks a payment for a change, by id.
+func lockPayment(ctx context.Context, tx pgx.Tx, id string) (Payment, error) {
+	row, err := queries.GetPaymentByIDForUpdate(ctx, tx, id)
+	if err != nil {
+		return Payment{}, err
+	}
+	return fromRow(row)
+}

@@ -13,8 +13,10 @@ import (
 	"github.com/example/payments/internal/db/dbsqlc"
 )
 
-// claim finds or creates the key row and takes its lock, in one transaction.
-// It returns the locked key, or the stored response of a finished one.
+// claim finds or creates the key row and takes its lock, in one transaction
+// that also commits the local phases that follow. It returns the locked key,
+// or the stored response of a finished one. A key returned with an error
+// was claimed and committed, and must be unlocked.
 func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error) {
 	fingerprint, err := Fingerprint(req.Method, req.Path, req.Body)
 	if err != nil {
@@ -26,27 +28,49 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	}
 	var k *Key
 	var replay *Response
+	var reached []RecoveryPoint
+	var out Outcome
 	// Two first requests with one key race to insert it: the loser's insert
 	// fails on the unique index, and its second claim finds the winner's row.
 	for attempt := 0; attempt < 2; attempt++ {
 		err = db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
-			if k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params); err != nil {
+			reached = nil
+			if k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params); err != nil || k == nil {
 				return err
 			}
-			if k != nil && k.lockToken == 1 { // a new key: this commit moves it to "started"
-				return e.cfg.Failpoints.Fire("before_commit:" + string(Started))
+			if k.lockToken == 1 { // a new key: this commit creates it at "started"
+				if err := e.cfg.Failpoints.Fire("before_commit:" + string(Started)); err != nil {
+					return err
+				}
 			}
-			return nil
+			// The claim is also the commit of the local phases that follow.
+			phase, local := req.Flow.isLocal(k.RecoveryPoint)
+			if !local {
+				return nil
+			}
+			first, err := phase.commit(ctx, tx, k, nil)
+			if err != nil {
+				return err
+			}
+			reached, out, err = e.commitTx(ctx, tx, req.Flow, k, first)
+			return err
 		})
 		if !db.IsUniqueViolation(err) {
 			break
 		}
 	}
-	if err == nil && k != nil && k.lockToken == 1 {
-		err = e.cfg.Failpoints.Fire("after_commit:" + string(Started))
+	if err != nil || k == nil {
+		return k, replay, err
 	}
-	return k, replay, err
+	// From here the key is ours and committed: an error must leave it
+	// unlocked for the next attempt (Execute sees to it).
+	if k.lockToken == 1 {
+		if err := e.cfg.Failpoints.Fire("after_commit:" + string(Started)); err != nil {
+			return k, nil, err
+		}
+	}
+	return k, nil, e.settle(k, reached, out)
 }
 
 func (e *Engine) claimTx(ctx context.Context, tx pgx.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {

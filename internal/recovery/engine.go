@@ -82,10 +82,14 @@ type Request struct {
 // recovery point; a retry resumes).
 func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
 	k, replay, err := e.claim(ctx, req)
-	if err != nil || replay != nil {
+	if k == nil || replay != nil {
 		return deref(replay), err
 	}
 	log := e.log.With(slog.String("idempotency_key_id", k.ID.String()), slog.String("flow", k.Flow))
+	if err != nil {
+		e.unlock(ctx, log, k)
+		return Response{}, err
+	}
 	return e.drive(ctx, log, req.Flow, k)
 }
 
@@ -98,7 +102,7 @@ func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key
 			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, flow.Name, k.RecoveryPoint)
 		}
 		from := k.RecoveryPoint
-		if err := e.runPhase(ctx, k, phase); err != nil {
+		if err := e.runPhase(ctx, flow, k, phase); err != nil {
 			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
 				e.unlock(ctx, log, k)
 			}
@@ -111,9 +115,10 @@ func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key
 	return Response{Status: k.ResponseCode, Body: k.responseBody}, nil
 }
 
-// runPhase makes the phase's external call, if any, then commits its work
-// and the key's move to the next recovery point in one fenced transaction.
-func (e *Engine) runPhase(ctx context.Context, k *Key, phase Phase) error {
+// runPhase makes the phase's external call, if any, then commits its work,
+// with the local phases that follow it, and the key's move in one fenced
+// transaction.
+func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) error {
 	var called any
 	switch {
 	case phase.call != nil && e.pastExternalWindow(k):
@@ -130,25 +135,20 @@ func (e *Engine) runPhase(ctx context.Context, k *Key, phase Phase) error {
 			return err
 		}
 	}
+	var reached []RecoveryPoint
 	var out Outcome
 	err := db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-		var err error
-		if out, err = phase.commit(ctx, tx, k, called); err != nil {
+		first, err := phase.commit(ctx, tx, k, called)
+		if err != nil {
 			return err
 		}
-		if err := e.moveKey(ctx, tx, k, out); err != nil {
-			return err
-		}
-		return e.cfg.Failpoints.Fire("before_commit:" + string(out.next))
+		reached, out, err = e.commitTx(ctx, tx, flow, k, first)
+		return err
 	})
 	if err != nil {
 		return err
 	}
-	k.RecoveryPoint = out.next
-	if out.response != nil {
-		k.ResponseCode, k.responseBody, k.Locked = out.response.Status, out.response.Body, false
-	}
-	return e.cfg.Failpoints.Fire("after_commit:" + string(out.next))
+	return e.settle(k, reached, out)
 }
 
 // moveKey records the outcome on the key row, fenced by the lock token.

@@ -20,6 +20,7 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/webhooks"
 	"github.com/example/payments/internal/worker"
 )
 
@@ -31,6 +32,7 @@ type app struct {
 	pool     *pgxpool.Pool
 	engine   *recovery.Engine
 	payments *payments.Service
+	webhooks *webhooks.Receiver
 	registry *prometheus.Registry
 }
 
@@ -52,9 +54,15 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (*app, error) {
 	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	if cfg.StripeWebhookSecret == "" {
+		log.Warn("STRIPE_WEBHOOK_SECRET is not set: every Stripe webhook delivery will be refused")
+	}
 	return &app{
 		cfg: cfg, log: log, pool: pool, engine: engine, registry: reg,
 		payments: payments.NewService(pool, engine, stripe),
+		webhooks: webhooks.NewReceiver(webhooks.Config{
+			Pool: pool, Secret: cfg.StripeWebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
+		}),
 	}, nil
 }
 
@@ -64,7 +72,7 @@ func (a *app) close() { a.pool.Close() }
 // connections and gives in-flight requests cfg.ShutdownTimeout to finish.
 func (a *app) serveAPI(ctx context.Context, ln net.Listener) error {
 	handler := api.NewHandler(api.Config{
-		Pool: a.pool, Engine: a.engine, Payments: a.payments, Logger: a.log, Registry: a.registry,
+		Pool: a.pool, Engine: a.engine, Payments: a.payments, Webhooks: a.webhooks, Logger: a.log, Registry: a.registry,
 	})
 	a.log.Info("API listening", slog.String("addr", ln.Addr().String()))
 	return a.serveHTTP(ctx, ln, handler, "API")

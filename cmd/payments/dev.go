@@ -36,8 +36,18 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer pg.Stop()
 		cfg.DatabaseURL = pg.URL("payments")
 	}
+	// Listen first: the simulator needs the API's address for its webhooks.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if cfg.StripeWebhookSecret == "" {
+		cfg.StripeWebhookSecret = devWebhookSecret
+	}
 	if cfg.StripeAPIBase == "" && cfg.StripeSecretKey == "" {
-		sim, err := startSimulator(cfg.StripesimAddr, "", "", log)
+		webhookURL := "http://" + ln.Addr().String() + "/v1/stripe/webhooks"
+		sim, err := startSimulator(cfg.StripesimAddr, webhookURL, cfg.StripeWebhookSecret, log)
 		if err != nil {
 			return err
 		}
@@ -57,13 +67,13 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := users.SeedDemoUsers(ctx, a.pool); err != nil {
 		return err
 	}
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
-	}
 	printWelcome(stdout, cfg, ln.Addr().String())
 	return runAll(ctx, a.runWorker, func(ctx context.Context) error { return a.serveAPI(ctx, ln) })
 }
+
+// devWebhookSecret signs the embedded simulator's webhooks in dev, on both
+// sides, unless STRIPE_WEBHOOK_SECRET says otherwise.
+const devWebhookSecret = "whsec_dev_0123456789abcdef"
 
 func startLocalPostgres(ctx context.Context, dataDir string, log *slog.Logger) (*pglocal.Server, error) {
 	pg, err := pglocal.Start(ctx, pglocal.Config{

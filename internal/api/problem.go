@@ -25,6 +25,8 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusUnauthorized, problem.Unauthorized, "The API key is not valid.")
 	case errors.Is(err, payments.ErrNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such payment.")
+	case errors.Is(err, payments.ErrRefundNotFound):
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such refund.")
 	default:
 		return problem.New(http.StatusInternalServerError, problem.Internal, "Something went wrong on our side; it has been logged.")
 	}

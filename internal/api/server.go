@@ -14,6 +14,7 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/webhooks"
 )
 
 // Config is what the API needs from the process that serves it.
@@ -21,6 +22,7 @@ type Config struct {
 	Pool     *pgxpool.Pool
 	Engine   *recovery.Engine
 	Payments *payments.Service
+	Webhooks *webhooks.Receiver
 	Logger   *slog.Logger
 	// Registry collects the API's metrics and is served at /metrics.
 	Registry *prometheus.Registry
@@ -31,13 +33,17 @@ type Server struct {
 	pool     *pgxpool.Pool
 	engine   *recovery.Engine
 	payments *payments.Service
+	webhooks *webhooks.Receiver
 	log      *slog.Logger
 	metrics  *httpMetrics
 }
 
 // NewHandler builds the API's router.
 func NewHandler(cfg Config) http.Handler {
-	s := &Server{pool: cfg.Pool, engine: cfg.Engine, payments: cfg.Payments, log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry)}
+	s := &Server{
+		pool: cfg.Pool, engine: cfg.Engine, payments: cfg.Payments, webhooks: cfg.Webhooks,
+		log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry),
+	}
 
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.logRequests, s.metrics.measure, s.recoverPanics)
@@ -55,6 +61,8 @@ func NewHandler(cfg Config) http.Handler {
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 
+	// Stripe signs its deliveries instead of sending an API key.
+	r.Post("/v1/stripe/webhooks", s.handle(s.receiveStripeWebhook))
 	r.Route("/v1", func(r chi.Router) {
 		r.Use(echoIdempotencyKey, s.authenticate, limitJSONBody)
 		r.Get("/payments", s.handle(s.listPayments))
@@ -64,6 +72,8 @@ func NewHandler(cfg Config) http.Handler {
 		r.Post("/payments/{id}/cancel", s.handle(s.cancelPayment))
 		r.Get("/idempotency_keys/{key}", s.handle(s.getIdempotencyKey))
 		r.Get("/events", s.handle(s.listEvents))
+		r.Post("/refunds", s.handle(s.createRefund))
+		r.Get("/refunds/{id}", s.handle(s.getRefund))
 	})
 	return r
 }

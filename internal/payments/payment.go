@@ -42,6 +42,9 @@ type Payment struct {
 	Description         *string
 	Metadata            map[string]string
 	Created             time.Time
+	// StripeEventAt is when the last Stripe webhook event applied to the
+	// payment happened; older events are stale. Not part of the API object.
+	StripeEventAt *time.Time
 }
 
 // Captured tells whether any money was captured.
@@ -157,6 +160,7 @@ func fromRow(row dbsqlc.Payment) (Payment, error) {
 		Description:         fromText(row.Description),
 		Metadata:            metadata,
 		Created:             row.CreatedAt,
+		StripeEventAt:       fromTimestamptz(row.StripeEventAt),
 	}, nil
 }
 
@@ -165,6 +169,13 @@ func fromText(t pgtype.Text) *string {
 		return nil
 	}
 	return &t.String
+}
+
+func fromTimestamptz(t pgtype.Timestamptz) *time.Time {
+	if !t.Valid {
+		return nil
+	}
+	return &t.Time
 }
 
 func toText(s *string) pgtype.Text {

@@ -22,7 +22,7 @@ type Service struct {
 	engine *recovery.Engine
 	stripe *stripeclient.Client
 
-	create, capture, cancel *recovery.Flow
+	create, capture, cancel, refund *recovery.Flow
 }
 
 // NewService wires the flows to their engine and Stripe client.
@@ -31,11 +31,14 @@ func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclien
 	s.create = s.createFlow()
 	s.capture = s.captureFlow()
 	s.cancel = s.cancelFlow()
+	s.refund = s.refundFlow()
 	return s
 }
 
 // Flows lists every flow, for the completer to resume any of them by name.
-func (s *Service) Flows() []*recovery.Flow { return []*recovery.Flow{s.create, s.capture, s.cancel} }
+func (s *Service) Flows() []*recovery.Flow {
+	return []*recovery.Flow{s.create, s.capture, s.cancel, s.refund}
+}
 
 // Idempotent is what every mutating request brings besides its parameters:
 // who asks, with which key, and the request as received.

@@ -31,6 +31,7 @@ const (
 	RefundNotAllowed            Code = "refund_not_allowed"
 	PaymentNotCapturable        Code = "payment_not_capturable"
 	PaymentProcessorUnavailable Code = "payment_processor_unavailable"
+	WebhookSignatureInvalid     Code = "webhook_signature_invalid"
 	Internal                    Code = "internal"
 )
 

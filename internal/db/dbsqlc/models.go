@@ -89,6 +89,20 @@ type Receipt struct {
 	CreatedAt time.Time
 }
 
+type Refund struct {
+	ID               string
+	UserID           int64
+	PaymentID        string
+	Amount           int64
+	Status           string
+	StripeRefund     pgtype.Text
+	Reason           pgtype.Text
+	FailureReason    pgtype.Text
+	IdempotencyKeyID *uuid.UUID
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+}
+
 type StagedJob struct {
 	ID               int64
 	Kind             string

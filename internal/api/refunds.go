@@ -1,0 +1,79 @@
+package api
+
+import (
+	"net/http"
+
+	"github.com/go-chi/chi/v5"
+
+	"github.com/example/payments/internal/payments"
+)
+
+// createRefundRequest is the body of POST /v1/refunds. Pointers tell a
+// missing field from a zero one.
+type createRefundRequest struct {
+	Payment *string `json:"payment"`
+	Amount  *int64  `json:"amount"`
+	Reason  *string `json:"reason"`
+}
+
+// refundReasons are the reasons Stripe accepts for a refund.
+var refundReasons = map[string]bool{"duplicate": true, "fraudulent": true, "requested_by_customer": true}
+
+// createRefund answers POST /v1/refunds. Whether the payment can be refunded
+// (captured, with enough left) is decided inside the flow, against the
+// payment's state under its row lock, so that answer is stored; only the
+// input's shape and the payment's owner are checked here, and not stored.
+func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) error {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return err
+	}
+	var req createRefundRequest
+	if err := decodeJSON(body, &req, false); err != nil {
+		return err
+	}
+	params, err := req.validate()
+	if err != nil {
+		return err
+	}
+	// Another user's payment is 404, like one that does not exist.
+	if _, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, params.Payment); err != nil {
+		return err
+	}
+	resp, err := s.payments.Refund(r.Context(), idempotentRequest(r, key, body), params)
+	s.writeExecution(w, r, resp, err)
+	return nil
+}
+
+func (req createRefundRequest) validate() (payments.RefundParams, error) {
+	switch {
+	case req.Payment == nil || *req.Payment == "":
+		return payments.RefundParams{}, validationFailed("payment is required: the id of the payment to refund, such as \"pay_...\".")
+	case req.Amount != nil && (*req.Amount < MinAmount || *req.Amount > MaxAmount):
+		return payments.RefundParams{}, validationFailed("amount must be from %d to %d, not %d; leave it out to refund what is left.", MinAmount, MaxAmount, *req.Amount)
+	case req.Reason != nil && !refundReasons[*req.Reason]:
+		return payments.RefundParams{}, validationFailed("reason must be duplicate, fraudulent or requested_by_customer, not %q.", *req.Reason)
+	}
+	p := payments.RefundParams{Payment: *req.Payment}
+	if req.Amount != nil {
+		p.Amount = *req.Amount
+	}
+	if req.Reason != nil {
+		p.Reason = *req.Reason
+	}
+	return p, nil
+}
+
+// getRefund answers GET /v1/refunds/{id}.
+func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) error {
+	re, err := payments.GetRefund(r.Context(), s.pool, userFrom(r.Context()).ID, chi.URLParam(r, "id"))
+	if err != nil {
+		return err
+	}
+	writeJSON(w, http.StatusOK, re)
+	return nil
+}

@@ -1,0 +1,297 @@
+package payments
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"net/http"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/problem"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/stripeclient"
+)
+
+// The refund flow, POST /v1/refunds, for a captured payment:
+//
+//	started
+//	  │ tx: lock the payment; unless it is captured and the amount is at most
+//	  │     what is left to refund, the answer is final: 400 refund_not_allowed
+//	  │     stored; else insert the refund (pending: this reserves its amount)
+//	  │     and its audit record
+//	  ▼
+//	refund_created
+//	  │ Stripe: refund the PaymentIntent, child key "refund"
+//	  │ tx: record it (succeeded: the payment's amount_refunded catches up,
+//	  │     refund.succeeded and the receipt staged; or pending); a refusal
+//	  │     is final: the refund is failed, refund.failed is staged, 400
+//	  │     refund_not_allowed stored
+//	  ▼
+//	stripe_refund_created
+//	  │ tx: store 201 with the refund
+//	  ▼
+//	finished
+//
+// What is left to refund is what was captured less the greater of the
+// payment's amount_refunded and the sum of its pending and succeeded
+// refunds. Both are read under the payment's row lock, and the new refund
+// is inserted under it, so two refunds with different keys racing for the
+// last of a payment can never both get it: the second waits for the lock
+// and then counts the first.
+const (
+	RefundCreated       recovery.RecoveryPoint = "refund_created"
+	StripeRefundCreated recovery.RecoveryPoint = "stripe_refund_created"
+	stepRefund                                 = "refund" // the Stripe call, its child key and failpoint
+)
+
+// RefundParams are the parameters of POST /v1/refunds, stored with the key.
+type RefundParams struct {
+	Payment string `json:"payment"`
+	// Amount to refund; 0 refunds what is left when the flow starts.
+	Amount int64 `json:"amount,omitempty"`
+	// Reason is duplicate, fraudulent, requested_by_customer, or "" for none.
+	Reason string `json:"reason,omitempty"`
+}
+
+// Refund runs the refund flow for req.
+func (s *Service) Refund(ctx context.Context, req Idempotent, p RefundParams) (recovery.Response, error) {
+	return s.execute(ctx, req, s.refund, p)
+}
+
+func (s *Service) refundFlow() *recovery.Flow {
+	return &recovery.Flow{Name: "refund_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+		recovery.Started: recovery.LocalPhase(s.insertRefund),
+		RefundCreated: recovery.WithReconcile(
+			recovery.ExternalPhase(stepRefund, s.createStripeRefund, s.recordStripeRefund),
+			s.findStripeRefund),
+		StripeRefundCreated: recovery.LocalPhase(s.finishRefund),
+	}}
+}
+
+// insertRefund: started -> refund_created, or finished when the payment's
+// state does not allow the refund.
+func (s *Service) insertRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	var p RefundParams
+	if err := k.DecodeParams(&p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	row, err := queries.GetPaymentForUpdate(ctx, tx, dbsqlc.GetPaymentForUpdateParams{ID: p.Payment, UserID: k.UserID})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	pay, err := fromRow(row)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	reserved, err := queries.ReservedRefundAmount(ctx, tx, pay.ID)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	left := pay.AmountCaptured - max(pay.AmountRefunded, reserved)
+	amount := p.Amount
+	if amount == 0 {
+		amount = left
+	}
+	switch {
+	case pay.Status != StatusSucceeded || !pay.Captured():
+		return refundNotAllowed("Payment %s is %s and has no captured money to refund.%s", pay.ID, pay.Status, cancelHint(pay))
+	case left <= 0:
+		return refundNotAllowed("Payment %s has nothing left to refund: its refunds hold all %d captured.", pay.ID, pay.AmountCaptured)
+	case amount > left:
+		return refundNotAllowed("Refund amount %d is more than the %d left to refund on payment %s.", amount, left, pay.ID)
+	}
+	re, err := queries.InsertRefund(ctx, tx, dbsqlc.InsertRefundParams{
+		ID: newRefundID(), UserID: k.UserID, PaymentID: pay.ID, Amount: amount, Reason: textOrNull(p.Reason), IdempotencyKeyID: keyID(k),
+	})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := auditRefund(ctx, tx, k, "refund.created", fromRefundRow(re), p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Next(RefundCreated), nil
+}
+
+// refundResult is Stripe's answer to a refund: the refund it made, or its
+// final refusal (more than is left on the charge, say).
+type refundResult struct {
+	refund  *stripe.Refund
+	refusal string
+}
+
+// createStripeRefund: the Stripe call of refund_created. The amount is the
+// refund row's, fixed when the flow started, so every attempt sends the
+// same parameters under the same child key.
+func (s *Service) createStripeRefund(ctx context.Context, k *recovery.Key) (refundResult, error) {
+	re, err := refundOf(ctx, s.pool, k)
+	if err != nil {
+		return refundResult{}, err
+	}
+	pay, err := Get(ctx, s.pool, k.UserID, re.Payment)
+	if err != nil {
+		return refundResult{}, err
+	}
+	if pay.StripePaymentIntent == nil { // never so for a captured payment; checked all the same
+		return refundResult{refusal: fmt.Sprintf("Payment %s has no PaymentIntent to refund.", pay.ID)}, nil
+	}
+	sr, err := s.stripe.CreateRefund(ctx, k.ChildKey(stepRefund), stripeclient.RefundRequest{
+		PaymentIntent: *pay.StripePaymentIntent, Amount: re.Amount, Reason: deref(re.Reason),
+		Metadata: map[string]string{"refund": re.ID, "idempotency_key_id": k.ID.String()},
+	})
+	switch {
+	case err == nil:
+		return refundResult{refund: sr}, nil
+	case stripeclient.Classify(err) == stripeclient.Transient:
+		return refundResult{}, recovery.Transient(err)
+	default:
+		return refundResult{refusal: stripeMessage(err)}, nil
+	}
+}
+
+// findStripeRefund: for a key too old to call Stripe again. Stripe has no
+// metadata search for refunds (and stripeclient no refund listing), so
+// there is nothing to look the refund up by: it reports nothing found, and
+// the engine marks the key as needing attention. A person then checks the
+// PaymentIntent's refunds at Stripe for one whose metadata carries this
+// key's id. Re-sending instead could refund twice.
+func (s *Service) findStripeRefund(context.Context, *recovery.Key) (refundResult, bool, error) {
+	return refundResult{}, false, nil
+}
+
+// recordStripeRefund: refund_created -> stripe_refund_created, or finished
+// when Stripe refused the refund.
+func (s *Service) recordStripeRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key, res refundResult) (recovery.Outcome, error) {
+	re, err := refundOf(ctx, tx, k)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	// Payment first, then refund: the order the flow's first phase takes them in.
+	pay, err := lockPayment(ctx, tx, re.Payment)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if res.refund == nil {
+		return failRefund(ctx, tx, k, re, res.refusal)
+	}
+	status, failure := fromStripeRefundStatus(res.refund)
+	row, err := queries.RecordStripeRefund(ctx, tx, dbsqlc.RecordStripeRefundParams{
+		ID: re.ID, Status: string(status), StripeRefund: textOrNull(res.refund.ID), FailureReason: textOrNull(failure),
+	})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	re = fromRefundRow(row)
+	switch status {
+	case RefundSucceeded:
+		// Never add the amount blindly: a charge.refunded webhook may
+		// already have raised amount_refunded for this very refund.
+		if _, err := queries.CatchUpAmountRefunded(ctx, tx, pay.ID); err != nil {
+			return recovery.Outcome{}, err
+		}
+		err = stage(ctx, tx, keyID(k), eventJob(k.UserID, "refund.succeeded", re), refundReceiptJob(pay, re))
+	case RefundFailed:
+		err = stage(ctx, tx, keyID(k), eventJob(k.UserID, "refund.failed", re))
+	}
+	// A pending refund is announced when Stripe settles it, not now.
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := auditRefund(ctx, tx, k, "refund."+string(status), re, map[string]string{"stripe_refund": res.refund.ID}); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Next(StripeRefundCreated), nil
+}
+
+// failRefund records Stripe's final refusal: the refund is failed, which
+// frees its amount, and the answer is 400 refund_not_allowed.
+func failRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key, re Refund, refusal string) (recovery.Outcome, error) {
+	row, err := queries.RecordRefundRefusal(ctx, tx, dbsqlc.RecordRefundRefusalParams{ID: re.ID, FailureReason: textOrNull(refusal)})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	re = fromRefundRow(row)
+	if err := stage(ctx, tx, keyID(k), eventJob(k.UserID, "refund.failed", re)); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := auditRefund(ctx, tx, k, "refund.failed", re, map[string]string{"failure_reason": refusal}); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return refundNotAllowed("The payment processor refused refund %s of payment %s: %s", re.ID, re.Payment, refusal)
+}
+
+// finishRefund: stripe_refund_created -> finished. The events were staged
+// with the change they announce; what is left is the answer.
+func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	re, err := refundOf(ctx, tx, k)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	body, err := json.Marshal(re)
+	if err != nil {
+		return recovery.Outcome{}, fmt.Errorf("rendering refund %s: %w", re.ID, err)
+	}
+	return recovery.Respond(http.StatusCreated, body), nil
+}
+
+// fromStripeRefundStatus maps Stripe's refund status to ours, with Stripe's
+// failure reason for a failed one. requires_action waits like pending.
+func fromStripeRefundStatus(sr *stripe.Refund) (RefundStatus, string) {
+	switch sr.Status {
+	case stripe.RefundStatusSucceeded:
+		return RefundSucceeded, ""
+	case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
+		reason := string(sr.FailureReason)
+		if reason == "" {
+			reason = string(sr.Status)
+		}
+		return RefundFailed, reason
+	default:
+		return RefundPending, ""
+	}
+}
+
+// refundNotAllowed is the final answer to a refund the payment's state, or
+// Stripe, does not allow.
+func refundNotAllowed(format string, args ...any) (recovery.Outcome, error) {
+	answer := problem.New(http.StatusBadRequest, problem.RefundNotAllowed, format, args...)
+	return recovery.Respond(answer.Status, answer.JSON()), nil
+}
+
+// cancelHint tells the client what to do instead with an authorisation.
+func cancelHint(pay Payment) string {
+	if pay.Status == StatusRequiresCapture {
+		return " Cancel it to release the authorisation."
+	}
+	return ""
+}
+
+// refundOf finds the refund that the refund request k made.
+func refundOf(ctx context.Context, db dbsqlc.DBTX, k *recovery.Key) (Refund, error) {
+	row, err := queries.GetRefundByIdempotencyKey(ctx, db, keyID(k))
+	if err != nil {
+		return Refund{}, err
+	}
+	return fromRefundRow(row), nil
+}
+
+// refundReceiptJob is the customer's receipt for a succeeded refund.
+func refundReceiptJob(pay Payment, re Refund) stagedjobs.Job {
+	return stagedjobs.Job{Kind: stagedjobs.ReceiptEmail, Args: stagedjobs.ReceiptArgs{
+		UserID: pay.UserID, Payment: pay.ID, Amount: re.Amount, Currency: pay.Currency, Reason: "refund", Refund: re.ID,
+	}}
+}
+
+// auditRefund records an action of the request k on a refund, inside tx.
+func auditRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key, action string, re Refund, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	return queries.InsertAuditRecord(ctx, tx, dbsqlc.InsertAuditRecordParams{
+		UserID: k.UserID, Action: action, ResourceType: "refund", ResourceID: re.ID, Data: raw, IdempotencyKeyID: keyID(k),
+	})
+}

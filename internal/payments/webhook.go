@@ -1,0 +1,123 @@
+package payments
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stripe/stripe-go/v76"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+)
+
+// EventOutcome is what a Stripe webhook event did to our payments.
+type EventOutcome string
+
+// The outcomes of an event.
+const (
+	EventApplied   EventOutcome = "applied"   // it moved a payment (and staged the move's event)
+	EventNoChange  EventOutcome = "no_change" // we already knew: a flow or an earlier event got there first
+	EventStale     EventOutcome = "stale"     // it is older than the last event applied to the payment
+	EventUnmatched EventOutcome = "unmatched" // no payment of ours carries its PaymentIntent
+)
+
+// intentMoves says which move each PaymentIntent event reports.
+var intentMoves = map[string]func(pi *stripe.PaymentIntent) transition{
+	"payment_intent.succeeded": func(pi *stripe.PaymentIntent) transition {
+		return transition{to: StatusSucceeded, intent: pi.ID, amountCaptured: pi.AmountReceived}
+	},
+	"payment_intent.amount_capturable_updated": func(pi *stripe.PaymentIntent) transition {
+		return transition{to: StatusRequiresCapture, intent: pi.ID}
+	},
+	"payment_intent.canceled": func(pi *stripe.PaymentIntent) transition {
+		return transition{to: StatusCanceled, intent: pi.ID}
+	},
+	"payment_intent.payment_failed": func(pi *stripe.PaymentIntent) transition {
+		t := transition{to: StatusFailed, intent: pi.ID, failureCode: "payment_failed"}
+		if e := pi.LastPaymentError; e != nil {
+			t.failureCode, t.failureMessage = string(e.DeclineCode), e.Msg
+			if t.failureCode == "" {
+				t.failureCode = string(e.Code)
+			}
+		}
+		return t
+	},
+}
+
+// HandlesIntentEvent tells whether ApplyIntentEventTx applies events of this type.
+func HandlesIntentEvent(eventType string) bool { _, ok := intentMoves[eventType]; return ok }
+
+// ApplyIntentEventTx applies a PaymentIntent event that happened at
+// occurred to the payment it belongs to, inside tx. The payment is found by
+// its PaymentIntent, or by the "payment" metadata we put on every
+// PaymentIntent, for an event that outruns the flow recording it.
+func ApplyIntentEventTx(ctx context.Context, tx pgx.Tx, eventType string, pi *stripe.PaymentIntent, occurred time.Time) (EventOutcome, error) {
+	move, ok := intentMoves[eventType]
+	if !ok {
+		return "", bug("no move for %s", eventType)
+	}
+	pay, err := lockByIntent(ctx, tx, pi.ID, pi.Metadata["payment"])
+	if err != nil || pay == nil {
+		return EventUnmatched, err
+	}
+	return applyEvent(ctx, tx, *pay, occurred, func() (bool, error) {
+		_, moved, err := transitionTx(ctx, tx, nil, *pay, move(pi))
+		return moved, err
+	})
+}
+
+// ApplyChargeRefundedTx applies a charge.refunded event: the payment's
+// amount_refunded rises to the charge's, never falls (our own refund flow
+// may have raised it already, and events come in any order).
+func ApplyChargeRefundedTx(ctx context.Context, tx pgx.Tx, ch *stripe.Charge, occurred time.Time) (EventOutcome, error) {
+	if ch.PaymentIntent == nil {
+		return EventUnmatched, nil
+	}
+	pay, err := lockByIntent(ctx, tx, ch.PaymentIntent.ID, ch.Metadata["payment"])
+	if err != nil || pay == nil {
+		return EventUnmatched, err
+	}
+	return applyEvent(ctx, tx, *pay, occurred, func() (bool, error) {
+		row, err := queries.RaiseAmountRefunded(ctx, tx, dbsqlc.RaiseAmountRefundedParams{ID: pay.ID, AmountRefunded: ch.AmountRefunded})
+		return err == nil && row.AmountRefunded != pay.AmountRefunded, err
+	})
+}
+
+// applyEvent ignores an event older than the payment's last applied one;
+// otherwise it applies it and notes its time.
+func applyEvent(ctx context.Context, tx pgx.Tx, pay Payment, occurred time.Time, apply func() (bool, error)) (EventOutcome, error) {
+	if pay.StripeEventAt != nil && occurred.Before(*pay.StripeEventAt) {
+		return EventStale, nil
+	}
+	moved, err := apply()
+	if err != nil {
+		return "", err
+	}
+	if err := queries.NoteStripeEvent(ctx, tx, dbsqlc.NoteStripeEventParams{ID: pay.ID, OccurredAt: occurred}); err != nil {
+		return "", err
+	}
+	if !moved {
+		return EventNoChange, nil
+	}
+	return EventApplied, nil
+}
+
+// lockByIntent locks the payment of a PaymentIntent; nil when it is not ours.
+func lockByIntent(ctx context.Context, tx pgx.Tx, intent, paymentID string) (*Payment, error) {
+	row, err := queries.GetPaymentByIntentForUpdate(ctx, tx, textOrNull(intent))
+	if errors.Is(err, pgx.ErrNoRows) && paymentID != "" {
+		row, err = queries.GetPaymentByIDForUpdate(ctx, tx, paymentID)
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	pay, err := fromRow(row)
+	return &pay, err
+}
+
+func bug(format string, args ...any) error { return fmt.Errorf("payments: "+format, args...) }

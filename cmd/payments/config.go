@@ -34,6 +34,9 @@ type config struct {
 	LockTimeout time.Duration
 	Failpoints  string
 
+	RateLimit      float64
+	RateLimitBurst int
+
 	SMTPURL              string
 	CompleterInterval    time.Duration
 	CompleterGrace       time.Duration
@@ -76,6 +79,11 @@ func (f *flags) intVar(p *int, name, env string, def int, help string) {
 	f.IntVar(p, name, def, help+" (env "+env+")")
 }
 
+func (f *flags) floatVar(p *float64, name, env string, def float64, help string) {
+	f.parseEnv(env, func(v string) error { x, err := strconv.ParseFloat(v, 64); def = x; return err })
+	f.Float64Var(p, name, def, help+" (env "+env+")")
+}
+
 func (f *flags) boolVar(p *bool, name, env string, def bool, help string) {
 	f.parseEnv(env, func(v string) error { b, err := strconv.ParseBool(v); def = b; return err })
 	f.BoolVar(p, name, def, help+" (env "+env+")")
@@ -107,6 +115,8 @@ func (c *config) commonFlags(f *flags) {
 	f.levelVar(&c.LogLevel, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
 	f.durationVar(&c.ShutdownTimeout, "shutdown-timeout", "PAYMENTS_SHUTDOWN_TIMEOUT", 20*time.Second,
 		"how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	f.floatVar(&c.RateLimit, "rate-limit", "PAYMENTS_RATE_LIMIT", 100, "requests per second per user, on average (0: no limit)")
+	f.intVar(&c.RateLimitBurst, "rate-limit-burst", "PAYMENTS_RATE_LIMIT_BURST", 200, "requests per user in one burst")
 	c.stripeFlags(f)
 	c.engineFlags(f)
 	c.workerFlags(f)
@@ -159,6 +169,8 @@ func (c config) LogValue() slog.Value {
 		slog.String("idempotency_key_ttl", c.KeyTTL.String()),
 		slog.String("lock_timeout", c.LockTimeout.String()),
 		slog.String("failpoints", c.Failpoints),
+		slog.Float64("rate_limit", c.RateLimit),
+		slog.Int("rate_limit_burst", c.RateLimitBurst),
 		slog.String("smtp_url", maskURL(c.SMTPURL)),
 		slog.String("completer_interval", c.CompleterInterval.String()),
 		slog.String("completer_grace", c.CompleterGrace.String()),

@@ -43,7 +43,8 @@ type testBundle struct {
 }
 
 type setupOpts struct {
-	engine recovery.Config // Pool is filled in
+	engine    recovery.Config // Pool is filled in
+	rateLimit api.RateLimit
 }
 
 // setup serves the API on a fresh database, with the Stripe simulator
@@ -67,7 +68,7 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	engine := recovery.New(o.engine)
 	handler := api.NewHandler(api.Config{
 		Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe),
-		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
+		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), RateLimit: o.rateLimit,
 	})
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)

@@ -23,7 +23,9 @@ type Config struct {
 	Engine   *recovery.Engine
 	Payments *payments.Service
 	Webhooks *webhooks.Receiver
-	Logger   *slog.Logger
+	// RateLimit bounds each user's requests; zero turns it off.
+	RateLimit RateLimit
+	Logger    *slog.Logger
 	// Registry collects the API's metrics and is served at /metrics.
 	Registry *prometheus.Registry
 }
@@ -34,6 +36,7 @@ type Server struct {
 	engine   *recovery.Engine
 	payments *payments.Service
 	webhooks *webhooks.Receiver
+	limiter  *userLimiter // nil: no limit
 	log      *slog.Logger
 	metrics  *httpMetrics
 }
@@ -43,6 +46,9 @@ func NewHandler(cfg Config) http.Handler {
 	s := &Server{
 		pool: cfg.Pool, engine: cfg.Engine, payments: cfg.Payments, webhooks: cfg.Webhooks,
 		log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry),
+	}
+	if cfg.RateLimit.Rate > 0 {
+		s.limiter = newUserLimiter(cfg.RateLimit)
 	}
 
 	r := chi.NewRouter()
@@ -64,7 +70,7 @@ func NewHandler(cfg Config) http.Handler {
 	// Stripe signs its deliveries instead of sending an API key.
 	r.Post("/v1/stripe/webhooks", s.handle(s.receiveStripeWebhook))
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(echoIdempotencyKey, s.authenticate, limitJSONBody)
+		r.Use(echoIdempotencyKey, s.authenticate, s.limitRate, limitJSONBody)
 		r.Get("/payments", s.handle(s.listPayments))
 		r.Post("/payments", s.handle(s.createPayment))
 		r.Get("/payments/{id}", s.handle(s.getPayment))

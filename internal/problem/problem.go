@@ -32,6 +32,7 @@ const (
 	PaymentNotCapturable        Code = "payment_not_capturable"
 	PaymentProcessorUnavailable Code = "payment_processor_unavailable"
 	WebhookSignatureInvalid     Code = "webhook_signature_invalid"
+	RateLimited                 Code = "rate_limited"
 	Internal                    Code = "internal"
 )
 

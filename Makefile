@@ -43,3 +43,19 @@ bench: deps
 
 $(SQLC):
 	GOBIN=$(dir $(SQLC)) $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
+
+# Each fuzz target for FUZZTIME (CI: a short run; locally: as long as you like).
+FUZZTIME ?= 10s
+FUZZ_TARGETS := \
+	./internal/api:FuzzParseIdempotencyKey \
+	./internal/api:FuzzDecodeCreatePayment \
+	./internal/recovery:FuzzCanonicalJSON \
+	./internal/webhooks:FuzzVerify
+
+.PHONY: fuzz
+fuzz: deps
+	@for t in $(FUZZ_TARGETS); do \
+		pkg=$${t%%:*}; fn=$${t##*:}; \
+		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
+		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
+	done

@@ -1,0 +1,46 @@
+package api
+
+import (
+	"errors"
+	"net/http"
+	"testing"
+
+	"github.com/example/payments/internal/problem"
+)
+
+// FuzzDecodeCreatePayment feeds arbitrary bodies to the create-payment
+// decoding and validation: whatever comes in, the answer is a valid request
+// or a 400 validation_failed problem, never a panic, and an accepted request
+// is always within the contract's bounds.
+func FuzzDecodeCreatePayment(f *testing.F) {
+	for _, seed := range []string{
+		`{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`,
+		`{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","capture":false,"description":"x","metadata":{"a":"b"}}`,
+		`{"amount":-1}`, `{"amount":1e3}`, `{"amount":"2000"}`, `[]`, `null`, `{}`, `{"x":1}`, `{"amount":1}}`,
+		`{"metadata":{"a":{"b":1}}}`, `{"amount":99999999999999999999}`, "\x00", `{"currency":"USD"}`,
+	} {
+		f.Add([]byte(seed))
+	}
+	f.Fuzz(func(t *testing.T, body []byte) {
+		var req createPaymentRequest
+		err := decodeJSON(body, &req, false)
+		var params struct{ ok bool }
+		if err == nil {
+			p, verr := req.validate()
+			err = verr
+			if verr == nil {
+				params.ok = true
+				if p.Amount < MinAmount || p.Amount > MaxAmount || !currencyCode.MatchString(p.Currency) || p.PaymentMethod == "" {
+					t.Fatalf("accepted out-of-bounds request %+v from %q", p, body)
+				}
+			}
+		}
+		if params.ok {
+			return
+		}
+		var prob *problem.Problem
+		if !errors.As(err, &prob) || prob.Status != http.StatusBadRequest || prob.Code != problem.ValidationFailed {
+			t.Fatalf("body %q: want 400 validation_failed, got %v", body, err)
+		}
+	})
+}

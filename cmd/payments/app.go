@@ -17,6 +17,7 @@ import (
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/keyfilter"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
@@ -49,11 +50,19 @@ func newApp(ctx context.Context, cfg config, log *slog.Logger) (*app, error) {
 	if err != nil {
 		return nil, err
 	}
-	engine := recovery.New(recovery.Config{
-		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, Failpoints: failpoints,
-	})
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	filter, err := keyfilter.New(keyfilter.Config{
+		TTL: cfg.KeyTTL, ExpectedKeysPerSlice: uint(cfg.KeyFilterExpectedKeys), FalsePositiveRate: cfg.KeyFilterFPRate,
+		Disabled: !cfg.KeyFilter, Registry: reg,
+	})
+	if err != nil {
+		pool.Close()
+		return nil, fmt.Errorf("%w: key filter: %v", errUsage, err)
+	}
+	engine := recovery.New(recovery.Config{
+		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, Failpoints: failpoints, KeyFilter: filter,
+	})
 	if cfg.StripeWebhookSecret == "" {
 		log.Warn("STRIPE_WEBHOOK_SECRET is not set: every Stripe webhook delivery will be refused")
 	}
@@ -70,7 +79,17 @@ func (a *app) close() { a.pool.Close() }
 
 // serveAPI serves the API on ln until ctx is cancelled, then stops taking new
 // connections and gives in-flight requests cfg.ShutdownTimeout to finish.
+// The key filter is rebuilt meanwhile; until it is ready, claims are careful.
 func (a *app) serveAPI(ctx context.Context, ln net.Listener) error {
+	go func() {
+		start := time.Now()
+		st, err := a.engine.RebuildKeyFilter(ctx)
+		if err != nil {
+			a.log.Warn("key filter rebuild failed; claims stay careful", slog.String("error", err.Error()))
+			return
+		}
+		a.log.Info("key filter ready", slog.Int("keys", st.Added), slog.Duration("took", time.Since(start)))
+	}()
 	handler := api.NewHandler(api.Config{
 		Pool: a.pool, Engine: a.engine, Payments: a.payments, Webhooks: a.webhooks, Logger: a.log, Registry: a.registry,
 		RateLimit: api.RateLimit{Rate: a.cfg.RateLimit, Burst: a.cfg.RateLimitBurst},

@@ -34,6 +34,10 @@ type config struct {
 	LockTimeout time.Duration
 	Failpoints  string
 
+	KeyFilter             bool
+	KeyFilterExpectedKeys int
+	KeyFilterFPRate       float64
+
 	RateLimit      float64
 	RateLimitBurst int
 
@@ -150,6 +154,11 @@ func (c *config) engineFlags(f *flags) {
 	f.durationVar(&c.LockTimeout, "lock-timeout", "PAYMENTS_LOCK_TIMEOUT", 90*time.Second,
 		"how long a request's lock lasts without a heartbeat")
 	f.stringVar(&c.Failpoints, "failpoints", "PAYMENTS_FAILPOINTS", "", "crash-test failpoints: name=action,...")
+	f.boolVar(&c.KeyFilter, "keyfilter", "PAYMENTS_KEYFILTER", true, "the RAM Bloom filter in front of the key index")
+	f.intVar(&c.KeyFilterExpectedKeys, "keyfilter-expected-keys", "PAYMENTS_KEYFILTER_EXPECTED_KEYS", 1<<20,
+		"new keys expected per filter slice (a third of the TTL)")
+	f.floatVar(&c.KeyFilterFPRate, "keyfilter-fp-rate", "PAYMENTS_KEYFILTER_FP_RATE", 0.001,
+		"the filter's target false-positive rate")
 }
 
 // LogValue shows the configuration with every secret masked.
@@ -169,6 +178,9 @@ func (c config) LogValue() slog.Value {
 		slog.String("idempotency_key_ttl", c.KeyTTL.String()),
 		slog.String("lock_timeout", c.LockTimeout.String()),
 		slog.String("failpoints", c.Failpoints),
+		slog.Bool("keyfilter", c.KeyFilter),
+		slog.Int("keyfilter_expected_keys", c.KeyFilterExpectedKeys),
+		slog.Float64("keyfilter_fp_rate", c.KeyFilterFPRate),
 		slog.Float64("rate_limit", c.RateLimit),
 		slog.Int("rate_limit_burst", c.RateLimitBurst),
 		slog.String("smtp_url", maskURL(c.SMTPURL)),

@@ -30,13 +30,23 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	var replay *Response
 	var reached []RecoveryPoint
 	var out Outcome
-	// Two first requests with one key race to insert it: the loser's insert
-	// fails on the unique index, and its second claim finds the winner's row.
+	// A key the filter has never seen goes straight to the insert.
+	definitelyNew := !e.cfg.KeyFilter.CheckAndAdd(req.UserID, req.Key)
+	// Two first requests with one key race to insert it (or the filter was
+	// wrong): the loser's insert fails on the unique index, and its second,
+	// careful claim finds the winner's row.
 	for attempt := 0; attempt < 2; attempt++ {
+		careful := attempt > 0 || !definitelyNew
 		err = db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
 			var err error
 			reached = nil
-			if k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params); err != nil || k == nil {
+			if careful {
+				filterSaidMaybe := attempt == 0 && e.cfg.KeyFilter != nil
+				k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params, filterSaidMaybe)
+			} else {
+				k, replay, err = e.insertKey(ctx, tx, req, fingerprint, params)
+			}
+			if err != nil || k == nil {
 				return err
 			}
 			if k.lockToken == 1 { // a new key: this commit creates it at "started"
@@ -73,12 +83,18 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	return k, nil, e.settle(k, reached, out)
 }
 
-func (e *Engine) claimTx(ctx context.Context, tx pgx.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {
+// claimTx is the careful claim: look the key up, then insert, replay,
+// refuse or lock. filterSaidMaybe tells that the key filter sent the claim
+// here, so a key that turns out new is one of its false positives.
+func (e *Engine) claimTx(ctx context.Context, tx pgx.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
 	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
 		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
+		if filterSaidMaybe {
+			e.cfg.KeyFilter.ReportFalsePositive()
+		}
 		return e.insertKey(ctx, tx, req, fingerprint, params)
 	case err != nil:
 		return nil, nil, err

@@ -15,6 +15,7 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/keyfilter"
 )
 
 // Config configures an Engine.
@@ -34,6 +35,9 @@ type Config struct {
 	Now func() time.Time
 	// Failpoints, when set, fire around commits and after external calls.
 	Failpoints *failpoint.Set
+	// KeyFilter, when set, lets claims of keys it has never seen skip the
+	// lookup (see RebuildKeyFilter).
+	KeyFilter *keyfilter.Filter
 }
 
 // Engine executes requests with idempotency keys.

@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -339,6 +340,54 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		&i.NeedsAttentionAt,
 	)
 	return i, err
+}
+
+const listLiveKeys = `-- name: ListLiveKeys :many
+SELECT id, user_id, idempotency_key, created_at FROM idempotency_keys
+WHERE expires_at > coalesce($1::timestamptz, now())
+  AND id > $2
+ORDER BY id
+LIMIT $3
+`
+
+type ListLiveKeysParams struct {
+	Now      pgtype.Timestamptz
+	AfterID  uuid.UUID
+	PageSize int32
+}
+
+type ListLiveKeysRow struct {
+	ID             uuid.UUID
+	UserID         int64
+	IdempotencyKey string
+	CreatedAt      time.Time
+}
+
+// A page of the keys still inside their TTL, for rebuilding the key filter
+// at start-up: keyset-paginated by id, so no page holds many rows.
+func (q *Queries) ListLiveKeys(ctx context.Context, db DBTX, arg ListLiveKeysParams) ([]ListLiveKeysRow, error) {
+	rows, err := db.Query(ctx, listLiveKeys, arg.Now, arg.AfterID, arg.PageSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListLiveKeysRow
+	for rows.Next() {
+		var i ListLiveKeysRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.UserID,
+			&i.IdempotencyKey,
+			&i.CreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const lockIdempotencyKey = `-- name: LockIdempotencyKey :one

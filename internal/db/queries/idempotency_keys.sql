@@ -120,3 +120,12 @@ WHERE id IN (
     LIMIT @batch_size
     FOR UPDATE SKIP LOCKED
 );
+
+-- name: ListLiveKeys :many
+-- A page of the keys still inside their TTL, for rebuilding the key filter
+-- at start-up: keyset-paginated by id, so no page holds many rows.
+SELECT id, user_id, idempotency_key, created_at FROM idempotency_keys
+WHERE expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+  AND id > @after_id
+ORDER BY id
+LIMIT @page_size;

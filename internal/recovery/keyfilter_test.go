@@ -1,0 +1,92 @@
+package recovery_test
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/keyfilter"
+	"github.com/example/payments/internal/recovery"
+)
+
+func readyFilter(t *testing.T, reg prometheus.Registerer) *keyfilter.Filter {
+	t.Helper()
+	f, err := keyfilter.New(keyfilter.Config{TTL: 24 * time.Hour, ExpectedKeysPerSlice: 10000, Registry: reg})
+	require.NoError(t, err)
+	return f
+}
+
+// readyEmpty returns a filter made ready by rebuilding from nothing: it
+// knows no key, as an instance that started moments before the others wrote.
+func readyEmpty(t *testing.T, reg prometheus.Registerer) *keyfilter.Filter {
+	t.Helper()
+	f := readyFilter(t, reg)
+	_, err := f.Rebuild(context.Background(), func(func(keyfilter.Row, error) bool) {})
+	require.NoError(t, err)
+	return f
+}
+
+func TestKeyFilter_aFalseNewFromAnotherInstanceIsCaughtByTheIndex(t *testing.T) {
+	t.Parallel()
+	reg := prometheus.NewRegistry()
+	b := setup(t, recovery.Config{KeyFilter: readyEmpty(t, reg)})
+	ctx := context.Background()
+
+	first, err := b.execute(t, 1, "k1", `{"name":"lamp"}`)
+	require.NoError(t, err)
+	require.Equal(t, 201, first.Status)
+
+	// A second instance, whose filter never saw k1, says "new": the insert
+	// hits the unique index and the careful path replays.
+	other := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: readyEmpty(t, nil)})
+	resp, err := other.Execute(ctx, b.request(1, "k1", `{"name":"lamp"}`))
+	require.NoError(t, err)
+	require.True(t, resp.Replayed)
+	require.Equal(t, first.Body, resp.Body)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM things"))
+
+	// Back on the first instance, k1 is "maybe seen": careful, and a replay.
+	resp, err = b.execute(t, 1, "k1", `{"name":"lamp"}`)
+	require.NoError(t, err)
+	require.True(t, resp.Replayed)
+	require.Equal(t, 2.0, gathered(t, reg, "payments_keyfilter_checks_total"))
+	require.Equal(t, 1.0, gathered(t, reg, "payments_keyfilter_definitely_new_total"))
+	require.Equal(t, 0.0, gathered(t, reg, "payments_keyfilter_false_positives_total"))
+}
+
+func gathered(t *testing.T, reg *prometheus.Registry, name string) float64 {
+	t.Helper()
+	families, err := reg.Gather()
+	require.NoError(t, err)
+	for _, f := range families {
+		if f.GetName() == name {
+			m := f.GetMetric()[0]
+			return m.GetCounter().GetValue() + m.GetGauge().GetValue()
+		}
+	}
+	t.Fatalf("no metric %s", name)
+	return 0
+}
+
+func TestKeyFilter_rebuildRemembersLiveKeys(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	ctx := context.Background()
+	for _, k := range []string{"a", "b", "c"} {
+		_, err := b.execute(t, 1, k, `{"name":"`+k+`"}`)
+		require.NoError(t, err)
+	}
+	f := readyFilter(t, nil)
+	engine := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	st, err := engine.RebuildKeyFilter(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 3, st.Added)
+	for _, k := range []string{"a", "b", "c"} {
+		require.True(t, f.MaybeSeen(1, k), "live key %s is remembered", k)
+	}
+	require.False(t, f.MaybeSeen(1, "never-used"))
+	require.False(t, f.MaybeSeen(2, "a"), "keys are per user")
+}

@@ -59,3 +59,9 @@ fuzz: deps
 		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	done
+
+# api.http, every request and check, run end to end by httpyac (installed
+# once, pinned, into TOOLS_DIR) against a fresh `payments dev` on free ports.
+.PHONY: demo
+demo: deps
+	TOOLS_DIR='$(TOOLS_DIR)' ./scripts/demo.sh

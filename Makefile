@@ -33,6 +33,7 @@ test: deps
 check: deps $(SQLC)
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
 	$(GO) vet ./...
+	$(GO) vet -tags chaos ./cmd/payments/
 	$(SQLC) diff
 
 generate: $(SQLC)
@@ -65,3 +66,12 @@ fuzz: deps
 .PHONY: demo
 demo: deps
 	TOOLS_DIR='$(TOOLS_DIR)' ./scripts/demo.sh
+
+# The chaos suite (internal/chaos): the real binary under faults, crashes and
+# retrying clients, then the invariant checker; non-zero exit on any violation.
+# make chaos CHAOS_DURATION=600s for a long run; all CHAOS_* settings: cmd/payments/chaos_test.go
+CHAOS_DURATION ?= 60s
+CHAOS_TIMEOUT  ?= 60m
+.PHONY: chaos
+chaos: deps
+	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./cmd/payments/

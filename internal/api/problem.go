@@ -35,7 +35,10 @@ func toProblem(err error) *problem.Problem {
 // writeError renders err as problem+json, logging it when it is ours to fix.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := toProblem(err)
-	if p.Status >= 500 {
+	switch {
+	case p.Status == http.StatusServiceUnavailable: // Stripe unreachable: expected now and then
+		logger(r.Context()).WarnContext(r.Context(), "request deferred", slog.String("error", err.Error()))
+	case p.Status >= 500:
 		logger(r.Context()).ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))
 	}
 	problem.Write(w, p)

@@ -150,9 +150,24 @@ func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) 
 		return err
 	})
 	if err != nil {
-		return err
+		return e.explainCommitError(ctx, k, err)
 	}
 	return e.settle(k, reached, out)
+}
+
+// explainCommitError turns a unique violation into ErrLockLost when another
+// attempt took the key over meanwhile: both ran the same step, the other
+// committed its rows first, and this one's work hit them before reaching
+// its fence. Anything else is returned as it is.
+func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) error {
+	if !db.IsUniqueViolation(err) {
+		return err
+	}
+	token, lookupErr := queries.GetLockToken(context.WithoutCancel(ctx), e.cfg.Pool, k.ID)
+	if lookupErr == nil && token != k.lockToken {
+		return ErrLockLost
+	}
+	return err
 }
 
 // moveKey records the outcome on the key row, fenced by the lock token.

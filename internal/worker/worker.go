@@ -40,7 +40,8 @@ type Config struct {
 	// EnqueuerPollInterval is how often the enqueuer looks for staged jobs
 	// when no NOTIFY wakes it. Default 1s.
 	EnqueuerPollInterval time.Duration
-	// MaxWorkers is how many jobs run at once in this process. Default 10.
+	// MaxWorkers is how many jobs run at once in this process. Default 50:
+	// the jobs are short database writes (and an email).
 	MaxWorkers int
 }
 
@@ -61,6 +62,11 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger:  cfg.Logger.With(slog.String("component", "river")),
 		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
 		Workers: workers,
+		// Every job here is safe to run twice, so a job left "running" by a
+		// worker that was killed is taken up again after a minute, not after
+		// River's default hour.
+		JobTimeout:           30 * time.Second,
+		RescueStuckJobsAfter: time.Minute,
 		PeriodicJobs: []*river.PeriodicJob{
 			periodic(cfg.CompleterInterval, CompleterArgs{}),
 			periodic(cfg.ReaperInterval, ReaperArgs{}),
@@ -69,7 +75,10 @@ func Run(ctx context.Context, cfg Config) error {
 	if err != nil {
 		return fmt.Errorf("creating the River client: %w", err)
 	}
-	if err := client.Start(ctx); err != nil {
+	// River treats the end of Start's context as an abrupt stop that cancels
+	// running jobs; it gets one that outlives the signal, and Stop below
+	// lets running jobs finish.
+	if err := client.Start(context.WithoutCancel(ctx)); err != nil {
 		return fmt.Errorf("starting River: %w", err)
 	}
 	enqueuer := stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{
@@ -99,7 +108,7 @@ func (cfg *Config) defaults() {
 		cfg.EnqueuerPollInterval = time.Second
 	}
 	if cfg.MaxWorkers <= 0 {
-		cfg.MaxWorkers = 10
+		cfg.MaxWorkers = 50
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

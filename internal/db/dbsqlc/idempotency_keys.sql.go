@@ -260,6 +260,17 @@ func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetId
 	return i, err
 }
 
+const getLockToken = `-- name: GetLockToken :one
+SELECT lock_token FROM idempotency_keys WHERE id = $1
+`
+
+func (q *Queries) GetLockToken(ctx context.Context, db DBTX, id uuid.UUID) (int64, error) {
+	row := db.QueryRow(ctx, getLockToken, id)
+	var lock_token int64
+	err := row.Scan(&lock_token)
+	return lock_token, err
+}
+
 const heartbeatIdempotencyKey = `-- name: HeartbeatIdempotencyKey :execrows
 UPDATE idempotency_keys
 SET locked_at = coalesce($1::timestamptz, now())

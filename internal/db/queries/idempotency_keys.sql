@@ -129,3 +129,6 @@ WHERE expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
   AND id > @after_id
 ORDER BY id
 LIMIT @page_size;
+
+-- name: GetLockToken :one
+SELECT lock_token FROM idempotency_keys WHERE id = @id;

@@ -1,0 +1,662 @@
+package chaos
+
+import (
+	"bytes"
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"maps"
+	"slices"
+	"strings"
+)
+
+// Violation is a broken invariant and the key or object that shows it.
+type Violation struct {
+	Rule   string // which invariant, as named in Check's comment
+	Key    string // the Idempotency-Key or the object id that shows it
+	Detail string
+}
+
+func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v.Key, v.Detail) }
+
+// Check verifies the promise, "a customer is charged exactly once, whatever
+// happens", on the world at the end of a run: the clients' records, the
+// service's tables and Stripe's (the simulator's) objects. It returns every
+// violation, grouped by rule, in this order:
+//
+//	final-answer      every logical request got a final answer
+//	replay-identical  every later answer to its key is byte-identical and marked replayed
+//	executed-twice    at most one of those answers was not a replay
+//	reuse-422         the key with another body is 422 idempotency_key_reused
+//	key-echo          every answer echoes the Idempotency-Key
+//	stored-answer     the stored response is the answer the client got
+//	expected-answer   the answer is the one the request calls for
+//	race              of requests racing for one thing, exactly one won
+//	key               no key unfinished, none needing attention, none nobody sent
+//	payment           answers agree with the payment and refund rows; no payment left processing
+//	stripe-pi         each payment has exactly one PaymentIntent, with its status and amounts; none without a payment
+//	refund            refunds agree with Stripe's, never exceed the payment, and sum to amount_refunded
+//	event             one merchant event per state change, none for changes that did not happen
+//	receipt           one receipt per capture and per refund, sent
+//	job               staged jobs drained into River, each once, each run to completion
+//	stripe-request    every mutating call to Stripe carried an idempotency key
+func Check(s *Snapshot, records []Record) []Violation {
+	c := newChecker(s, records)
+	c.checkAnswers()
+	c.checkKeys()
+	c.checkPayments()
+	c.checkPaymentIntents()
+	c.checkRefunds()
+	c.checkEvents()
+	c.checkReceipts()
+	c.checkJobs()
+	c.checkStripeRequests()
+	return c.violations
+}
+
+// checker holds the snapshot and records indexed for the rules.
+type checker struct {
+	s          *Snapshot
+	records    []Record
+	violations []Violation
+
+	keys        map[userKey]*Key
+	keysByID    map[string]*Key
+	recordByKey map[userKey]*Record
+	payments    map[string]*Payment
+	refunds     map[string]*Refund
+	refundsOf   map[string][]*Refund // by payment
+	intentsOf   map[string][]*SimPaymentIntent
+	charges     map[string]*SimCharge
+	simRefunds  map[string]*SimRefund
+	simRefundOf map[string][]*SimRefund // by PaymentIntent
+	eventsOf    map[string][]*Event     // by the object's id
+}
+
+type userKey struct {
+	user int64
+	key  string
+}
+
+func newChecker(s *Snapshot, records []Record) *checker {
+	c := &checker{
+		s: s, records: records,
+		keys: map[userKey]*Key{}, keysByID: map[string]*Key{}, recordByKey: map[userKey]*Record{},
+		payments: map[string]*Payment{}, refunds: map[string]*Refund{}, refundsOf: map[string][]*Refund{},
+		intentsOf: map[string][]*SimPaymentIntent{}, charges: map[string]*SimCharge{},
+		simRefunds: map[string]*SimRefund{}, simRefundOf: map[string][]*SimRefund{}, eventsOf: map[string][]*Event{},
+	}
+	for i := range s.Keys {
+		k := &s.Keys[i]
+		c.keys[userKey{k.UserID, k.Key}] = k
+		c.keysByID[k.ID] = k
+	}
+	for i := range records {
+		r := &records[i]
+		c.recordByKey[userKey{r.UserID, r.Key}] = r
+	}
+	for i := range s.Payments {
+		c.payments[s.Payments[i].ID] = &s.Payments[i]
+	}
+	for i := range s.Refunds {
+		re := &s.Refunds[i]
+		c.refunds[re.ID] = re
+		c.refundsOf[re.PaymentID] = append(c.refundsOf[re.PaymentID], re)
+	}
+	for i := range s.Sim.PaymentIntents {
+		pi := &s.Sim.PaymentIntents[i]
+		c.intentsOf[pi.Metadata["payment"]] = append(c.intentsOf[pi.Metadata["payment"]], pi)
+	}
+	for i := range s.Sim.Charges {
+		c.charges[s.Sim.Charges[i].ID] = &s.Sim.Charges[i]
+	}
+	for i := range s.Sim.Refunds {
+		re := &s.Sim.Refunds[i]
+		c.simRefunds[re.ID] = re
+		c.simRefundOf[re.PaymentIntent] = append(c.simRefundOf[re.PaymentIntent], re)
+	}
+	for i := range s.Events {
+		e := &s.Events[i]
+		c.eventsOf[e.ObjectID] = append(c.eventsOf[e.ObjectID], e)
+	}
+	return c
+}
+
+func (c *checker) fail(rule, key, format string, args ...any) {
+	c.violations = append(c.violations, Violation{Rule: rule, Key: key, Detail: fmt.Sprintf(format, args...)})
+}
+
+// checkAnswers: final-answer, replay-identical, executed-twice, reuse-422,
+// key-echo, stored-answer, expected-answer and race.
+func (c *checker) checkAnswers() {
+	winners := map[string]int{} // race group -> requests that got Want
+	racers := map[string][]string{}
+	for i := range c.records {
+		r := &c.records[i]
+		if len(r.Finals) == 0 {
+			c.fail("final-answer", r.Key, "%s %s got no final answer in %d attempts", r.Method, r.Path, r.Attempts)
+			continue
+		}
+		if r.GaveUp {
+			c.fail("final-answer", r.Key, "one of its senders ran out of retries (%d attempts in all)", r.Attempts)
+		}
+		first := r.Finals[0]
+		executed := 0
+		later := append(slices.Clone(r.Finals[1:]), r.Replays...)
+		for _, a := range append([]Answer{first}, later...) {
+			if !a.Replayed {
+				executed++
+			}
+		}
+		for _, a := range later {
+			if a.Status != first.Status || !bytes.Equal(a.Body, first.Body) {
+				c.fail("replay-identical", r.Key, "an answer was %d %s, the first was %d %s", a.Status, clip(a.Body), first.Status, clip(first.Body))
+			}
+		}
+		for _, a := range r.Replays {
+			if !a.Replayed {
+				c.fail("replay-identical", r.Key, "a replay after the final answer lacks Idempotent-Replayed: true")
+			}
+		}
+		if executed > 1 {
+			c.fail("executed-twice", r.Key, "%d answers were not replays: the request was executed %d times", executed, executed)
+		}
+		for _, a := range append(append(slices.Clone(r.Finals), r.Replays...), r.Reuses...) {
+			if a.KeyEcho != r.Key {
+				c.fail("key-echo", r.Key, "a %d answer echoed Idempotency-Key %q", a.Status, a.KeyEcho)
+				break
+			}
+		}
+		for _, a := range r.Reuses {
+			if a.Status != 422 || field(a.Body, "code") != "idempotency_key_reused" {
+				c.fail("reuse-422", r.Key, "the key with another body got %d %s, want 422 idempotency_key_reused", a.Status, clip(a.Body))
+			}
+		}
+		if k := c.keys[userKey{r.UserID, r.Key}]; k == nil {
+			c.fail("stored-answer", r.Key, "no idempotency_keys row for a key that got %d", first.Status)
+		} else if k.RecoveryPoint == "finished" && (k.ResponseCode != first.Status || !bytes.Equal(k.ResponseBody, first.Body)) {
+			c.fail("stored-answer", r.Key, "stored %d %s, the client got %d %s", k.ResponseCode, clip(k.ResponseBody), first.Status, clip(first.Body))
+		}
+		ok, why := matches(r.Expect.Want, first)
+		if r.Expect.Race != "" {
+			racers[r.Expect.Race] = append(racers[r.Expect.Race], r.Key)
+			if ok {
+				winners[r.Expect.Race]++
+			} else if r.Expect.Alt != nil {
+				ok, why = matches(*r.Expect.Alt, first)
+			}
+		}
+		if !ok {
+			c.fail("expected-answer", r.Key, "%s %s: %s", r.Method, r.Path, why)
+		}
+	}
+	for _, race := range slices.Sorted(maps.Keys(racers)) {
+		if n := winners[race]; n != 1 {
+			c.fail("race", strings.Join(racers[race], ","), "%d of the racing requests won (race %s), want exactly 1", n, race)
+		}
+	}
+}
+
+// matches tells whether a matches o, and if not, why.
+func matches(o Outcome, a Answer) (bool, string) {
+	got := fmt.Sprintf("got %d %s", a.Status, clip(a.Body))
+	if a.Status != o.Status {
+		return false, got + ", want " + o.String()
+	}
+	var body map[string]any
+	if err := json.Unmarshal(a.Body, &body); err != nil {
+		return false, got + ": not a JSON object"
+	}
+	str := func(name string) string { s, _ := body[name].(string); return s }
+	num := func(name string) int64 { f, _ := body[name].(float64); return int64(f) }
+	switch {
+	case o.Code != "" && str("code") != o.Code,
+		o.DeclineCode != "" && str("decline_code") != o.DeclineCode,
+		o.ObjectStatus != "" && str("status") != o.ObjectStatus:
+		return false, got + ", want " + o.String()
+	case o.Amount != 0 && str("object") == "refund" && num("amount") != o.Amount,
+		o.Amount != 0 && str("object") == "payment" && num("amount_captured") != o.Amount:
+		return false, got + ", want " + o.String()
+	}
+	return true, ""
+}
+
+func (o Outcome) String() string {
+	s := fmt.Sprint(o.Status)
+	for _, part := range []struct{ name, v string }{{"code", o.Code}, {"decline_code", o.DeclineCode}, {"status", o.ObjectStatus}} {
+		if part.v != "" {
+			s += fmt.Sprintf(" %s=%s", part.name, part.v)
+		}
+	}
+	if o.Amount != 0 {
+		s += fmt.Sprintf(" amount=%d", o.Amount)
+	}
+	return s
+}
+
+// checkKeys: no key unfinished, none needing attention, none that no client sent.
+func (c *checker) checkKeys() {
+	for _, k := range c.s.Keys {
+		switch {
+		case k.RecoveryPoint != "finished":
+			c.fail("key", k.Key, "unfinished at %s (flow %s, id %s)", k.RecoveryPoint, k.Flow, k.ID)
+		case k.NeedsAttention:
+			c.fail("key", k.Key, "marked as needing attention (flow %s, id %s)", k.Flow, k.ID)
+		}
+		if c.recordByKey[userKey{k.UserID, k.Key}] == nil {
+			c.fail("key", k.Key, "no client sent this key (user %d, %s %s)", k.UserID, k.Method, k.Path)
+		}
+	}
+}
+
+// checkPayments: the answers agree with the rows; every payment was made by a
+// create request; no payment is left processing.
+func (c *checker) checkPayments() {
+	for i := range c.records {
+		r := &c.records[i]
+		if len(r.Finals) == 0 {
+			continue
+		}
+		a := r.Finals[0]
+		k := c.keys[userKey{r.UserID, r.Key}]
+		switch {
+		case r.Op == OpCreate && a.Status == 201:
+			c.createdPayment(r, k, field(a.Body, "id"), a.Body)
+		case r.Op == OpCreate && a.Status == 402:
+			p := c.payments[field(a.Body, "payment")]
+			switch {
+			case p == nil:
+				c.fail("payment", r.Key, "402 names payment %q, which does not exist", field(a.Body, "payment"))
+			case k != nil && p.KeyID != k.ID:
+				c.fail("payment", r.Key, "402 names payment %s, made by another key (%s)", p.ID, p.KeyID)
+			case p.Status != "failed" || p.FailureCode != field(a.Body, "decline_code"):
+				c.fail("payment", r.Key, "402 (%s) but payment %s is %s with failure_code %q", field(a.Body, "decline_code"), p.ID, p.Status, p.FailureCode)
+			}
+		case (r.Op == OpCapture || r.Op == OpCancel) && a.Status == 200:
+			want := map[Op]string{OpCapture: "succeeded", OpCancel: "canceled"}[r.Op]
+			p := c.payments[r.Payment]
+			switch {
+			case p == nil || field(a.Body, "id") != r.Payment:
+				c.fail("payment", r.Key, "%s answered payment %q for %s", r.Op, field(a.Body, "id"), r.Payment)
+			case p.Status != want:
+				c.fail("payment", r.Key, "%s answered 200 but payment %s is %s", r.Op, p.ID, p.Status)
+			case r.Op == OpCapture && p.AmountCaptured != num(a.Body, "amount_captured"):
+				c.fail("payment", r.Key, "capture answered amount_captured %d, payment %s has %d", num(a.Body, "amount_captured"), p.ID, p.AmountCaptured)
+			}
+		case r.Op == OpRefund && a.Status == 201:
+			re := c.refunds[field(a.Body, "id")]
+			switch {
+			case re == nil:
+				c.fail("payment", r.Key, "201 names refund %q, which does not exist", field(a.Body, "id"))
+			case re.PaymentID != r.Payment || re.Amount != num(a.Body, "amount") || re.Status != field(a.Body, "status"):
+				c.fail("payment", r.Key, "answered refund %s of %s for %d (%s), the row is of %s for %d (%s)", re.ID,
+					field(a.Body, "payment"), num(a.Body, "amount"), field(a.Body, "status"), re.PaymentID, re.Amount, re.Status)
+			case k != nil && re.KeyID != k.ID:
+				c.fail("payment", r.Key, "refund %s was made by another key (%s)", re.ID, re.KeyID)
+			}
+		}
+	}
+	for _, p := range c.s.Payments {
+		if p.Status == "processing" {
+			c.fail("payment", p.ID, "left processing")
+		}
+		k := c.keysByID[p.KeyID]
+		if k == nil {
+			c.fail("payment", p.ID, "made by no known key (idempotency_key_id %q)", p.KeyID)
+			continue
+		}
+		if r := c.recordByKey[userKey{k.UserID, k.Key}]; r != nil && r.Op != OpCreate {
+			c.fail("payment", p.ID, "made by key %s, a %s request", k.Key, r.Op)
+		}
+	}
+}
+
+// createdPayment checks a 201 to a create request against its payment row.
+func (c *checker) createdPayment(r *Record, k *Key, id string, body []byte) {
+	p := c.payments[id]
+	if p == nil {
+		c.fail("payment", r.Key, "201 names payment %q, which does not exist", id)
+		return
+	}
+	if k != nil && p.KeyID != k.ID {
+		c.fail("payment", r.Key, "201 names payment %s, made by another key (%s)", p.ID, p.KeyID)
+	}
+	if p.Amount != r.Amount || p.Currency != r.Currency || p.PaymentMethod != r.PaymentMethod || p.Capture != r.Capture {
+		c.fail("payment", r.Key, "payment %s is %d %s %s capture=%v, the request was %d %s %s capture=%v", p.ID,
+			p.Amount, p.Currency, p.PaymentMethod, p.Capture, r.Amount, r.Currency, r.PaymentMethod, r.Capture)
+	}
+	if pi := field(body, "stripe_payment_intent"); pi != p.StripePaymentIntent {
+		c.fail("payment", r.Key, "201 carries PaymentIntent %q, payment %s has %q", pi, p.ID, p.StripePaymentIntent)
+	}
+	allowed := []string{"succeeded"}
+	if !r.Capture {
+		allowed = []string{"requires_capture", "succeeded", "canceled"}
+	}
+	if !slices.Contains(allowed, p.Status) {
+		c.fail("payment", r.Key, "created (capture=%v) but payment %s is %s", r.Capture, p.ID, p.Status)
+	}
+}
+
+// checkPaymentIntents: each payment that reached Stripe has exactly one
+// PaymentIntent there (found by the "payment" metadata), whose status and
+// amounts agree; no PaymentIntent belongs to no payment.
+func (c *checker) checkPaymentIntents() {
+	for _, p := range c.s.Payments {
+		pis := c.intentsOf[p.ID]
+		switch p.Status {
+		case "succeeded", "requires_capture", "canceled":
+			if len(pis) != 1 {
+				c.fail("stripe-pi", p.ID, "%s payment has %d PaymentIntents at Stripe: %s", p.Status, len(pis), intentList(pis))
+				continue
+			}
+			pi := pis[0]
+			switch {
+			case pi.ID != p.StripePaymentIntent:
+				c.fail("stripe-pi", p.ID, "records PaymentIntent %q, Stripe's for it is %s", p.StripePaymentIntent, pi.ID)
+			case pi.Status != p.Status:
+				c.fail("stripe-pi", p.ID, "payment is %s, its PaymentIntent %s is %s", p.Status, pi.ID, pi.Status)
+			case pi.Amount != p.Amount || pi.Currency != p.Currency:
+				c.fail("stripe-pi", p.ID, "payment is %d %s, its PaymentIntent %s is %d %s", p.Amount, p.Currency, pi.ID, pi.Amount, pi.Currency)
+			case p.Status == "succeeded" && pi.AmountReceived != p.AmountCaptured:
+				c.fail("stripe-pi", p.ID, "amount_captured %d, PaymentIntent %s received %d", p.AmountCaptured, pi.ID, pi.AmountReceived)
+			case p.Status == "succeeded" && c.charges[pi.LatestCharge] == nil:
+				c.fail("stripe-pi", p.ID, "PaymentIntent %s has no charge", pi.ID)
+			case p.Status == "succeeded" && c.charges[pi.LatestCharge].AmountCaptured != p.AmountCaptured:
+				c.fail("stripe-pi", p.ID, "amount_captured %d, charge %s captured %d", p.AmountCaptured, pi.LatestCharge, c.charges[pi.LatestCharge].AmountCaptured)
+			case p.Status == "requires_capture" && pi.AmountCapturable != p.Amount:
+				c.fail("stripe-pi", p.ID, "authorised %d, PaymentIntent %s can capture %d", p.Amount, pi.ID, pi.AmountCapturable)
+			case p.Status != "succeeded" && p.AmountCaptured != 0:
+				c.fail("stripe-pi", p.ID, "%s payment has amount_captured %d", p.Status, p.AmountCaptured)
+			}
+		case "failed":
+			if len(pis) != 1 {
+				c.fail("stripe-pi", p.ID, "failed payment has %d PaymentIntents at Stripe, want its one declined: %s", len(pis), intentList(pis))
+			}
+			for _, pi := range pis {
+				switch {
+				case pi.Status == "succeeded" || pi.Status == "requires_capture" || pi.AmountReceived != 0:
+					c.fail("stripe-pi", p.ID, "failed payment, but its PaymentIntent %s is %s (received %d)", pi.ID, pi.Status, pi.AmountReceived)
+				case pi.LastPaymentError == nil || pi.LastPaymentError.DeclineCode != p.FailureCode:
+					c.fail("stripe-pi", p.ID, "failed with %q, its PaymentIntent %s was not declined so", p.FailureCode, pi.ID)
+				case p.StripePaymentIntent != "" && p.StripePaymentIntent != pi.ID:
+					c.fail("stripe-pi", p.ID, "records PaymentIntent %q, Stripe's for it is %s", p.StripePaymentIntent, pi.ID)
+				}
+			}
+		case "processing":
+			for _, pi := range pis {
+				if pi.Status == "succeeded" || pi.Status == "requires_capture" {
+					c.fail("stripe-pi", p.ID, "payment left processing, but its PaymentIntent %s is %s", pi.ID, pi.Status)
+				}
+			}
+		}
+	}
+	for _, pi := range c.s.Sim.PaymentIntents {
+		if c.payments[pi.Metadata["payment"]] == nil {
+			c.fail("stripe-pi", pi.ID, "PaymentIntent (%s, %d %s) belongs to no payment (metadata %v)", pi.Status, pi.Amount, pi.Currency, pi.Metadata)
+		}
+	}
+}
+
+// checkRefunds: each payment's succeeded refunds are exactly Stripe's refunds of
+// its PaymentIntent (count, sum and each one by its metadata), never more
+// than was captured, and sum to the payment's amount_refunded.
+func (c *checker) checkRefunds() {
+	for _, p := range c.s.Payments {
+		var local, stripe int64
+		var nLocal, nStripe int
+		for _, re := range c.refundsOf[p.ID] {
+			if re.Status == "succeeded" {
+				local += re.Amount
+				nLocal++
+			}
+		}
+		if p.StripePaymentIntent != "" {
+			for _, re := range c.simRefundOf[p.StripePaymentIntent] {
+				if re.Status == "succeeded" {
+					stripe += re.Amount
+					nStripe++
+				}
+			}
+		}
+		if nLocal != nStripe || local != stripe {
+			c.fail("refund", p.ID, "%d succeeded refunds for %d here, %d for %d at Stripe", nLocal, local, nStripe, stripe)
+		}
+		if local > p.AmountCaptured || stripe > p.AmountCaptured {
+			c.fail("refund", p.ID, "refunds of %d here and %d at Stripe exceed the %d captured", local, stripe, p.AmountCaptured)
+		}
+		if p.AmountRefunded != local {
+			c.fail("refund", p.ID, "amount_refunded is %d, its succeeded refunds sum to %d (Stripe's: %d)", p.AmountRefunded, local, stripe)
+		}
+		for _, pi := range c.intentsOf[p.ID] {
+			if ch := c.charges[pi.LatestCharge]; ch != nil && ch.AmountRefunded != stripe {
+				c.fail("refund", p.ID, "charge %s says %d refunded, its refunds sum to %d", ch.ID, ch.AmountRefunded, stripe)
+			}
+		}
+	}
+	mine := map[string]string{} // Stripe refund -> our refund, by the "refund" metadata
+	for _, sr := range c.s.Sim.Refunds {
+		mine[sr.ID] = sr.Metadata["refund"]
+		re := c.refunds[sr.Metadata["refund"]]
+		switch {
+		case re == nil:
+			c.fail("refund", sr.ID, "Stripe refund of %d on %s belongs to no refund (metadata %v)", sr.Amount, sr.PaymentIntent, sr.Metadata)
+		case re.Status != "succeeded" || re.StripeRefund != sr.ID:
+			c.fail("refund", re.ID, "refund is %s with Stripe refund %q, but Stripe made %s for it", re.Status, re.StripeRefund, sr.ID)
+		}
+	}
+	for _, re := range c.s.Refunds {
+		switch re.Status {
+		case "pending":
+			c.fail("refund", re.ID, "left pending (the simulator settles every refund at once)")
+		case "succeeded":
+			sr := c.simRefunds[re.StripeRefund]
+			p := c.payments[re.PaymentID]
+			switch {
+			case sr == nil:
+				c.fail("refund", re.ID, "succeeded refund, but Stripe has no refund %q", re.StripeRefund)
+			case mine[sr.ID] != re.ID:
+				c.fail("refund", re.ID, "Stripe refund %s was made for %q", sr.ID, mine[sr.ID])
+			case sr.Amount != re.Amount:
+				c.fail("refund", re.ID, "refund of %d, Stripe refund %s is of %d", re.Amount, sr.ID, sr.Amount)
+			case p == nil || sr.PaymentIntent != p.StripePaymentIntent:
+				c.fail("refund", re.ID, "Stripe refund %s is on %s, not on the payment's PaymentIntent", sr.ID, sr.PaymentIntent)
+			}
+		}
+	}
+}
+
+// checkEvents: each state change has exactly one merchant event, and nothing
+// else has one.
+func (c *checker) checkEvents() {
+	seen := map[string]bool{}
+	for _, p := range c.s.Payments {
+		seen[p.ID] = true
+		var want []string
+		switch {
+		case p.Status == "succeeded" && p.Capture:
+			want = []string{"payment.succeeded"}
+		case p.Status == "succeeded":
+			want = []string{"payment.captured"}
+		case p.Status == "failed":
+			want = []string{"payment.failed"}
+		case p.Status == "canceled":
+			want = []string{"payment.canceled"}
+		}
+		c.wantEvents(p.ID, p.UserID, want)
+	}
+	for _, re := range c.s.Refunds {
+		seen[re.ID] = true
+		var want []string
+		switch re.Status {
+		case "succeeded":
+			want = []string{"refund.succeeded"}
+		case "failed":
+			want = []string{"refund.failed"}
+		}
+		p := c.payments[re.PaymentID]
+		var user int64
+		if p != nil {
+			user = p.UserID
+		}
+		c.wantEvents(re.ID, user, want)
+	}
+	for _, e := range c.s.Events {
+		if !seen[e.ObjectID] {
+			c.fail("event", e.ID, "%s event about %q, which is neither a payment nor a refund", e.Type, e.ObjectID)
+		}
+	}
+}
+
+func (c *checker) wantEvents(object string, user int64, want []string) {
+	var got []string
+	for _, e := range c.eventsOf[object] {
+		got = append(got, e.Type)
+		if e.UserID != user {
+			c.fail("event", e.ID, "%s event about %s went to user %d, the owner is %d", e.Type, object, e.UserID, user)
+		}
+	}
+	slices.Sort(got)
+	if !slices.Equal(got, want) {
+		c.fail("event", object, "merchant events %v, want %v", orNone(got), orNone(want))
+	}
+}
+
+// checkReceipts: one sent receipt per payment that captured money and per
+// succeeded refund, and no other.
+func (c *checker) checkReceipts() {
+	want := map[Receipt]bool{}
+	for _, p := range c.s.Payments {
+		if p.Status == "succeeded" && p.AmountCaptured > 0 {
+			want[Receipt{PaymentID: p.ID, Kind: "payment"}] = true
+		}
+	}
+	for _, re := range c.s.Refunds {
+		if re.Status == "succeeded" {
+			want[Receipt{PaymentID: re.PaymentID, Kind: "refund:" + re.ID}] = true
+		}
+	}
+	for _, got := range c.s.Receipts {
+		if !got.Sent {
+			c.fail("receipt", got.PaymentID, "receipt %s never sent", got.Kind)
+		}
+		got.Sent = false
+		if !want[got] {
+			c.fail("receipt", got.PaymentID, "receipt %s for no captured payment or succeeded refund", got.Kind)
+		}
+		delete(want, got)
+	}
+	for _, missing := range sortedReceipts(want) {
+		c.fail("receipt", missing.PaymentID, "no receipt %s", missing.Kind)
+	}
+}
+
+// checkJobs: the staged jobs all reached River, each once, and ran to completion.
+func (c *checker) checkJobs() {
+	for _, j := range c.s.StagedJobs {
+		c.fail("job", fmt.Sprint(j.ID), "staged %s job never moved into River", j.Kind)
+	}
+	events := map[string]bool{}
+	for _, e := range c.s.Events {
+		events[e.ID] = true
+	}
+	perEvent := map[string]int{}
+	perReceipt := map[string]int{}
+	for _, j := range c.s.RiverJobs {
+		if j.State != "completed" {
+			c.fail("job", fmt.Sprint(j.ID), "%s job is %s after %d attempts (last fetched at %s by %s)",
+				j.Kind, j.State, j.Attempt, orDash(j.AttemptedAt), orDash(j.AttemptedBy))
+		}
+		switch j.Kind {
+		case kindMerchantEvent:
+			perEvent[j.EventID]++
+			if j.State == "completed" && !events[j.EventID] {
+				c.fail("job", fmt.Sprint(j.ID), "completed, but its event %s is not in the feed", j.EventID)
+			}
+		case kindReceiptEmail:
+			perReceipt[j.Payment+" "+j.Reason+" "+j.Refund]++
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(perEvent)) {
+		if perEvent[id] > 1 {
+			c.fail("job", id, "event enqueued %d times", perEvent[id])
+		}
+	}
+	for _, id := range slices.Sorted(maps.Keys(perReceipt)) {
+		if perReceipt[id] > 1 {
+			c.fail("job", id, "receipt enqueued %d times", perReceipt[id])
+		}
+	}
+	for _, e := range c.s.Events {
+		if perEvent[e.ID] == 0 {
+			c.fail("job", e.ID, "%s event in the feed with no job behind it", e.Type)
+		}
+	}
+}
+
+// checkStripeRequests: every mutating call to Stripe carried an idempotency key,
+// without which Stripe cannot deduplicate a retry.
+func (c *checker) checkStripeRequests() {
+	for _, r := range c.s.Sim.Requests {
+		if r.Method == "POST" && r.IdempotencyKey == "" {
+			c.fail("stripe-request", r.Path, "POST without an Idempotency-Key (status %d)", r.Status)
+		}
+	}
+}
+
+// field is a string field of a JSON object; "" when absent.
+func field(body []byte, name string) string {
+	var m map[string]any
+	_ = json.Unmarshal(body, &m)
+	s, _ := m[name].(string)
+	return s
+}
+
+// num is a number field of a JSON object; 0 when absent.
+func num(body []byte, name string) int64 {
+	var m map[string]any
+	_ = json.Unmarshal(body, &m)
+	f, _ := m[name].(float64)
+	return int64(f)
+}
+
+// clip shortens a body for a message.
+func clip(b []byte) string {
+	const max = 300
+	if len(b) > max {
+		return string(b[:max]) + "..."
+	}
+	return string(b)
+}
+
+func intentList(pis []*SimPaymentIntent) string {
+	var parts []string
+	for _, pi := range pis {
+		parts = append(parts, pi.ID+" ("+pi.Status+")")
+	}
+	return strings.Join(orNone(parts), ", ")
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "-"
+	}
+	return s
+}
+
+func orNone(s []string) []string {
+	if len(s) == 0 {
+		return []string{"none"}
+	}
+	return s
+}
+
+func sortedReceipts(m map[Receipt]bool) []Receipt {
+	out := make([]Receipt, 0, len(m))
+	for r := range m {
+		out = append(out, r)
+	}
+	slices.SortFunc(out, func(a, b Receipt) int {
+		return cmp.Or(cmp.Compare(a.PaymentID, b.PaymentID), cmp.Compare(a.Kind, b.Kind))
+	})
+	return out
+}

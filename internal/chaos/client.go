@@ -1,0 +1,128 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"io"
+	"math/rand/v2"
+	"net/http"
+	"strconv"
+	"time"
+)
+
+// driver sends requests to the API instances the way a careful client
+// does: the same key and the same body on every attempt, to an instance
+// picked at random each time, until a final answer.
+//
+// Final is any 2xx, and any 4xx but 409 (the key is in use) and 429. A 409,
+// a 429, a 5xx and a connection that died are retried after an exponential
+// backoff with full jitter, at least half the Retry-After the service asked
+// for; all within the request's budget.
+type driver struct {
+	instances []*Instance
+	http      *http.Client
+	ledger    *Ledger
+	stats     *Stats
+	budget    time.Duration
+}
+
+// Backoff bounds: the first retry waits up to minBackoff, each next one up
+// to twice as long, never more than maxBackoff.
+const (
+	minBackoff      = 25 * time.Millisecond
+	maxBackoff      = time.Second
+	maxRetryAfter   = 2 * time.Second
+	attemptTimeout  = 20 * time.Second
+	maxAttemptsEach = 2000
+)
+
+func newDriver(instances []*Instance, ledger *Ledger, stats *Stats, budget time.Duration) *driver {
+	return &driver{
+		instances: instances, ledger: ledger, stats: stats, budget: budget,
+		http: &http.Client{Transport: &http.Transport{
+			MaxIdleConns: 256, MaxIdleConnsPerHost: 64, IdleConnTimeout: 30 * time.Second,
+		}},
+	}
+}
+
+// send sends r until a final answer and returns it; ok is false when the
+// budget ran out (or ctx ended) first. Each attempt is counted in r.
+func (d *driver) send(ctx context.Context, rng *rand.Rand, r *Record, apiKey string) (a Answer, ok bool) {
+	return d.sendFirstTo(ctx, rng, -1, r, apiKey)
+}
+
+// sendFirstTo is send with the first attempt to instance first (-1: any).
+func (d *driver) sendFirstTo(ctx context.Context, rng *rand.Rand, first int, r *Record, apiKey string) (a Answer, ok bool) {
+	deadline := time.Now().Add(d.budget)
+	for attempt := 0; attempt < maxAttemptsEach; attempt++ {
+		if attempt > 0 {
+			d.stats.Add("retries", 1)
+		}
+		in := d.instances[rng.IntN(len(d.instances))]
+		if attempt == 0 && first >= 0 {
+			in = d.instances[first%len(d.instances)]
+		}
+		status, body, header, err := d.attempt(ctx, in.URL(), r, apiKey)
+		d.ledger.Update(r, func(r *Record) { r.Attempts++ })
+		d.stats.Add("attempts", 1)
+		var retryAfter time.Duration
+		switch {
+		case err != nil:
+			d.stats.Add("retriable: connection error", 1)
+		case status == http.StatusConflict:
+			d.stats.Add("retriable: 409 in use", 1)
+		case status == http.StatusTooManyRequests:
+			d.stats.Add("retriable: 429", 1)
+		case status == http.StatusServiceUnavailable:
+			d.stats.Add("retriable: 503 unavailable", 1)
+		case status >= 500:
+			d.stats.Add("retriable: "+strconv.Itoa(status), 1)
+		default:
+			d.stats.Add("final: "+strconv.Itoa(status), 1)
+			return Answer{Status: status, Body: body, Replayed: header.Get("Idempotent-Replayed") == "true",
+				KeyEcho: header.Get("Idempotency-Key")}, true
+		}
+		if header != nil {
+			if secs, err := strconv.Atoi(header.Get("Retry-After")); err == nil {
+				retryAfter = min(time.Duration(secs)*time.Second, maxRetryAfter)
+			}
+		}
+		wait := time.Duration(rng.Int64N(int64(min(maxBackoff, minBackoff<<min(attempt, 10)))))
+		if retryAfter > 0 {
+			wait = max(wait, retryAfter/2+time.Duration(rng.Int64N(int64(retryAfter/2))))
+		}
+		if time.Now().Add(wait).After(deadline) {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return Answer{}, false
+		case <-time.After(wait):
+		}
+	}
+	d.stats.Add("gave up", 1)
+	return Answer{}, false
+}
+
+// attempt is one HTTP exchange; err is set when no answer came back.
+func (d *driver) attempt(ctx context.Context, base string, r *Record, apiKey string) (int, []byte, http.Header, error) {
+	ctx, cancel := context.WithTimeout(ctx, attemptTimeout)
+	defer cancel()
+	req, err := http.NewRequestWithContext(ctx, r.Method, base+r.Path, bytes.NewReader(r.Body))
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	req.Header.Set("Authorization", "Bearer "+apiKey)
+	req.Header.Set("Idempotency-Key", r.Key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := d.http.Do(req)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	defer resp.Body.Close()
+	body, err := io.ReadAll(resp.Body)
+	if err != nil {
+		return 0, nil, nil, err
+	}
+	return resp.StatusCode, body, resp.Header, nil
+}

@@ -1,0 +1,388 @@
+package chaos
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"syscall"
+	"time"
+)
+
+// The lines the processes print once they serve.
+var (
+	simListening     = regexp.MustCompile(`Stripe simulator listening on (http://\S+)`)
+	apiListening     = regexp.MustCompile(`"msg":"API listening","addr":"([^"]+)"`)
+	metricsListening = regexp.MustCompile(`"msg":"metrics listening","addr":"([^"]+)"`)
+)
+
+// webhookSecret signs the simulator's events; both sides know it.
+const webhookSecret = "whsec_chaos_0123456789abcdef"
+
+// ClusterConfig is what the processes need.
+type ClusterConfig struct {
+	Binary      string // the payments binary
+	DatabaseURL string
+	LogDir      string
+	LockTimeout time.Duration
+}
+
+// Cluster is the processes of a run: the simulator, two API instances on
+// one database, one worker, and the webhook relay between the simulator and
+// the instances.
+type Cluster struct {
+	cfg    ClusterConfig
+	sim    *process
+	SimURL string
+	Serve  []*Instance
+	Worker *Instance
+	relay  *webhookRelay
+}
+
+// StartCluster starts every process and waits until each serves.
+func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed uint64) (_ *Cluster, err error) {
+	c := &Cluster{cfg: cfg}
+	defer func() {
+		if err != nil {
+			c.Close()
+		}
+	}()
+	c.relay, err = startWebhookRelay(dupShare, seed, func() []string {
+		var urls []string
+		for _, in := range c.Serve {
+			urls = append(urls, in.URL())
+		}
+		return urls
+	})
+	if err != nil {
+		return nil, err
+	}
+	c.sim, c.SimURL, err = startProcess(ctx, cfg.Binary, filepath.Join(cfg.LogDir, "stripesim.log"), nil, simListening, true,
+		"stripesim", "--addr", "127.0.0.1:0", "--webhook-url", c.relay.url+"/v1/stripe/webhooks", "--webhook-secret", webhookSecret)
+	if err != nil {
+		return nil, err
+	}
+	common := []string{
+		"DATABASE_URL=" + cfg.DatabaseURL, "STRIPE_API_BASE=" + c.SimURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
+		"PAYMENTS_LOCK_TIMEOUT=" + cfg.LockTimeout.String(), "PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s",
+	}
+	for _, name := range []string{"serve-a", "serve-b"} {
+		in := &Instance{Name: name, cluster: c, args: []string{"serve"}, env: common, ready: apiListening, api: true}
+		if err := in.Start(ctx, ""); err != nil {
+			return nil, err
+		}
+		c.Serve = append(c.Serve, in)
+	}
+	c.Worker = &Instance{Name: "worker", cluster: c, args: []string{"worker"}, ready: metricsListening, env: append(common,
+		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_COMPLETER_GRACE=1s",
+		"PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms")}
+	if err := c.Worker.Start(ctx, ""); err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// Instances are the service's processes: both API instances and the worker.
+func (c *Cluster) Instances() []*Instance { return append(append([]*Instance{}, c.Serve...), c.Worker) }
+
+// Close stops every process and the relay; it may be called again.
+func (c *Cluster) Close() {
+	for _, in := range append(append([]*Instance{}, c.Serve...), c.Worker) {
+		if in != nil {
+			in.Kill()
+		}
+	}
+	if c.sim != nil {
+		c.sim.kill()
+	}
+	if c.relay != nil {
+		c.relay.close()
+	}
+}
+
+// Instance is one service process slot (an API instance or the worker),
+// which its successive processes fill: a restart starts a new process in it.
+// An API instance keeps its address across restarts, as behind a load
+// balancer.
+type Instance struct {
+	Name    string
+	cluster *Cluster
+	args    []string
+	env     []string
+	ready   *regexp.Regexp // the log line that says it serves, with its address
+	api     bool           // an API instance, which keeps its address
+
+	mu          sync.Mutex
+	proc        *process
+	addr        string // the API's address, kept across restarts
+	url         atomic.Pointer[string]
+	failpoint   string
+	incarnation int
+}
+
+// Start starts a new process in the slot, with PAYMENTS_FAILPOINTS=failpoint,
+// and waits until it serves. The previous process must be gone.
+func (in *Instance) Start(ctx context.Context, failpoint string) error {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	if in.proc != nil && !in.proc.hasExited() {
+		return fmt.Errorf("chaos: %s is still running", in.Name)
+	}
+	var lastErr error
+	for try := 0; try < 5; try++ {
+		if in.api && (in.addr == "" || try > 0) {
+			addr, err := freeAddr()
+			if err != nil {
+				return err
+			}
+			in.addr = addr
+		}
+		in.incarnation++
+		env := append(append([]string{}, in.env...), "PAYMENTS_FAILPOINTS="+failpoint)
+		if in.api {
+			env = append(env, "PAYMENTS_ADDR="+in.addr)
+		}
+		log := filepath.Join(in.cluster.cfg.LogDir, fmt.Sprintf("%s.%03d.log", in.Name, in.incarnation))
+		p, addr, err := startProcess(ctx, in.cluster.cfg.Binary, log, env, in.ready, false, in.args...)
+		if err != nil {
+			lastErr = err // most likely the address was taken meanwhile: try another
+			continue
+		}
+		in.proc, in.failpoint = p, failpoint
+		u := "http://" + addr // the API's and the metrics' lines give host:port
+		in.url.Store(&u)
+		return nil
+	}
+	return fmt.Errorf("chaos: starting %s: %w", in.Name, lastErr)
+}
+
+// URL is where the instance serves (the API, or the worker's metrics).
+func (in *Instance) URL() string {
+	if u := in.url.Load(); u != nil {
+		return *u
+	}
+	return "http://127.0.0.1:1"
+}
+
+// Kill SIGKILLs the current process and waits for it to be gone.
+func (in *Instance) Kill() {
+	in.mu.Lock()
+	p := in.proc
+	in.mu.Unlock()
+	if p != nil {
+		p.kill()
+	}
+}
+
+// Terminate sends SIGTERM and waits for a graceful exit, killing the
+// process if it takes longer than timeout. It tells whether the exit was clean.
+func (in *Instance) Terminate(timeout time.Duration) bool {
+	in.mu.Lock()
+	p := in.proc
+	in.mu.Unlock()
+	if p == nil {
+		return true
+	}
+	p.byUs.Store(true)
+	_ = p.cmd.Process.Signal(syscall.SIGTERM)
+	select {
+	case <-p.exited:
+		return p.cmd.ProcessState.ExitCode() == 0
+	case <-time.After(timeout):
+		p.kill()
+		return false
+	}
+}
+
+// Exited is closed when the current process ends.
+func (in *Instance) Exited() <-chan struct{} {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.proc.exited
+}
+
+// Died tells whether the current process ended without being stopped by
+// us, and how: the failpoint it ran with and its exit status.
+func (in *Instance) Died() (died bool, failpoint, how string) {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	p := in.proc
+	if p == nil || !p.hasExited() || p.byUs.Load() {
+		return false, "", ""
+	}
+	return true, in.failpoint, p.cmd.ProcessState.String()
+}
+
+// DiedOfSIGKILL tells whether the current process ended by SIGKILL (which is
+// how a crash failpoint ends it).
+func (in *Instance) DiedOfSIGKILL() bool {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	ws, ok := in.proc.cmd.ProcessState.Sys().(syscall.WaitStatus)
+	return ok && ws.Signaled() && ws.Signal() == syscall.SIGKILL
+}
+
+// Failpoint is the PAYMENTS_FAILPOINTS the current process runs with.
+func (in *Instance) Failpoint() string {
+	in.mu.Lock()
+	defer in.mu.Unlock()
+	return in.failpoint
+}
+
+// LogTail is the end of the current process's log, for a report.
+func (in *Instance) LogTail(n int) string {
+	in.mu.Lock()
+	p := in.proc
+	in.mu.Unlock()
+	if p == nil {
+		return ""
+	}
+	return tail(p.logPath, n)
+}
+
+// process is one running payments process whose output goes to a log file.
+type process struct {
+	cmd     *exec.Cmd
+	logPath string
+	exited  chan struct{}
+	byUs    atomic.Bool // stopped by the harness, not by itself
+}
+
+// startProcess starts `payments args...` with env (added to a clean copy of
+// ours) and waits until its output (stdout when onStdout, else stderr)
+// matches ready, returning the first group.
+func startProcess(ctx context.Context, binary, logPath string, env []string, ready *regexp.Regexp, onStdout bool, args ...string) (*process, string, error) {
+	logFile, err := os.Create(logPath)
+	if err != nil {
+		return nil, "", err
+	}
+	cmd := exec.Command(binary, args...)
+	cmd.Env = append(cleanEnv(), env...)
+	// Its own process group: a Ctrl-C of the test run reaches the harness,
+	// which then kills its processes itself.
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true, Pdeathsig: syscall.SIGKILL}
+	found := make(chan string, 1)
+	watched := &readyWatcher{re: ready, found: found, w: logFile}
+	if onStdout {
+		cmd.Stdout, cmd.Stderr = watched, logFile
+	} else {
+		cmd.Stdout, cmd.Stderr = logFile, watched
+	}
+	if err := cmd.Start(); err != nil {
+		logFile.Close()
+		return nil, "", err
+	}
+	p := &process{cmd: cmd, logPath: logPath, exited: make(chan struct{})}
+	go func() {
+		_ = cmd.Wait()
+		logFile.Close()
+		close(p.exited)
+	}()
+	timer := time.NewTimer(30 * time.Second)
+	defer timer.Stop()
+	select {
+	case addr := <-found:
+		return p, addr, nil
+	case <-p.exited:
+		return nil, "", fmt.Errorf("payments %s exited before serving: %s\n%s", args[0], cmd.ProcessState, tail(logPath, 5))
+	case <-timer.C:
+	case <-ctx.Done():
+	}
+	p.kill()
+	return nil, "", fmt.Errorf("payments %s did not serve in time", args[0])
+}
+
+func (p *process) kill() {
+	p.byUs.Store(true)
+	_ = p.cmd.Process.Kill()
+	<-p.exited
+}
+
+func (p *process) hasExited() bool {
+	select {
+	case <-p.exited:
+		return true
+	default:
+		return false
+	}
+}
+
+// readyWatcher passes output through to w and reports the first line that
+// matches re.
+type readyWatcher struct {
+	re      *regexp.Regexp
+	found   chan string
+	w       io.Writer
+	partial []byte
+	done    bool
+}
+
+func (r *readyWatcher) Write(b []byte) (int, error) {
+	if !r.done {
+		r.partial = append(r.partial, b...)
+		for {
+			i := strings.IndexByte(string(r.partial), '\n')
+			if i < 0 {
+				break
+			}
+			if m := r.re.FindSubmatch(r.partial[:i]); m != nil {
+				r.found <- string(m[1])
+				r.done, r.partial = true, nil
+				break
+			}
+			r.partial = r.partial[i+1:]
+		}
+	}
+	return r.w.Write(b)
+}
+
+// cleanEnv is our environment without anything that configures the service:
+// each process gets exactly the settings the harness gives it.
+func cleanEnv() []string {
+	var env []string
+	for _, kv := range os.Environ() {
+		name, _, _ := strings.Cut(kv, "=")
+		if strings.HasPrefix(name, "PAYMENTS_") || strings.HasPrefix(name, "STRIPE_") || name == "DATABASE_URL" || name == "SMTP_URL" {
+			continue
+		}
+		env = append(env, kv)
+	}
+	return env
+}
+
+// freeAddr finds a loopback address nobody listens on.
+func freeAddr() (string, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return "", err
+	}
+	defer ln.Close()
+	return ln.Addr().String(), nil
+}
+
+// tail is the last n lines of a file.
+func tail(path string, n int) string {
+	f, err := os.Open(path)
+	if err != nil {
+		return ""
+	}
+	defer f.Close()
+	var lines []string
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<20)
+	for sc.Scan() {
+		lines = append(lines, sc.Text())
+		if len(lines) > n {
+			lines = lines[1:]
+		}
+	}
+	return strings.Join(lines, "\n")
+}

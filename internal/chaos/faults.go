@@ -1,0 +1,82 @@
+package chaos
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+	"time"
+)
+
+// The simulator's fault kinds (API.md section 4).
+var faultKinds = []string{"error_500", "lost_response", "drop_connection", "delay", "rate_limit"}
+
+// fault is the body of POST /_sim/faults.
+type fault struct {
+	PathPrefix string `json:"path_prefix"`
+	Method     string `json:"method"`
+	Kind       string `json:"kind"`
+	Count      int    `json:"count"`
+	DelayMS    int    `json:"delay_ms"`
+}
+
+// injectFaults arms a random simulator fault every so often (exponential
+// gaps, rate per second on average) until ctx ends. Delays are sometimes
+// longer than the service's lock timeout, so a request outlives its lock
+// unless the heartbeat keeps it.
+func injectFaults(ctx context.Context, simURL string, rate float64, lockTimeout time.Duration, rng *rand.Rand, stats *Stats, logf func(string, ...any)) {
+	if rate <= 0 {
+		return
+	}
+	for {
+		gap := time.Duration(rng.ExpFloat64() / rate * float64(time.Second))
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(min(gap, 10*time.Second)):
+		}
+		f := fault{
+			PathPrefix: []string{"/v1/payment_intents", "/v1/payment_intents", "/v1/refunds", "/v1/"}[rng.IntN(4)],
+			Method:     []string{"POST", "POST", ""}[rng.IntN(3)],
+			Kind:       faultKinds[rng.IntN(len(faultKinds))],
+			Count:      1 + rng.IntN(3),
+		}
+		if f.Kind == "delay" {
+			f.DelayMS = 100 + rng.IntN(900)
+			if rng.IntN(3) == 0 {
+				f.DelayMS = int(lockTimeout/time.Millisecond) + 200 + rng.IntN(1300)
+				stats.Add("faults armed: delay longer than the lock timeout", 1)
+			}
+		}
+		if err := simControl(ctx, http.MethodPost, simURL+"/_sim/faults", mustJSON(f)); err != nil {
+			if ctx.Err() == nil {
+				logf("chaos: arming a fault: %v", err)
+			}
+			continue
+		}
+		stats.Add("faults armed: "+f.Kind, 1)
+	}
+}
+
+// clearFaults disarms every fault.
+func clearFaults(ctx context.Context, simURL string) error {
+	return simControl(ctx, http.MethodDelete, simURL+"/_sim/faults", nil)
+}
+
+func simControl(ctx context.Context, method, url string, body []byte) error {
+	req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := controlClient.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s %s: %s", method, url, resp.Status)
+	}
+	return nil
+}

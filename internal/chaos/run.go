@@ -1,0 +1,233 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/example/payments/internal/users"
+)
+
+// Options are what Run needs besides its Config.
+type Options struct {
+	// Binary is the payments binary to run.
+	Binary string
+	// DatabaseURL names a migrated database the run may fill.
+	DatabaseURL string
+	// Logf receives progress lines; nil discards them.
+	Logf func(format string, args ...any)
+}
+
+// The demo users' API keys (internal/users seeds them).
+var demoKeys = map[string]string{
+	"alice@example.com": "sk_dev_alice_0123456789abcdef",
+	"bob@example.com":   "sk_dev_bob_0123456789abcdef",
+}
+
+// Run is one chaos run:
+//
+//  1. start the simulator, two API instances on one database and a worker;
+//  2. for cfg.Duration, let cfg.Clients clients run chains of requests
+//     while faults are armed at the simulator and processes are crashed,
+//     killed and restarted;
+//  3. stop the chaos (disarm every fault, restart any process with a
+//     failpoint clean), let every client get the final answer of its last
+//     request, then replay every finished request once more;
+//  4. wait for the background work to settle, take a snapshot of the
+//     database and the simulator, and Check it against the clients' ledger.
+//
+// The error is for a run that could not be carried out (a process that
+// would not start, a database that cannot be read); what the run found is
+// in the Report's Violations.
+func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	logf := opts.Logf
+	if logf == nil {
+		logf = func(string, ...any) {}
+	}
+	rep := &Report{Config: cfg, Started: time.Now()}
+	logDir := cfg.LogDir
+	if logDir == "" {
+		dir, err := os.MkdirTemp("", "payments-chaos-")
+		if err != nil {
+			return nil, err
+		}
+		logDir = dir
+	} else if err := os.MkdirAll(logDir, 0o755); err != nil {
+		return nil, err
+	}
+	rep.LogDir = logDir
+	defer func() {
+		if err != nil {
+			err = fmt.Errorf("%w (process logs in %s)", err, logDir)
+		}
+	}()
+
+	pool, err := pgxpool.New(ctx, opts.DatabaseURL)
+	if err != nil {
+		return nil, fmt.Errorf("chaos: %w", err)
+	}
+	defer pool.Close()
+	clientUsers, err := seedUsers(ctx, pool)
+	if err != nil {
+		return nil, err
+	}
+
+	seeds := rand.New(rand.NewPCG(cfg.Seed, 0x6368616f73))
+	cluster, err := StartCluster(ctx, ClusterConfig{Binary: opts.Binary, DatabaseURL: opts.DatabaseURL, LogDir: logDir,
+		LockTimeout: cfg.LockTimeout}, cfg.WebhookDuplicates, seeds.Uint64())
+	if err != nil {
+		return nil, err
+	}
+	defer cluster.Close()
+	logf("chaos: seed %d; simulator at %s; API at %s and %s; logs in %s", cfg.Seed, cluster.SimURL,
+		cluster.Serve[0].URL(), cluster.Serve[1].URL(), logDir)
+
+	stats := &Stats{}
+	ledger := &Ledger{}
+	d := newDriver(cluster.Serve, ledger, stats, cfg.RequestBudget)
+
+	// 2. Chaos.
+	stopAt := time.Now().Add(cfg.Duration)
+	chaosCtx, stopChaos := context.WithDeadline(ctx, stopAt)
+	defer stopChaos()
+	cr := &crasher{cluster: cluster, cfg: cfg, rng: rand.New(rand.NewPCG(seeds.Uint64(), 1)), stats: stats, logf: logf}
+	var chaos sync.WaitGroup
+	faultRNG := rand.New(rand.NewPCG(seeds.Uint64(), 2))
+	chaos.Go(func() { injectFaults(chaosCtx, cluster.SimURL, cfg.FaultRate, cfg.LockTimeout, faultRNG, stats, logf) })
+	chaos.Go(func() { cr.run(chaosCtx) })
+	chaos.Go(func() { progress(chaosCtx, stats, logf) })
+
+	tag := strconv.FormatUint(cfg.Seed%1_000_000, 36)
+	var clients sync.WaitGroup
+	for i := range cfg.Clients {
+		c := &client{id: i, tag: tag, rng: rand.New(rand.NewPCG(seeds.Uint64(), uint64(i))), d: d, users: clientUsers, think: cfg.Think}
+		clients.Go(func() { c.run(ctx, stopAt) })
+	}
+
+	// 3. Stop the chaos; let the clients finish.
+	chaos.Wait()
+	if err := clearFaults(ctx, cluster.SimURL); err != nil {
+		return nil, fmt.Errorf("chaos: disarming the faults: %w", err)
+	}
+	cr.finish()
+	rep.Chaos = time.Since(rep.Started)
+	logf("chaos: chaos over after %v; clients finish their last requests", rep.Chaos.Round(time.Second))
+	clients.Wait()
+	replayAll(ctx, d, ledger, clientUsers, cfg.Clients, seeds.Uint64())
+	rep.Drain = time.Since(rep.Started) - rep.Chaos
+
+	// 4. Settle and check.
+	logf("chaos: waiting for the background work to settle")
+	settled, settleErr := settle(ctx, pool, cluster.relay, cfg.SettleTimeout, logf)
+	rep.Settle = settled
+	cr.reviveDead() // a process that died since the chaos ended is a problem too
+	violations := cr.violations()
+	if settleErr != nil {
+		violations = append(violations, Violation{Rule: "settle", Key: "-", Detail: settleErr.Error()})
+	}
+	snap, err := TakeSnapshot(ctx, pool, cluster.SimURL)
+	if err != nil {
+		return nil, err
+	}
+	records := ledger.Records()
+	violations = append(violations, Check(snap, records)...)
+	rep.Violations = violations
+	rep.Counters = stats.Snapshot()
+	for k, v := range map[string]int64{"webhook deliveries acknowledged": cluster.relay.delivered.Load(),
+		"webhook deliveries duplicated": cluster.relay.duplicates.Load(), "webhook deliveries failed (retried by Stripe)": cluster.relay.failed.Load()} {
+		rep.Counters[k] = v
+	}
+	rep.World = countWorld(snap, records)
+	rep.World["Stripe events"] = int64(len(snap.Sim.Events))
+	rep.World["Stripe events no instance acknowledged"] = int64(cluster.relay.unacknowledged(snap.Sim.Events))
+	cluster.Close() // before the logs go: the processes write them until they die
+	rep.Total = time.Since(rep.Started)
+	if !rep.Failed() && cfg.LogDir == "" {
+		_ = os.RemoveAll(logDir)
+		rep.LogDir = ""
+	}
+	return rep, nil
+}
+
+// seedUsers seeds the demo users and returns them as the clients' users.
+func seedUsers(ctx context.Context, pool *pgxpool.Pool) ([]user, error) {
+	if err := users.SeedDemoUsers(ctx, pool); err != nil {
+		return nil, fmt.Errorf("chaos: seeding users: %w", err)
+	}
+	var out []user
+	for _, email := range []string{"alice@example.com", "bob@example.com"} {
+		var id int64
+		if err := pool.QueryRow(ctx, "SELECT id FROM users WHERE email = $1", email).Scan(&id); err != nil {
+			return nil, fmt.Errorf("chaos: finding %s: %w", email, err)
+		}
+		out = append(out, user{id: id, apiKey: demoKeys[email]})
+	}
+	return out, nil
+}
+
+// replayAll sends every finished request once more, from parallel workers;
+// Check compares the answers with the first ones.
+func replayAll(ctx context.Context, d *driver, ledger *Ledger, us []user, workers int, seed uint64) {
+	keys := map[int64]string{}
+	for _, u := range us {
+		keys[u.id] = u.apiKey
+	}
+	work := make(chan *Record)
+	var wg sync.WaitGroup
+	for w := range workers {
+		rng := rand.New(rand.NewPCG(seed, uint64(w)))
+		wg.Go(func() {
+			for r := range work {
+				a, ok := d.send(ctx, rng, r, keys[r.UserID])
+				if ok {
+					ledger.Update(r, func(r *Record) { r.Replays = append(r.Replays, a) })
+					d.stats.Add("replays (final sweep)", 1)
+				}
+			}
+		})
+	}
+	for _, r := range ledger.finished() {
+		work <- r
+	}
+	close(work)
+	wg.Wait()
+}
+
+// progress logs the counters every ten seconds.
+func progress(ctx context.Context, stats *Stats, logf func(string, ...any)) {
+	start := time.Now()
+	tick := time.NewTicker(10 * time.Second)
+	defer tick.Stop()
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+			c := stats.Snapshot()
+			var faults, crashes, kills int64
+			for k, v := range c {
+				switch {
+				case strings.HasPrefix(k, "faults armed: delay longer"):
+				case strings.HasPrefix(k, "faults armed: "):
+					faults += v
+				case strings.HasPrefix(k, "crashes at failpoint: "):
+					crashes += v
+				case strings.HasPrefix(k, "SIGKILLs: "):
+					kills += v
+				}
+			}
+			logf("chaos: %v: %d attempts, %d retries, %d faults, %d failpoint crashes, %d SIGKILLs, %d restarts",
+				time.Since(start).Round(time.Second), c["attempts"], c["retries"], faults, crashes, kills, c["restarts"])
+		}
+	}
+}

@@ -1,0 +1,94 @@
+package chaos
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// backlog is the work still under way after the clients finished.
+type backlog struct {
+	unfinishedKeys int // idempotency keys not finished (the completer's work)
+	stagedJobs     int // jobs not yet moved into River (the enqueuer's)
+	pendingJobs    int // River jobs of the staged kinds not yet finalized (the workers')
+	webhooks       int // 1 while the simulator may still have events to deliver
+}
+
+func (b backlog) empty() bool { return b == backlog{} }
+
+func (b backlog) size() int { return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.webhooks }
+
+func (b backlog) String() string {
+	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, webhooks drained: %v",
+		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.webhooks == 0)
+}
+
+const backlogQuery = `SELECT
+	(SELECT count(*) FROM idempotency_keys WHERE recovery_point <> 'finished' AND needs_attention_at IS NULL),
+	(SELECT count(*) FROM staged_jobs),
+	(SELECT count(*) FROM river_job WHERE kind IN ('merchant_event', 'receipt_email')
+		AND state NOT IN ('completed', 'discarded', 'cancelled'))`
+
+// webhookQuiet is how long the relay must have been idle after a failed
+// delivery before the simulator has surely given up on it (after about 13 s
+// of failures).
+const webhookQuiet = 15 * time.Second
+
+// settle waits until the background work is done: every key finished (or
+// marked for attention), every staged job moved into River and run, and
+// every webhook delivered or abandoned, twice in a row. A big backlog may
+// take long to drain, so the wait fails only when the backlog has not
+// shrunk for stall, or after 20 stalls in all. It returns how long the wait
+// took, or the backlog left.
+func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall time.Duration,
+	logf func(string, ...any)) (time.Duration, error) {
+	start := time.Now()
+	lastLog, lastProgress := start, start
+	best := -1
+	calm := 0
+	for {
+		b, err := measureBacklog(ctx, pool, relay)
+		if err != nil {
+			return time.Since(start), err
+		}
+		if b.empty() {
+			calm++
+		} else {
+			calm = 0
+		}
+		if calm >= 2 {
+			return time.Since(start), nil
+		}
+		if size := b.size(); best < 0 || size < best {
+			best, lastProgress = size, time.Now()
+		}
+		switch {
+		case time.Since(lastProgress) > stall:
+			return time.Since(start), fmt.Errorf("did not settle: no progress for %v: %s", stall, b)
+		case time.Since(start) > 20*stall:
+			return time.Since(start), fmt.Errorf("did not settle within %v: %s", 20*stall, b)
+		}
+		if time.Since(lastLog) >= 10*time.Second {
+			logf("chaos: settling: %s", b)
+			lastLog = time.Now()
+		}
+		select {
+		case <-ctx.Done():
+			return time.Since(start), ctx.Err()
+		case <-time.After(500 * time.Millisecond):
+		}
+	}
+}
+
+func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay) (backlog, error) {
+	var b backlog
+	if err := pool.QueryRow(ctx, backlogQuery).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs); err != nil {
+		return b, fmt.Errorf("chaos: measuring the backlog: %w", err)
+	}
+	if !relay.drained() {
+		b.webhooks = 1
+	}
+	return b, nil
+}

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -46,6 +47,7 @@ func WithTx(ctx context.Context, db Beginner, opts TxOptions, fn func(ctx contex
 			return err
 		}
 		if attempt < opts.Attempts {
+			serializationRetries.Add(1)
 			if werr := sleepCtx(ctx, retryBackoff(attempt)); werr != nil {
 				return werr
 			}
@@ -53,6 +55,14 @@ func WithTx(ctx context.Context, db Beginner, opts TxOptions, fn func(ctx contex
 	}
 	return fmt.Errorf("%w (%d attempts): %w", ErrSerialization, opts.Attempts, err)
 }
+
+// serializationRetries counts the attempts WithTx ran again, in this process.
+var serializationRetries atomic.Uint64
+
+// SerializationRetries is how many times WithTx, in this process, has run a
+// transaction again after a serialization failure or deadlock (a failure on
+// the last attempt is returned, not retried, and is not counted).
+func SerializationRetries() uint64 { return serializationRetries.Load() }
 
 func runTx(ctx context.Context, db Beginner, iso pgx.TxIsoLevel, fn func(context.Context, pgx.Tx) error) error {
 	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})

@@ -1,0 +1,182 @@
+// Command paymentsbench measures what a new payment costs, end to end and
+// against the raw SQL floors, and writes the figures as Markdown
+// (docs/BENCHMARKS.md through scripts/bench.sh and `make bench`).
+//
+// In one run it starts its own throwaway PostgreSQL cluster (package
+// pglocal, fsync on: durable settings, as in the issue's pgbench baseline,
+// with pg_stat_statements preloaded when the server has it) and an
+// in-process Stripe simulator on a loopback HTTP server, and measures each
+// scenario at each client count:
+//
+//	A-naive  Brandur's four SERIALIZABLE transactions per request, through pgx (own schema, own database)
+//	A-own    the engine's transactions for one new payment, through recovery.Engine.Execute, no HTTP,
+//	         no Stripe: a benchmark-only flow with create-payment's SQL and a no-op external call
+//	B        POST /v1/payments end to end over HTTP, new keys, key filter on
+//	C        replays of finished keys over HTTP
+//	D        a same-key storm: every client sends the same new key at once, round after round
+//	E        B with the key filter off
+//
+// Every cell starts from empty tables (TRUNCATE and CHECKPOINT, like the
+// baseline), a fresh pool and a fresh service (key filter rebuilt from the
+// database, as at start-up), and runs a warm-up and then a measured window.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"log/slog"
+	"os"
+	"os/signal"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// options are the command's flags.
+type options struct {
+	clients         []int
+	warmup          time.Duration
+	duration        time.Duration
+	scenarios       []string
+	out             string
+	serviceConns    int
+	floorConns      int
+	users           int
+	replayKeys      int
+	stripeIdleConns int
+	command         string
+	keyfilterBench  string
+	profileCell     string
+	profileOut      string
+	quick           bool
+	keep            bool
+	preload         int
+	rounds          int
+}
+
+// allScenarios in the order they run at each client count.
+var allScenarios = []string{"A-naive", "A-own", "B", "E", "C", "D"}
+
+func main() {
+	if err := run(); err != nil {
+		fmt.Fprintln(os.Stderr, "paymentsbench:", err)
+		os.Exit(1)
+	}
+}
+
+func parseFlags() (options, error) {
+	var o options
+	var clients, scenarios string
+	fs := flag.NewFlagSet("paymentsbench", flag.ContinueOnError)
+	fs.StringVar(&clients, "clients", "1,4,16,64", "comma-separated concurrent client counts")
+	fs.DurationVar(&o.warmup, "warmup", time.Second, "warm-up of each cell, not measured")
+	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured window of each cell")
+	fs.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
+	fs.StringVar(&o.out, "out", "", "write the Markdown report here (default: stdout)")
+	fs.IntVar(&o.serviceConns, "service-conns", 0, "the service's database pool size for B-E (0: the service's default, pgxpool's max(4, cores))")
+	fs.IntVar(&o.floorConns, "floor-conns", 0, "the database pool size for A-naive and A-own (0: one connection per client, as pgbench)")
+	fs.IntVar(&o.users, "users", 64, "users the load is spread over")
+	fs.IntVar(&o.replayKeys, "replay-keys", 2048, "finished keys created for C to replay")
+	fs.IntVar(&o.stripeIdleConns, "stripe-idle-conns", 0, "idle connections the service keeps to Stripe (0: as the service, Go's default transport, 2 per host)")
+	fs.StringVar(&o.command, "command", "", "the command to print in the report (default: this one)")
+	fs.StringVar(&o.keyfilterBench, "keyfilter-bench", "", "a file with `go test -bench` output of internal/keyfilter, for the filter's goals")
+	fs.StringVar(&o.profileCell, "cpuprofile-cell", "", "profile one cell, as SCENARIO:CLIENTS (e.g. B:16)")
+	fs.StringVar(&o.profileOut, "cpuprofile", "paymentsbench.cpu.pprof", "where -cpuprofile-cell writes the profile")
+	fs.BoolVar(&o.quick, "quick", false, "a quick run: 1s cells with a 0.5s warm-up, clients 1,4, 20000 preloaded requests unless -preload is given "+
+		"(overrides -clients, -warmup, -duration)")
+	fs.IntVar(&o.preload, "preload", 100000, "finished requests in the database every cell starts from (0: empty tables)")
+	fs.IntVar(&o.rounds, "rounds", 1, "run every cell this many times, interleaved, and report the median")
+	fs.BoolVar(&ownNotify, "a-own-notify", true, "an experiment: false stages A-own's jobs without pg_notify")
+	fs.BoolVar(&o.keep, "keep", false, "keep the cluster's directory and log (for a look at PostgreSQL's log afterwards)")
+	if err := fs.Parse(os.Args[1:]); err != nil {
+		return o, err
+	}
+	if o.quick {
+		clients, o.warmup, o.duration = "1,4", 500*time.Millisecond, time.Second
+		set := map[string]bool{}
+		fs.Visit(func(f *flag.Flag) { set[f.Name] = true })
+		if !set["preload"] {
+			o.preload = 20000
+		}
+	}
+	for _, c := range strings.Split(clients, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(c))
+		if err != nil || n < 1 || n > 256 {
+			return o, fmt.Errorf("-clients: %q is not a client count from 1 to 256", c)
+		}
+		o.clients = append(o.clients, n)
+	}
+	for _, s := range strings.Split(scenarios, ",") {
+		s = strings.TrimSpace(s)
+		if !slices.Contains(allScenarios, s) {
+			return o, fmt.Errorf("-scenarios: unknown scenario %q (known: %s)", s, strings.Join(allScenarios, ", "))
+		}
+		o.scenarios = append(o.scenarios, s)
+	}
+	if o.duration <= 0 || o.warmup < 0 {
+		return o, errors.New("-duration must be positive and -warmup not negative")
+	}
+	if o.users < 1 || o.replayKeys < 1 || o.rounds < 1 {
+		return o, errors.New("-users, -replay-keys and -rounds must be positive")
+	}
+	if o.command == "" {
+		o.command = "go run ./cmd/paymentsbench " + strings.Join(os.Args[1:], " ")
+	}
+	return o, nil
+}
+
+func run() error {
+	o, err := parseFlags()
+	if err != nil {
+		return err
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	defer stop()
+	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
+
+	start := time.Now()
+	b, err := newBench(ctx, o, log)
+	if err != nil {
+		return err
+	}
+	defer b.close()
+
+	for round := 1; round <= o.rounds; round++ {
+		for _, c := range o.clients {
+			for _, s := range allScenarios {
+				if !slices.Contains(o.scenarios, s) {
+					continue
+				}
+				if err := ctx.Err(); err != nil {
+					return err
+				}
+				res, err := b.runCell(ctx, s, c)
+				if err != nil {
+					return fmt.Errorf("%s at %d clients: %w", s, c, err)
+				}
+				res.round = round
+				log.Info("cell", slog.String("scenario", s), slog.Int("clients", c), slog.Int("round", round),
+					slog.String("req/s", fmt.Sprintf("%.0f", res.rps)), slog.String("p50", fmtMs(res.p50)),
+					slog.String("p99", fmtMs(res.p99)), slog.String("stmts/req", fmt.Sprintf("%.1f", res.perReq(res.stmts))),
+					slog.String("retries/req", fmt.Sprintf("%.3f", res.perReq(float64(res.retries)))),
+					slog.String("outcomes", res.outcomeString()))
+				b.results = append(b.results, res)
+			}
+		}
+	}
+	b.elapsed = time.Since(start)
+	report := b.report()
+	if o.out == "" {
+		_, err = os.Stdout.WriteString(report)
+		return err
+	}
+	if err := os.WriteFile(o.out, []byte(report), 0o644); err != nil {
+		return err
+	}
+	log.Info("wrote the report", slog.String("file", o.out), slog.Duration("took", b.elapsed.Round(time.Second)))
+	return nil
+}

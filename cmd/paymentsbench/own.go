@@ -1,0 +1,185 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"net/http"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stagedjobs"
+)
+
+// The A-own floor: recovery.Engine.Execute running a flow that issues the
+// SQL of the create-payment flow (internal/payments/create.go) statement
+// for statement, but whose external phase calls nobody: it reads the
+// payment, as the real call does before it asks Stripe, and makes up a
+// PaymentIntent. This no-op is for this benchmark only, a floor with no
+// HTTP and no Stripe; tests never replace Stripe with it. If create.go's SQL
+// changes, this must follow (compare the statements per request of A-own
+// and B in the report: B has one more, the API key lookup).
+
+var queries = dbsqlc.New()
+
+const (
+	ownPaymentCreated       recovery.RecoveryPoint = "payment_created"
+	ownPaymentIntentCreated recovery.RecoveryPoint = "payment_intent_created"
+)
+
+// createParams are create-payment's parameters as the engine stores them.
+type createParams struct {
+	Amount        int64  `json:"amount"`
+	Currency      string `json:"currency"`
+	PaymentMethod string `json:"payment_method"`
+	Capture       bool   `json:"capture"`
+}
+
+// createBody is the request body of every new payment in B, D and E.
+const createBody = `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`
+
+var ownParams = createParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true}
+
+func ownFlow(pool *pgxpool.Pool) *recovery.Flow {
+	// ownNoopIntent is createPaymentIntent without Stripe: the payment is
+	// read (outside any transaction, as the real call does), the call is not made.
+	ownNoopIntent := func(ctx context.Context, k *recovery.Key) (string, error) {
+		if _, err := queries.GetPaymentByIdempotencyKey(ctx, pool, &k.ID); err != nil {
+			return "", err
+		}
+		return "pi_" + randomHex(), nil
+	}
+	return &recovery.Flow{Name: "bench_create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+		recovery.Started:        recovery.LocalPhase(ownInsertPayment),
+		ownPaymentCreated:       recovery.ExternalPhase("payment_intent", ownNoopIntent, ownRecordIntent),
+		ownPaymentIntentCreated: recovery.LocalPhase(ownFinish),
+	}}
+}
+
+// ownInsertPayment is insertPayment: the payment and its audit record.
+func ownInsertPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	var p createParams
+	if err := k.DecodeParams(&p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	row, err := queries.InsertPayment(ctx, tx, dbsqlc.InsertPaymentParams{
+		ID: "pay_" + randomHex(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
+		PaymentMethod: p.PaymentMethod, Metadata: []byte("{}"), IdempotencyKeyID: &k.ID,
+	})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := ownAudit(ctx, tx, k, "payment.created", row.ID, p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Next(ownPaymentCreated), nil
+}
+
+// ownRecordIntent is recordPaymentIntent for a succeeded PaymentIntent: the
+// payment found and locked, moved to succeeded, the merchant event and the
+// receipt staged, the audit record written.
+func ownRecordIntent(ctx context.Context, tx pgx.Tx, k *recovery.Key, intent string) (recovery.Outcome, error) {
+	pay, err := queries.GetPaymentByIdempotencyKey(ctx, tx, &k.ID)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	if pay, err = queries.GetPaymentByIDForUpdate(ctx, tx, pay.ID); err != nil {
+		return recovery.Outcome{}, err
+	}
+	pay, err = queries.TransitionPayment(ctx, tx, dbsqlc.TransitionPaymentParams{
+		ID: pay.ID, Status: "succeeded", StripePaymentIntent: pgtype.Text{String: intent, Valid: true},
+		AmountCaptured: pgtype.Int8{Int64: pay.Amount, Valid: true},
+	})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	object, err := json.Marshal(pay)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	jobs := []stagedjobs.Job{
+		{Kind: stagedjobs.MerchantEvent, Args: stagedjobs.NewEventArgs(pay.UserID, "payment.succeeded", object)},
+		{Kind: stagedjobs.ReceiptEmail, Args: stagedjobs.ReceiptArgs{
+			UserID: pay.UserID, Payment: pay.ID, Amount: pay.AmountCaptured, Currency: pay.Currency, Reason: "payment",
+		}},
+	}
+	if err := stage(ctx, tx, k, jobs); err != nil {
+		return recovery.Outcome{}, err
+	}
+	if err := ownAudit(ctx, tx, k, "payment.succeeded", pay.ID, map[string]string{"payment_intent": intent}); err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Next(ownPaymentIntentCreated), nil
+}
+
+// ownFinish is finishCreate: the payment read again and stored as the answer.
+func ownFinish(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	pay, err := queries.GetPaymentByIdempotencyKey(ctx, tx, &k.ID)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	body, err := json.Marshal(pay)
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Respond(http.StatusCreated, body), nil
+}
+
+// ownNotify is false in the -a-own-notify=false experiment: the jobs are
+// staged without stagedjobs' pg_notify, whose commit takes a lock that
+// serializes every notifying transaction until its commit is flushed.
+var ownNotify = true
+
+func stage(ctx context.Context, tx pgx.Tx, k *recovery.Key, jobs []stagedjobs.Job) error {
+	if ownNotify {
+		return stagedjobs.StageTx(ctx, tx, k.ID, jobs...)
+	}
+	for _, job := range jobs {
+		args, err := json.Marshal(job.Args)
+		if err != nil {
+			return err
+		}
+		err = queries.InsertStagedJob(ctx, tx, dbsqlc.InsertStagedJobParams{Kind: string(job.Kind), Args: args, IdempotencyKeyID: &k.ID})
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func ownAudit(ctx context.Context, tx pgx.Tx, k *recovery.Key, action, paymentID string, data any) error {
+	raw, err := json.Marshal(data)
+	if err != nil {
+		return err
+	}
+	return queries.InsertAuditRecord(ctx, tx, dbsqlc.InsertAuditRecordParams{
+		UserID: k.UserID, Action: action, ResourceType: "payment", ResourceID: paymentID, Data: raw, IdempotencyKeyID: &k.ID,
+	})
+}
+
+// ownRequest runs one new request with a new key through the engine.
+func ownRequest(ctx context.Context, engine *recovery.Engine, flow *recovery.Flow, users []benchUser, rng *rand.Rand) (string, error) {
+	u := users[rng.IntN(len(users))]
+	resp, err := engine.Execute(ctx, recovery.Request{
+		UserID: u.id, Key: uuid.NewString(), Method: http.MethodPost, Path: "/v1/payments",
+		Body: []byte(createBody), Params: ownParams, Flow: flow,
+	})
+	if err != nil {
+		return "", err
+	}
+	if resp.Replayed {
+		return fmt.Sprintf("%d replayed", resp.Status), nil
+	}
+	return fmt.Sprint(resp.Status), nil
+}
+
+func randomHex() string {
+	u := uuid.New()
+	return fmt.Sprintf("%x", u[:12])
+}

@@ -1,0 +1,316 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/example/payments/internal/api"
+	"github.com/example/payments/internal/keyfilter"
+	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
+	"github.com/example/payments/internal/webhooks"
+)
+
+// service is the payments service assembled in this process as
+// cmd/payments/app.go's newApp and serveAPI assemble it, with the same
+// defaults: a pool, the engine with its key filter (rebuilt before the
+// load starts, as at start-up), the payments service talking to the
+// simulator over loopback HTTP through stripeclient, the webhooks receiver,
+// and the API handler on a real loopback HTTP server. The rate limit is
+// off. Its logs are formatted as in production (JSON, info) and discarded.
+type service struct {
+	pool   *pgxpool.Pool
+	engine *recovery.Engine
+	srv    *http.Server
+	url    string
+}
+
+func (b *bench) startService(ctx context.Context, dbname string, filterOn bool, tracer *sqlCounter) (*service, error) {
+	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
+	pool, err := openPool(ctx, b.server.URL(dbname), b.o.serviceConns, tracer)
+	if err != nil {
+		return nil, err
+	}
+	ok := false
+	defer func() {
+		if !ok {
+			pool.Close()
+		}
+	}()
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	// The service's defaults: a 24h TTL, 1<<20 keys per slice, 0.1 %.
+	filter, err := keyfilter.New(keyfilter.Config{
+		TTL: 24 * time.Hour, ExpectedKeysPerSlice: 1 << 20, FalsePositiveRate: 0.001, Disabled: !filterOn, Registry: reg,
+	})
+	if err != nil {
+		return nil, err
+	}
+	engine := recovery.New(recovery.Config{Pool: pool, Logger: log, KeyFilter: filter})
+	if _, err := engine.RebuildKeyFilter(ctx); err != nil {
+		return nil, fmt.Errorf("rebuilding the key filter: %w", err)
+	}
+	stripeCfg := stripeclient.Config{
+		SecretKey: "sk_test_simulator", APIBase: b.simURL, Logger: log.With(slog.String("component", "stripe")),
+	}
+	if b.o.stripeIdleConns > 0 {
+		t := http.DefaultTransport.(*http.Transport).Clone()
+		t.MaxIdleConnsPerHost = b.o.stripeIdleConns
+		t.MaxIdleConns = b.o.stripeIdleConns
+		stripeCfg.HTTPClient = &http.Client{Transport: t}
+	}
+	stripe, err := stripeclient.New(stripeCfg)
+	if err != nil {
+		return nil, err
+	}
+	handler := api.NewHandler(api.Config{
+		Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe),
+		Webhooks: webhooks.NewReceiver(webhooks.Config{
+			Pool: pool, Secret: "whsec_bench_0123456789abcdef", Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
+		}),
+		Logger: log, Registry: reg,
+	})
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	srv := &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+	go func() { _ = srv.Serve(ln) }()
+	ok = true
+	return &service{pool: pool, engine: engine, srv: srv, url: "http://" + ln.Addr().String()}, nil
+}
+
+func (s *service) close() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	_ = s.srv.Shutdown(ctx)
+	s.pool.Close()
+}
+
+// httpClient keeps one connection alive per client.
+func httpClient(clients int) *http.Client {
+	return &http.Client{
+		Timeout: 60 * time.Second,
+		Transport: &http.Transport{
+			Proxy: nil, DialContext: (&net.Dialer{Timeout: 5 * time.Second, KeepAlive: 30 * time.Second}).DialContext,
+			MaxIdleConns: clients + 8, MaxIdleConnsPerHost: clients + 8, IdleConnTimeout: 90 * time.Second,
+			DisableCompression: true,
+		},
+	}
+}
+
+// postPayment sends POST /v1/payments and says how it ended: the status,
+// and " replayed" when the answer was a replay.
+func postPayment(ctx context.Context, client *http.Client, baseURL string, u benchUser, key string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/payments", bytes.NewReader([]byte(createBody)))
+	if err != nil {
+		return "", err
+	}
+	req.Header.Set("Authorization", "Bearer "+u.apiKey)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return "", err
+	}
+	defer resp.Body.Close()
+	if _, err := io.Copy(io.Discard, resp.Body); err != nil {
+		return "", err
+	}
+	outcome := fmt.Sprint(resp.StatusCode)
+	if resp.Header.Get("Idempotent-Replayed") == "true" {
+		outcome += " replayed"
+	}
+	return outcome, nil
+}
+
+// prefillStats is how C's keys were made.
+type prefillStats struct {
+	keys      int
+	took      time.Duration
+	conflicts int // answers 409 or 503 to a new key, retried with the same key
+}
+
+// replayKey is a finished key of C.
+type replayKey struct {
+	user benchUser
+	key  string
+}
+
+// prepareReplays creates C's finished keys once, through the service.
+func (b *bench) prepareReplays(ctx context.Context) error {
+	if b.replayable != nil {
+		return nil
+	}
+	start := time.Now()
+	svc, err := b.startService(ctx, dbReplay, true, &sqlCounter{})
+	if err != nil {
+		return err
+	}
+	defer svc.close()
+	const workers = 16
+	client := httpClient(workers)
+	us := b.users
+	keys := make([]replayKey, b.o.replayKeys)
+	var wg sync.WaitGroup
+	errs := make(chan error, workers)
+	var prefillRetries atomic.Int64
+	for w := range workers {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := w; i < len(keys); i += workers {
+				k := replayKey{user: us[i%len(us)], key: "replay-" + uuid.NewString()}
+				// A client told 409 or 503 retries with the same key.
+				outcome, err := "", error(nil)
+				for try := 0; try < 10; try++ {
+					if outcome, err = postPayment(ctx, client, svc.url, k.user, k.key); err != nil || (outcome != "409" && outcome != "503") {
+						break
+					}
+					prefillRetries.Add(1)
+					time.Sleep(100 * time.Millisecond)
+				}
+				if err == nil && outcome != "201" && outcome != "201 replayed" {
+					err = fmt.Errorf("creating a key to replay: got %s", outcome)
+				}
+				if err != nil {
+					errs <- err
+					return
+				}
+				keys[i] = k
+			}
+		}()
+	}
+	wg.Wait()
+	close(errs)
+	if err := <-errs; err != nil {
+		return err
+	}
+	b.replayable = keys
+	b.prefill = prefillStats{keys: len(keys), took: time.Since(start), conflicts: int(prefillRetries.Load())}
+	b.log.Info("created the keys to replay", slog.Int("keys", len(keys)), slog.Duration("took", b.prefill.took.Round(time.Millisecond)),
+		slog.Int("409_or_503_retried", b.prefill.conflicts))
+	return nil
+}
+
+// setup prepares scenario name for a cell of clients.
+func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario, error) {
+	tracer := &sqlCounter{}
+	floorConns := clients
+	if b.o.floorConns > 0 {
+		floorConns = b.o.floorConns
+	}
+	serviceConns := b.o.serviceConns
+	if serviceConns <= 0 {
+		serviceConns = max(4, runtime.NumCPU()) // pgxpool's default
+	}
+	switch name {
+	case "A-naive":
+		if err := b.clone(ctx, dbNaive, tmplNaive); err != nil {
+			return nil, err
+		}
+		pool, err := openPool(ctx, b.server.URL(dbNaive), floorConns, tracer)
+		if err != nil {
+			return nil, err
+		}
+		return &scenario{dbname: dbNaive, conns: floorConns, tracer: tracer, close: pool.Close,
+			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) { return naiveRequest(ctx, pool, rng) },
+		}, nil
+
+	case "A-own":
+		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
+			return nil, err
+		}
+		pool, err := openPool(ctx, b.server.URL(dbPayments), floorConns, tracer)
+		if err != nil {
+			return nil, err
+		}
+		filter, err := keyfilter.New(keyfilter.Config{TTL: 24 * time.Hour, ExpectedKeysPerSlice: 1 << 20, FalsePositiveRate: 0.001})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		engine := recovery.New(recovery.Config{Pool: pool, KeyFilter: filter})
+		if _, err := engine.RebuildKeyFilter(ctx); err != nil {
+			pool.Close()
+			return nil, err
+		}
+		flow, us := ownFlow(pool), b.users
+		return &scenario{dbname: dbPayments, conns: floorConns, tracer: tracer, close: pool.Close,
+			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) {
+				return ownRequest(ctx, engine, flow, us, rng)
+			},
+		}, nil
+
+	case "B", "E", "D":
+		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
+			return nil, err
+		}
+		svc, err := b.startService(ctx, dbPayments, name != "E", tracer)
+		if err != nil {
+			return nil, err
+		}
+		client, us := httpClient(clients), b.users
+		sc := &scenario{dbname: dbPayments, conns: serviceConns, tracer: tracer, close: func() {
+			client.CloseIdleConnections()
+			svc.close()
+		}}
+		if name == "D" {
+			stormID := uuid.NewString()[:8]
+			sc.doRound = func(ctx context.Context, _, round int, _ *rand.Rand) (string, error) {
+				return postPayment(ctx, client, svc.url, us[round%len(us)], fmt.Sprintf("storm-%s-%d", stormID, round))
+			}
+		} else {
+			sc.do = func(ctx context.Context, _ int, rng *rand.Rand) (string, error) {
+				return postPayment(ctx, client, svc.url, us[rng.IntN(len(us))], uuid.NewString())
+			}
+		}
+		return sc, nil
+
+	case "C":
+		if err := b.prepareReplays(ctx); err != nil {
+			return nil, err
+		}
+		b.sim.Reset()
+		if _, err := b.monitor.Exec(ctx, "CHECKPOINT"); err != nil {
+			return nil, err
+		}
+		svc, err := b.startService(ctx, dbReplay, true, tracer)
+		if err != nil {
+			return nil, err
+		}
+		client, keys := httpClient(clients), b.replayable
+		return &scenario{dbname: dbReplay, conns: serviceConns, tracer: tracer,
+			close: func() { client.CloseIdleConnections(); svc.close() },
+			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) {
+				k := keys[rng.IntN(len(keys))]
+				return postPayment(ctx, client, svc.url, k.user, k.key)
+			},
+		}, nil
+	}
+	return nil, errors.New("unknown scenario " + name)
+}

@@ -94,13 +94,25 @@ func apiBase(raw string) (*string, error) {
 	return &base, nil
 }
 
+// maxIdleConnsPerHost keeps enough idle connections to Stripe for the
+// service's concurrent calls: Go's default of 2 would make every call past
+// the second open a new connection (a new TLS handshake, against Stripe).
+const maxIdleConnsPerHost = 64
+
+func defaultTransport() *http.Transport {
+	t := http.DefaultTransport.(*http.Transport).Clone()
+	t.MaxIdleConns = maxIdleConnsPerHost
+	t.MaxIdleConnsPerHost = maxIdleConnsPerHost
+	return t
+}
+
 func httpClientFor(cfg Config) *http.Client {
 	timeout := cfg.Timeout
 	if timeout == 0 {
 		timeout = DefaultTimeout
 	}
 	if cfg.HTTPClient == nil {
-		return &http.Client{Timeout: timeout}
+		return &http.Client{Timeout: timeout, Transport: defaultTransport()}
 	}
 	c := *cfg.HTTPClient // never change the caller's client
 	if c.Timeout == 0 {

@@ -438,3 +438,15 @@ func gather(t *testing.T, reg *prometheus.Registry, name string) float64 {
 	t.Fatalf("no metric %s", name)
 	return 0
 }
+
+func TestFilter_checksAndAddsAllocateNothing(t *testing.T) {
+	// Not parallel: testing.AllocsPerRun counts the whole process's allocations.
+	b := setup(t, keyfilter.Config{})
+	key := "3f2c1a9e-5b7d-4c2e-9a1f-0123456789ab"
+	allocs := testing.AllocsPerRun(1000, func() {
+		b.filter.Add(1, key)
+		b.filter.MaybeSeen(2, key)
+		b.filter.CheckAndAdd(3, key)
+	})
+	require.Zero(t, allocs)
+}

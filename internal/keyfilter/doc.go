@@ -77,23 +77,30 @@
 // # Cost
 //
 // With 10 million live keys and a 0.1 % false-positive rate for a whole
-// check, on the 2-core development machine (AMD EPYC, 32 MiB L3), medians of
-// five runs of BenchmarkCheckMember, ...NonMember, ...Latency, BenchmarkAdd
-// and BenchmarkCheckAndAdd, in ns, and memory in bytes per live key:
+// check, on the 2-core development machine (AMD EPYC, 32 MiB L3; go test
+// -bench . -benchtime 2s, one run, ns per operation, memory in bytes per
+// live key):
 //
-//	                              member  non-member  latency  add  check+add  bytes/key
-//	blocked, 4 slices (default)      130         130      170  200        200       4.27
-//	blocked, 3 slices                130         130      200  205        245       3.47
-//	bloom/v3 layout, 4 slices        300         330      390  270        430       2.88
-//	bloom/v3 layout, 24 slices       550         750        -  270        640       2.74
-//	24 bloom/v3 filters, naive      1600        4000        -  110       1600       2.62
-//	one bloom/v3 filter, no slices   140         140      220  260        320       1.80
+//	                                member  non-member  latency  add  check+add  bytes/key
+//	blocked, 4 slices (the default)    178         184      204  225        218       4.27
+//	blocked, 3 slices                  205         218      227  237        266       3.47
+//	bloom/v3 layout, 4 slices          449         483      477  281        415       2.88
+//	bloom/v3 layout, 24 slices         848        1175        -  250        855       2.74
+//	24 bloom/v3 filters, naive        2848        6520        -  167       2135       2.62
+//	one bloom/v3 filter, no slices     276         250      281  391        606       1.80
 //
-// A check costs about one cache miss: the blocked line is one random read in
-// 40 MiB, which takes 130 to 150 ns on this machine, plus about 35 ns of
-// hashing and counting. The loops measure back-to-back checks, whose misses
-// the processor overlaps; Latency makes each check wait for the previous one,
-// as checks between other work do. An add also reads the clock (25 ns here).
-// The naive design hashes once per slice and asks 24 filters; the naive add
-// is cheap only because it writes a one-megabyte filter that stays in cache.
+// The machine is shared and its memory latency varies by a factor of two
+// from hour to hour; in a quiet hour the same benchmarks ran the default at
+// 111 to 156 ns per check and about 200 ns per add, and the single bloom/v3
+// filter at 114 to 159 ns per check. The ratios hold: the default checks four
+// slices in less time than bloom/v3 checks one filter, and 15 to 35 times
+// faster than the naive 24 filters, which hash once per filter.
+//
+// A check costs one cache miss (a random read in 40 MiB, 130 to 150 ns on a
+// quiet day) plus about 35 ns of hashing and counting. The loops measure
+// back-to-back checks, whose misses the processor overlaps; CheckLatency
+// makes each check wait for the previous one, as checks between other work
+// do. An add also reads the clock (25 ns here), and its locked instructions
+// keep it from overlapping anything. The naive add is cheap only because it
+// writes a one-megabyte filter that stays in cache.
 package keyfilter

@@ -230,13 +230,3 @@ func (s *Service) paymentOfTx(ctx context.Context, db dbsqlc.DBTX, k *recovery.K
 	}
 	return fromRow(row)
 }
-
-// stagePaymentEvent stages a merchant event about pay for the request k.
-func stagePaymentEvent(ctx context.Context, tx pgx.Tx, k *recovery.Key, eventType string, pay Payment) error {
-	return stage(ctx, tx, keyID(k), eventJob(k.UserID, eventType, pay))
-}
-
-// stageReceipt stages a receipt for pay's captured amount for the request k.
-func stageReceipt(ctx context.Context, tx pgx.Tx, k *recovery.Key, pay Payment) error {
-	return stage(ctx, tx, keyID(k), receiptJob(pay))
-}

@@ -155,17 +155,6 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 	return i, err
 }
 
-const countKeysNeedingAttention = `-- name: CountKeysNeedingAttention :one
-SELECT count(*) FROM idempotency_keys WHERE needs_attention_at IS NOT NULL
-`
-
-func (q *Queries) CountKeysNeedingAttention(ctx context.Context, db DBTX) (int64, error) {
-	row := db.QueryRow(ctx, countKeysNeedingAttention)
-	var count int64
-	err := row.Scan(&count)
-	return count, err
-}
-
 const deleteExpiredIdempotencyKey = `-- name: DeleteExpiredIdempotencyKey :exec
 DELETE FROM idempotency_keys
 WHERE id = $1 AND recovery_point = 'finished'

@@ -10,17 +10,6 @@ import (
 	"time"
 )
 
-const getStripeEventOutcome = `-- name: GetStripeEventOutcome :one
-SELECT outcome FROM stripe_events WHERE id = $1
-`
-
-func (q *Queries) GetStripeEventOutcome(ctx context.Context, db DBTX, id string) (string, error) {
-	row := db.QueryRow(ctx, getStripeEventOutcome, id)
-	var outcome string
-	err := row.Scan(&outcome)
-	return outcome, err
-}
-
 const insertStripeEvent = `-- name: InsertStripeEvent :execrows
 INSERT INTO stripe_events (id, type, occurred_at, outcome)
 VALUES ($1, $2, $3, 'received')

@@ -107,8 +107,6 @@ UPDATE idempotency_keys
 SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_at = NULL
 WHERE id = @id AND lock_token = @lock_token;
 
--- name: CountKeysNeedingAttention :one
-SELECT count(*) FROM idempotency_keys WHERE needs_attention_at IS NOT NULL;
 
 -- name: ReapExpiredKeys :execrows
 -- A small batch of finished keys past their TTL. Unfinished keys are never

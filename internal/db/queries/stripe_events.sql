@@ -7,5 +7,3 @@ ON CONFLICT (id) DO NOTHING;
 -- name: SetStripeEventOutcome :exec
 UPDATE stripe_events SET outcome = @outcome WHERE id = @id;
 
--- name: GetStripeEventOutcome :one
-SELECT outcome FROM stripe_events WHERE id = @id;

@@ -147,11 +147,12 @@ func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
 
 // recordPaymentIntent: payment_created -> payment_intent_created, or finished on a decline.
 func (s *Service) recordPaymentIntent(ctx context.Context, tx pgx.Tx, k *recovery.Key, res intentResult) (recovery.Outcome, error) {
-	pay, err := s.paymentOfTx(ctx, tx, k)
+	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if pay, err = lockPayment(ctx, tx, pay.ID); err != nil {
+	pay, err := fromRow(row)
+	if err != nil {
 		return recovery.Outcome{}, err
 	}
 	if res.intent == nil {

@@ -294,6 +294,37 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 	return items, nil
 }
 
+const lockPaymentByIdempotencyKey = `-- name: LockPaymentByIdempotencyKey :one
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at FROM payments WHERE idempotency_key_id = $1 FOR UPDATE
+`
+
+// The same, under a row lock, for the transaction that records Stripe's answer.
+func (q *Queries) LockPaymentByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKeyID *uuid.UUID) (Payment, error) {
+	row := db.QueryRow(ctx, lockPaymentByIdempotencyKey, idempotencyKeyID)
+	var i Payment
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.Amount,
+		&i.Currency,
+		&i.Status,
+		&i.Capture,
+		&i.AmountCaptured,
+		&i.AmountRefunded,
+		&i.PaymentMethod,
+		&i.StripePaymentIntent,
+		&i.FailureCode,
+		&i.FailureMessage,
+		&i.Description,
+		&i.Metadata,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.IdempotencyKeyID,
+		&i.StripeEventAt,
+	)
+	return i, err
+}
+
 const noteStripeEvent = `-- name: NoteStripeEvent :exec
 UPDATE payments SET stripe_event_at = greatest(stripe_event_at, $1::timestamptz) WHERE id = $2
 `

@@ -21,6 +21,10 @@ RETURNING *;
 -- The payment a create request made, found again after a crash.
 SELECT * FROM payments WHERE idempotency_key_id = @idempotency_key_id;
 
+-- name: LockPaymentByIdempotencyKey :one
+-- The same, under a row lock, for the transaction that records Stripe's answer.
+SELECT * FROM payments WHERE idempotency_key_id = @idempotency_key_id FOR UPDATE;
+
 -- name: GetPaymentForUpdate :one
 -- The payment under a row lock, for a flow about to change it.
 SELECT * FROM payments WHERE id = @id AND user_id = @user_id FOR UPDATE;

@@ -170,8 +170,10 @@ func (f *Filter) Add(userID int64, key string) {
 
 // ReportFalsePositive counts a check that answered "maybe seen" for a key
 // the database then did not have.
+// A cold filter answers "maybe" without looking at its bits, so its answers
+// are not the filter's false positives and are not counted.
 func (f *Filter) ReportFalsePositive() {
-	if f == nil || f.slots == nil {
+	if f == nil || f.slots == nil || !f.ready.Load() {
 		return
 	}
 	f.fps.Inc()

@@ -390,3 +390,30 @@ func openPool(ctx context.Context, url string, maxConns int, tracer pgx.QueryTra
 	}
 	return pool, nil
 }
+
+// logTopSQL logs the n statements of dbname that took the server the most
+// execution time (parse, bind and the protocol are not in it), per request.
+func (b *bench) logTopSQL(ctx context.Context, dbname string, n int, requests int) {
+	rows, err := b.monitor.Query(ctx, `SELECT calls, total_exec_time, rows, wal_bytes::float8, left(regexp_replace(query, '\s+', ' ', 'g'), 110)
+		FROM pg_stat_statements WHERE dbid = (SELECT oid FROM pg_database WHERE datname = $1)
+		ORDER BY total_exec_time DESC LIMIT $2`, dbname, n)
+	if err != nil {
+		b.log.Warn("reading pg_stat_statements", slog.String("error", err.Error()))
+		return
+	}
+	defer rows.Close()
+	per := float64(max(requests, 1))
+	for rows.Next() {
+		var calls, nrows int64
+		var total, wal float64
+		var query string
+		if err := rows.Scan(&calls, &total, &nrows, &wal, &query); err != nil {
+			b.log.Warn("reading pg_stat_statements", slog.String("error", err.Error()))
+			return
+		}
+		b.log.Info("top sql", slog.String("µs/req", fmt.Sprintf("%.1f", total*1000/per)),
+			slog.String("calls/req", fmt.Sprintf("%.2f", float64(calls)/per)),
+			slog.String("µs/call", fmt.Sprintf("%.1f", total*1000/float64(max(calls, 1)))),
+			slog.String("WAL B/req", fmt.Sprintf("%.0f", wal/per)), slog.String("query", query))
+	}
+}

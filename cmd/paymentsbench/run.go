@@ -270,6 +270,9 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 	}
 	res.outcomes, res.errs = l.outcomes, l.errs
 	res.summarize(l, b.o.duration)
+	if b.o.topSQL > 0 && b.pgss {
+		b.logTopSQL(ctx, sc.dbname, b.o.topSQL, res.total)
+	}
 	return res, nil
 }
 

@@ -15,6 +15,7 @@ type state struct {
 	events         table[event]
 
 	keys     map[keyScope]*keyEntry
+	keyOrder []claimedKey // keys' claims, oldest first, for forgetExpiredKeys
 	faults   []*Fault
 	requests []*RequestRecord
 }

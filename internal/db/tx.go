@@ -34,26 +34,40 @@ var ErrSerialization = errors.New("transaction kept conflicting with concurrent 
 // (40P01), from fn or from the commit, rolls back and runs fn again after a
 // jittered backoff. Any other error rolls back and is returned as it is.
 func WithTx(ctx context.Context, db Beginner, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
+	opts = opts.withDefaults()
+	return retrySerializable(ctx, opts.Attempts, func() error {
+		return runTx(ctx, db, opts.Isolation, fn)
+	})
+}
+
+func (opts TxOptions) withDefaults() TxOptions {
 	if opts.Isolation == "" {
 		opts.Isolation = pgx.Serializable
 	}
 	if opts.Attempts <= 0 {
 		opts.Attempts = 5
 	}
+	return opts
+}
+
+// retrySerializable runs attempt until it does not fail with a
+// serialization failure or deadlock, at most attempts times, with a
+// jittered backoff between tries.
+func retrySerializable(ctx context.Context, attempts int, attempt func() error) error {
 	var err error
-	for attempt := 1; attempt <= opts.Attempts; attempt++ {
-		err = runTx(ctx, db, opts.Isolation, fn)
+	for n := 1; n <= attempts; n++ {
+		err = attempt()
 		if !IsSerializationFailure(err) {
 			return err
 		}
-		if attempt < opts.Attempts {
+		if n < attempts {
 			serializationRetries.Add(1)
-			if werr := sleepCtx(ctx, retryBackoff(attempt)); werr != nil {
+			if werr := sleepCtx(ctx, retryBackoff(n)); werr != nil {
 				return werr
 			}
 		}
 	}
-	return fmt.Errorf("%w (%d attempts): %w", ErrSerialization, opts.Attempts, err)
+	return fmt.Errorf("%w (%d attempts): %w", ErrSerialization, attempts, err)
 }
 
 // serializationRetries counts the attempts WithTx ran again, in this process.

@@ -1,0 +1,220 @@
+package db
+
+import (
+	"context"
+	"fmt"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
+)
+
+// Tx is a transaction that spends as few round trips to PostgreSQL as it
+// can, for the engine and the flows, whose requests are mostly round trips:
+//
+//   - BEGIN is not sent on its own: it goes with the transaction's first
+//     statement;
+//   - a statement whose result nobody reads (an audit record, a staged job)
+//     can be queued with Queued: it goes with the next statement whose
+//     result is read, or with COMMIT;
+//   - a transaction that sent nothing commits without a round trip.
+//
+// Statements still run one after the other, in the order they were issued,
+// inside one SERIALIZABLE transaction: only the waiting is saved. The price
+// is that a queued statement's error surfaces at the next statement sent
+// (which then returns it instead of its own result), or at Commit. Any error
+// aborts the transaction anyway, so the callback only has to return it.
+//
+// Tx implements the interface sqlc's queries take (dbsqlc.DBTX). It is not
+// safe for concurrent use, and lives only inside WithPipelinedTx.
+type Tx struct {
+	conn   *pgx.Conn
+	begin  string   // the BEGIN statement until it is sent, then ""
+	queued []queued // statements waiting for the next round trip
+}
+
+type queued struct {
+	sql  string
+	args []any
+}
+
+// WithPipelinedTx is WithTx with a Tx: fn runs in a transaction at the
+// requested isolation (SERIALIZABLE by default), retried after a
+// serialization failure or deadlock, on one connection of pool.
+func WithPipelinedTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx *Tx) error) error {
+	opts = opts.withDefaults()
+	return retrySerializable(ctx, opts.Attempts, func() error {
+		return runPipelinedTx(ctx, pool, opts.Isolation, fn)
+	})
+}
+
+func runPipelinedTx(ctx context.Context, pool *pgxpool.Pool, iso pgx.TxIsoLevel, fn func(context.Context, *Tx) error) error {
+	conn, err := pool.Acquire(ctx)
+	if err != nil {
+		return fmt.Errorf("acquiring a connection: %w", err)
+	}
+	defer conn.Release()
+	tx := &Tx{conn: conn.Conn(), begin: "BEGIN ISOLATION LEVEL " + string(iso)}
+	defer tx.rollbackWithoutCancel(ctx)
+	if err := fn(ctx, tx); err != nil {
+		return err
+	}
+	return tx.commit(ctx)
+}
+
+// Queued returns tx as a dbsqlc.DBTX whose Exec does not send its
+// statement: it queues it for the next round trip, and reports success. Use
+// it for writes whose result the transaction does not read; their errors
+// surface later (see Tx). Query and QueryRow are tx's own.
+func (tx *Tx) Queued() QueuedTx { return QueuedTx{tx} }
+
+// QueuedTx is a Tx whose Exec queues (see Tx.Queued).
+type QueuedTx struct{ tx *Tx }
+
+// Exec queues sql for the next round trip.
+func (q QueuedTx) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	q.tx.queued = append(q.tx.queued, queued{sql: sql, args: args})
+	return pgconn.CommandTag{}, nil
+}
+
+// Query is Tx.Query.
+func (q QueuedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	return q.tx.Query(ctx, sql, args...)
+}
+
+// QueryRow is Tx.QueryRow.
+func (q QueuedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	return q.tx.QueryRow(ctx, sql, args...)
+}
+
+// Exec sends sql, with whatever waits to be sent, and returns its command tag.
+func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	br, err := tx.send(ctx, sql, args)
+	if err != nil {
+		return pgconn.CommandTag{}, firstError(err, br.Close())
+	}
+	tag, err := br.Exec()
+	return tag, firstError(err, br.Close())
+}
+
+// QueryRow sends sql, with whatever waits to be sent; the row is read by Scan.
+func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	br, err := tx.send(ctx, sql, args)
+	if err != nil {
+		return errRow{firstError(err, br.Close())}
+	}
+	return batchRow{br}
+}
+
+// Query sends sql, with whatever waits to be sent; the rows must be closed.
+func (tx *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	br, err := tx.send(ctx, sql, args)
+	if err != nil {
+		return nil, firstError(err, br.Close())
+	}
+	rows, err := br.Query()
+	if err != nil {
+		return nil, firstError(err, br.Close())
+	}
+	return &batchRows{Rows: rows, br: br}, nil
+}
+
+// send sends, in one round trip, BEGIN if it has not gone yet, the queued
+// statements and then sql, and reads every result before sql's: the
+// returned batch is positioned at sql's result. An error of an earlier
+// statement is returned (the batch must still be closed).
+func (tx *Tx) send(ctx context.Context, sql string, args []any) (pgx.BatchResults, error) {
+	b := &pgx.Batch{}
+	if tx.begin != "" {
+		b.Queue(tx.begin)
+	}
+	for _, q := range tx.queued {
+		b.Queue(q.sql, q.args...)
+	}
+	b.Queue(sql, args...)
+	earlier := b.Len() - 1
+	br := tx.conn.SendBatch(ctx, b)
+	tx.begin, tx.queued = "", nil
+	for range earlier {
+		if _, err := br.Exec(); err != nil {
+			return br, err
+		}
+	}
+	return br, nil
+}
+
+// commit sends what is queued and COMMIT, in one round trip; a transaction
+// that never sent anything has nothing to commit.
+func (tx *Tx) commit(ctx context.Context) error {
+	if tx.begin != "" && len(tx.queued) == 0 {
+		return nil
+	}
+	tag, err := tx.Exec(ctx, "COMMIT")
+	if err != nil {
+		return err
+	}
+	if tag.String() == "ROLLBACK" { // the transaction had failed; COMMIT rolled it back
+		return pgx.ErrTxCommitRollback
+	}
+	return nil
+}
+
+// rollbackWithoutCancel rolls back whatever is left open, even when ctx is
+// already cancelled. After a commit (or when nothing was sent) it does not
+// touch the connection.
+func (tx *Tx) rollbackWithoutCancel(ctx context.Context) {
+	if tx.conn.PgConn().TxStatus() == 'I' {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+	defer cancel()
+	if _, err := tx.conn.Exec(ctx, "ROLLBACK"); err != nil {
+		// The connection is in an unknown state: close it, so the pool
+		// replaces it rather than handing a half-open transaction out.
+		_ = tx.conn.Close(ctx)
+	}
+}
+
+// batchRow is the last result of a batch, read as one row.
+type batchRow struct{ br pgx.BatchResults }
+
+func (r batchRow) Scan(dest ...any) error {
+	err := r.br.QueryRow().Scan(dest...)
+	return firstError(err, r.br.Close())
+}
+
+// errRow is a row that could not be read.
+type errRow struct{ err error }
+
+func (r errRow) Scan(...any) error { return r.err }
+
+// batchRows are the last result of a batch, read as rows; closing them
+// closes the batch.
+type batchRows struct {
+	pgx.Rows
+	br       pgx.BatchResults
+	closeErr error
+	closed   bool
+}
+
+func (r *batchRows) Close() {
+	r.Rows.Close()
+	if !r.closed {
+		r.closed = true
+		r.closeErr = r.br.Close()
+	}
+}
+
+func (r *batchRows) Err() error {
+	return firstError(r.Rows.Err(), r.closeErr)
+}
+
+func firstError(errs ...error) error {
+	for _, err := range errs {
+		if err != nil {
+			return err
+		}
+	}
+	return nil
+}

@@ -1,0 +1,212 @@
+package db_test
+
+import (
+	"context"
+	"errors"
+	"sync"
+	"sync/atomic"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/dbtest"
+)
+
+// sends counts what a pool sends to the server: each query or batch is one
+// round trip (pgx adds one more the first time it prepares a statement).
+type sends struct{ n atomic.Int64 }
+
+func (s *sends) TraceQueryStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceQueryStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+func (s *sends) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (s *sends) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	s.n.Add(1)
+	return ctx
+}
+func (s *sends) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (s *sends) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+// tracedPool is a pool on a fresh test database whose sends are counted.
+func tracedPool(t *testing.T) (*pgxpool.Pool, *sends) {
+	t.Helper()
+	cfg, err := pgxpool.ParseConfig(dbtest.NewURL(t))
+	require.NoError(t, err)
+	s := &sends{}
+	cfg.ConnConfig.Tracer = s
+	pool, err := pgxpool.NewWithConfig(context.Background(), cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	_, err = pool.Exec(context.Background(), "CREATE TABLE notes (id int PRIMARY KEY, body text NOT NULL)")
+	require.NoError(t, err)
+	return pool, s
+}
+
+func countNotes(t *testing.T, pool *pgxpool.Pool) int {
+	t.Helper()
+	var n int
+	require.NoError(t, pool.QueryRow(context.Background(), "SELECT count(*) FROM notes").Scan(&n))
+	return n
+}
+
+func TestPipelinedTx_sendsBeginWithTheFirstStatementAndQueuedWritesWithCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := tracedPool(t)
+	write := func(ctx context.Context, tx *db.Tx) error {
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM notes").Scan(&n); err != nil {
+			return err
+		}
+		for i := range 3 {
+			if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES ($1, 'queued')", n+i); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+	require.NoError(t, db.WithPipelinedTx(ctx, pool, db.TxOptions{}, write)) // prepares the statements
+	before := s.n.Load()
+	require.NoError(t, db.WithPipelinedTx(ctx, pool, db.TxOptions{}, write))
+	require.EqualValues(t, 2, s.n.Load()-before, "BEGIN+SELECT, then 3 INSERTs+COMMIT")
+	require.Equal(t, 6, countNotes(t, pool))
+}
+
+func TestPipelinedTx_aQueuedWritesErrorSurfacesAtTheNextStatementAndRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	_, err := pool.Exec(ctx, "INSERT INTO notes VALUES (1, 'taken')")
+	require.NoError(t, err)
+
+	err = db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (2, 'first')"); err != nil {
+			return err
+		}
+		_, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (1, 'duplicate')")
+		require.NoError(t, err, "queued: nothing sent yet")
+		var n int
+		return tx.QueryRow(ctx, "SELECT count(*) FROM notes").Scan(&n)
+	})
+	require.True(t, db.IsUniqueViolation(err), "the queued insert's error, at the next statement: %v", err)
+	require.Equal(t, 1, countNotes(t, pool), "the whole transaction rolled back")
+}
+
+func TestPipelinedTx_aQueuedWritesErrorAtCommitFailsTheCommit(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	_, err := pool.Exec(ctx, "INSERT INTO notes VALUES (1, 'taken')")
+	require.NoError(t, err)
+
+	err = db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (2, 'fine')"); err != nil {
+			return err
+		}
+		_, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (1, 'duplicate')")
+		return err
+	})
+	require.True(t, db.IsUniqueViolation(err), "%v", err)
+	require.Equal(t, 1, countNotes(t, pool), "nothing committed")
+
+	// Every connection went back to the pool idle, outside any transaction.
+	for range 4 {
+		require.NoError(t, db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+			_, err := tx.Exec(ctx, "INSERT INTO notes VALUES ((SELECT max(id) + 1 FROM notes), 'after')")
+			return err
+		}))
+	}
+	require.Equal(t, 5, countNotes(t, pool))
+}
+
+func TestPipelinedTx_anErrorOfTheCallbackRollsBack(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	boom := errors.New("boom")
+	err := db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (1, 'sent')"); err != nil {
+			return err
+		}
+		if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (2, 'queued')"); err != nil {
+			return err
+		}
+		return boom
+	})
+	require.ErrorIs(t, err, boom)
+	require.Zero(t, countNotes(t, pool))
+}
+
+func TestPipelinedTx_sendsNothingWhenTheCallbackDoesNothing(t *testing.T) {
+	t.Parallel()
+	pool, s := tracedPool(t)
+	before := s.n.Load()
+	require.NoError(t, db.WithPipelinedTx(context.Background(), pool, db.TxOptions{}, func(context.Context, *db.Tx) error { return nil }))
+	require.Zero(t, s.n.Load()-before)
+}
+
+func TestPipelinedTx_readsRowsAfterQueuedWrites(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	var bodies []string
+	err := db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		bodies = nil
+		for i, b := range []string{"a", "b"} {
+			if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES ($1, $2)", i, b); err != nil {
+				return err
+			}
+		}
+		rows, err := tx.Query(ctx, "SELECT body FROM notes ORDER BY id")
+		if err != nil {
+			return err
+		}
+		bodies, err = pgx.CollectRows(rows, pgx.RowTo[string])
+		return err
+	})
+	require.NoError(t, err)
+	require.Equal(t, []string{"a", "b"}, bodies, "the queued writes ran first, in order")
+	require.Equal(t, 2, countNotes(t, pool))
+}
+
+func TestPipelinedTx_retriesARealSerializationFailure(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	_, err := pool.Exec(ctx, "INSERT INTO notes VALUES (0, '0')")
+	require.NoError(t, err)
+
+	var attempts atomic.Int32
+	var bothRead sync.WaitGroup
+	bothRead.Add(2)
+	increment := func() error {
+		return db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+			attempt := attempts.Add(1)
+			var body string
+			if err := tx.QueryRow(ctx, "SELECT body FROM notes WHERE id = 0").Scan(&body); err != nil {
+				return err
+			}
+			if attempt <= 2 {
+				bothRead.Done()
+				bothRead.Wait()
+			}
+			// Queued: the conflict surfaces at COMMIT's round trip.
+			_, err := tx.Queued().Exec(ctx, "UPDATE notes SET body = (body::int + 1)::text WHERE id = 0")
+			return err
+		})
+	}
+	errs := make(chan error, 2)
+	go func() { errs <- increment() }()
+	go func() { errs <- increment() }()
+	require.NoError(t, <-errs)
+	require.NoError(t, <-errs)
+
+	var body string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT body FROM notes WHERE id = 0").Scan(&body))
+	require.Equal(t, "2", body, "no increment lost")
+	require.EqualValues(t, 3, attempts.Load(), "exactly one retry")
+}

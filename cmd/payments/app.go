@@ -92,7 +92,8 @@ func (a *app) serveAPI(ctx context.Context, ln net.Listener) error {
 	}()
 	handler := api.NewHandler(api.Config{
 		Pool: a.pool, Engine: a.engine, Payments: a.payments, Webhooks: a.webhooks, Logger: a.log, Registry: a.registry,
-		RateLimit: api.RateLimit{Rate: a.cfg.RateLimit, Burst: a.cfg.RateLimitBurst},
+		RateLimit:    api.RateLimit{Rate: a.cfg.RateLimit, Burst: a.cfg.RateLimitBurst},
+		AuthCacheTTL: a.cfg.apiAuthCacheTTL(),
 	})
 	a.log.Info("API listening", slog.String("addr", ln.Addr().String()))
 	return a.serveHTTP(ctx, ln, handler, "API")

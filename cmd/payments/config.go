@@ -40,6 +40,7 @@ type config struct {
 
 	RateLimit      float64
 	RateLimitBurst int
+	AuthCacheTTL   time.Duration
 
 	SMTPURL              string
 	CompleterInterval    time.Duration
@@ -121,6 +122,8 @@ func (c *config) commonFlags(f *flags) {
 		"how long in-flight requests may take to finish on SIGINT/SIGTERM")
 	f.floatVar(&c.RateLimit, "rate-limit", "PAYMENTS_RATE_LIMIT", 100, "requests per second per user, on average (0: no limit)")
 	f.intVar(&c.RateLimitBurst, "rate-limit-burst", "PAYMENTS_RATE_LIMIT_BURST", 200, "requests per user in one burst")
+	f.durationVar(&c.AuthCacheTTL, "auth-cache-ttl", "PAYMENTS_AUTH_CACHE_TTL", 10*time.Second,
+		"how long a looked-up API key is answered from memory; a revoked key works this long (0: off)")
 	c.stripeFlags(f)
 	c.engineFlags(f)
 	c.workerFlags(f)
@@ -183,12 +186,22 @@ func (c config) LogValue() slog.Value {
 		slog.Float64("keyfilter_fp_rate", c.KeyFilterFPRate),
 		slog.Float64("rate_limit", c.RateLimit),
 		slog.Int("rate_limit_burst", c.RateLimitBurst),
+		slog.String("auth_cache_ttl", c.AuthCacheTTL.String()),
 		slog.String("smtp_url", maskURL(c.SMTPURL)),
 		slog.String("completer_interval", c.CompleterInterval.String()),
 		slog.String("completer_grace", c.CompleterGrace.String()),
 		slog.String("reaper_interval", c.ReaperInterval.String()),
 		slog.String("enqueuer_poll_interval", c.EnqueuerPollInterval.String()),
 	)
+}
+
+// apiAuthCacheTTL is AuthCacheTTL as api.Config reads it: there 0 means the
+// default and only a negative value turns the cache off, here 0 is off.
+func (c config) apiAuthCacheTTL() time.Duration {
+	if c.AuthCacheTTL <= 0 {
+		return -1
+	}
+	return c.AuthCacheTTL
 }
 
 // maskSecret keeps a secret's prefix (sk_test_, whsec_), which tells what

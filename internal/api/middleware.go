@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5/middleware"
+	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/users"
@@ -77,7 +78,8 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 }
 
 // authenticate requires `Authorization: Bearer <api key>` and puts the user
-// in the context. A missing, malformed or unknown key is 401.
+// in the context. A missing, malformed or unknown key is 401. A known key is
+// usually answered from s.auth's memory, without a query.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearerToken(r.Header.Get("Authorization"))
@@ -87,7 +89,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 				"Send your API key as `Authorization: Bearer <key>`."))
 			return
 		}
-		user, err := users.Authenticate(r.Context(), s.pool, key)
+		user, err := s.auth.Authenticate(r.Context(), key)
 		if err != nil {
 			if errors.Is(err, users.ErrUnknownKey) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="payments", error="invalid_token"`)
@@ -99,6 +101,21 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		ctx = context.WithValue(ctx, ctxKeyLogger, logger(ctx).With(slog.Int64("user_id", user.ID)))
 		next.ServeHTTP(w, r.WithContext(ctx))
 	})
+}
+
+// registerAuthMetrics exports how often authenticate was answered from the
+// key cache and how often it queried the database.
+func registerAuthMetrics(reg prometheus.Registerer, auth *users.Authenticator) {
+	reg.MustRegister(
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "payments_auth_cache_hits_total",
+			Help: "API keys answered from the in-process key cache, without a query.",
+		}, func() float64 { hits, _ := auth.Counts(); return float64(hits) }),
+		prometheus.NewCounterFunc(prometheus.CounterOpts{
+			Name: "payments_auth_cache_misses_total",
+			Help: "API key lookups that queried the database (every lookup when the cache is off).",
+		}, func() float64 { _, misses := auth.Counts(); return float64(misses) }),
+	)
 }
 
 func bearerToken(header string) (string, bool) {

@@ -4,6 +4,7 @@ import (
 	"log/slog"
 	"net/http"
 	"strings"
+	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/go-chi/chi/v5/middleware"
@@ -14,6 +15,7 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/users"
 	"github.com/example/payments/internal/webhooks"
 )
 
@@ -28,6 +30,11 @@ type Config struct {
 	Logger    *slog.Logger
 	// Registry collects the API's metrics and is served at /metrics.
 	Registry *prometheus.Registry
+	// AuthCacheTTL is how long an API key, once looked up, is answered from
+	// memory (users.Authenticator): 0 means users.DefaultAuthCacheTTL (10s),
+	// negative turns the cache off. A revoked key keeps working for up to
+	// this long on each instance.
+	AuthCacheTTL time.Duration
 }
 
 // Server holds the API's dependencies; its handlers are methods on it.
@@ -37,6 +44,7 @@ type Server struct {
 	payments *payments.Service
 	webhooks *webhooks.Receiver
 	limiter  *userLimiter // nil: no limit
+	auth     *users.Authenticator
 	log      *slog.Logger
 	metrics  *httpMetrics
 }
@@ -46,7 +54,9 @@ func NewHandler(cfg Config) http.Handler {
 	s := &Server{
 		pool: cfg.Pool, engine: cfg.Engine, payments: cfg.Payments, webhooks: cfg.Webhooks,
 		log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry),
+		auth: users.NewAuthenticator(cfg.Pool, users.AuthenticatorConfig{TTL: cfg.AuthCacheTTL}),
 	}
+	registerAuthMetrics(cfg.Registry, s.auth)
 	if cfg.RateLimit.Rate > 0 {
 		s.limiter = newUserLimiter(cfg.RateLimit)
 	}

@@ -4,6 +4,8 @@
 // Keys are stored only as SHA-256 hashes. A presented key is hashed, found by
 // the unique index on the hash, and the stored hash is compared to it in
 // constant time. The plain key exists only in the answer to CreateUser.
+// Authenticator remembers successful lookups for a few seconds, by hash, so
+// most requests do not query at all (see its comment for what that costs).
 package users
 
 import (
@@ -79,9 +81,14 @@ func SeedDemoUsers(ctx context.Context, pool db.Beginner) error {
 	})
 }
 
-// Authenticate returns the user an API key belongs to, or ErrUnknownKey.
+// Authenticate returns the user an API key belongs to, or ErrUnknownKey. It
+// queries the database on every call; Authenticator caches its answers.
 func Authenticate(ctx context.Context, conn dbsqlc.DBTX, key string) (User, error) {
-	hash := hashKey(key)
+	return lookup(ctx, conn, hashKey(key))
+}
+
+// lookup finds the user whose unrevoked key has the given hash.
+func lookup(ctx context.Context, conn dbsqlc.DBTX, hash [sha256.Size]byte) (User, error) {
 	row, err := queries.GetUserByAPIKeyHash(ctx, conn, hash[:])
 	if errors.Is(err, pgx.ErrNoRows) {
 		return User{}, ErrUnknownKey

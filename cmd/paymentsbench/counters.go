@@ -14,17 +14,21 @@ import (
 	"github.com/jackc/pgx/v5"
 )
 
-// sqlCounter is a pgx query tracer that counts, on the client side, every
-// statement sent (BEGIN and COMMIT included, failed ones too) and every
-// transaction: an explicit BEGIN, or a statement run outside one.
+// sqlCounter is a pgx query and batch tracer that counts, on the client
+// side, every statement sent (BEGIN and COMMIT included, failed ones too),
+// every round trip (a statement sent alone, or a batch: db.Tx sends several
+// statements at once) and every transaction: an explicit BEGIN, or a
+// statement run outside one.
 type sqlCounter struct {
 	statements   atomic.Uint64
+	roundTrips   atomic.Uint64
 	transactions atomic.Uint64
 	failed       atomic.Uint64
 }
 
 func (c *sqlCounter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
 	c.statements.Add(1)
+	c.roundTrips.Add(1)
 	sql := strings.TrimSpace(data.SQL)
 	switch {
 	case hasPrefixFold(sql, "begin"):
@@ -42,14 +46,31 @@ func (c *sqlCounter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.Trac
 	}
 }
 
+func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
+	c.roundTrips.Add(1)
+	return ctx
+}
+
+func (c *sqlCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.TraceBatchQueryData) {
+	c.statements.Add(1)
+	if hasPrefixFold(strings.TrimSpace(data.SQL), "begin") {
+		c.transactions.Add(1)
+	}
+	if data.Err != nil {
+		c.failed.Add(1)
+	}
+}
+
+func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
+
 func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-type clientCounts struct{ statements, transactions, failed uint64 }
+type clientCounts struct{ statements, roundTrips, transactions, failed uint64 }
 
 func (c *sqlCounter) snapshot() clientCounts {
-	return clientCounts{c.statements.Load(), c.transactions.Load(), c.failed.Load()}
+	return clientCounts{c.statements.Load(), c.roundTrips.Load(), c.transactions.Load(), c.failed.Load()}
 }
 
 // cpuSample is CPU time consumed so far: by this process (clients, HTTP

@@ -165,8 +165,7 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 		"client. Each transaction is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n")
 	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and "+
 		"one connection per client, running a benchmark-only flow that issues create-payment's SQL statement for "+
-		"statement but whose external phase is a no-op (it reads the payment, as the real phase does before calling "+
-		"Stripe, and calls nobody). No HTTP, no Stripe: the engine's floor.%s\n", map[bool]string{true: "", false: " **In this run (`-a-own-notify=false`) it stages its jobs without `pg_notify`.**"}[ownNotify])
+		"statement (queued where it queues) but whose external phase is a no-op (it calls nobody). No HTTP, no Stripe: the engine's floor.%s\n", map[bool]string{true: "", false: " **In this run (`-a-own-notify=false`) it stages its jobs without `pg_notify`.**"}[ownNotify])
 	p("- **B**: `POST /v1/payments` with a new key, over HTTP, against the service assembled as `payments serve` assembles "+
 		"it (`cmd/payments/app.go`): its pool (%s), the key filter on, stripeclient calling the simulator over loopback HTTP "+
 		"(no added latency, no faults; %s), request logs formatted as JSON and discarded, rate limit off. The load is "+
@@ -179,7 +178,9 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 		"all have answered. One wins (201), the others get 409 while it runs, or its replay once it has finished.\n")
 	p("- **E**: B with the key filter off (`PAYMENTS_KEYFILTER=off`): every claim looks the key up first.\n\n")
 	p("Columns: *stmts* are SQL statements per request as the client sent them (a pgx query tracer on the pool: BEGIN and "+
-		"COMMIT included, failed and retried ones too); *server stmts* are what PostgreSQL completed (%s); *tx* are "+
+		"COMMIT included, failed and retried ones too); *round trips* are how many times the client sent and then waited "+
+		"(a statement alone, or a batch: the engine's transactions send BEGIN with their first statement, and writes "+
+		"nobody reads with the next statement or COMMIT; pgx adds one the first time a connection prepares a statement); *server stmts* are what PostgreSQL completed (%s); *tx* are "+
 		"transactions the client began (explicit ones, and statements run outside one); *commits* are PostgreSQL's "+
 		"`xact_commit` (+ `xact_rollback`) for the database; *retries* are transactions run again after a serialization "+
 		"failure or deadlock (`db.SerializationRetries`); *WAL syncs* are `pg_stat_wal.wal_sync` (each an fdatasync of "+
@@ -228,8 +229,8 @@ func (b *bench) writeResults(p func(string, ...any)) {
 			ms(r.p50), ms(r.p95), ms(r.p99), ms(r.pmax), r.outcomeString())
 	}
 	p("\nCost per request (whole cell; CPU over the window):\n\n")
-	p("| scenario | clients | stmts | server stmts | tx | commits | retries | WAL syncs | WAL KiB (full pages) | CPU ms here | CPU ms postgres | busy %% | others %% | iowait %% |\n")
-	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	p("| scenario | clients | stmts | round trips | server stmts | tx | commits | retries | WAL syncs | WAL KiB (full pages) | CPU ms here | CPU ms postgres | busy %% | others %% | iowait %% |\n")
+	p("|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
 	for _, r := range b.ordered() {
 		server := "–"
 		if r.server.statements >= 0 {
@@ -240,8 +241,8 @@ func (b *bench) writeResults(p func(string, ...any)) {
 			commits += fmt.Sprintf(" (+%.2f)", r.perReq(float64(r.server.rollbacks)))
 		}
 		here, pg, busy, others, iowait := r.cpuPerReq()
-		p("| %s | %d | %.1f | %s | %.2f | %s | **%.3f** | %.2f | %.1f (%.2f) | %.3f | %.3f | %.0f | %.0f | %.0f |\n", r.scenario, r.clients,
-			r.perReq(float64(r.client.statements)), server, r.perReq(float64(r.client.transactions)), commits,
+		p("| %s | %d | %.1f | %.1f | %s | %.2f | %s | **%.3f** | %.2f | %.1f (%.2f) | %.3f | %.3f | %.0f | %.0f | %.0f |\n", r.scenario, r.clients,
+			r.perReq(float64(r.client.statements)), r.perReq(float64(r.client.roundTrips)), server, r.perReq(float64(r.client.transactions)), commits,
 			r.perReq(float64(r.retries)), r.perReq(float64(r.server.walSyncs)), r.perReq(r.server.walBytes)/1024, r.perReq(float64(r.server.walFPI)),
 			here, pg, busy, others, iowait)
 	}

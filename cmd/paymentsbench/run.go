@@ -243,6 +243,7 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 	clientAfter := sc.tracer.snapshot()
 	res.client = clientCounts{
 		statements:   clientAfter.statements - clientBefore.statements,
+		roundTrips:   clientAfter.roundTrips - clientBefore.roundTrips,
 		transactions: clientAfter.transactions - clientBefore.transactions,
 		failed:       clientAfter.failed - clientBefore.failed,
 	}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
@@ -78,7 +78,7 @@ func (s *Service) findActionResult(ctx context.Context, k *recovery.Key, done st
 
 // recordAction locks the payment and makes the move Stripe reported (the
 // move stages its event), or answers a refusal.
-func recordAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult, action string, next recovery.RecoveryPoint,
+func recordAction(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionResult, action string, next recovery.RecoveryPoint,
 	move func(pi *stripe.PaymentIntent) transition) (recovery.Outcome, error) {
 	if res.intent == nil {
 		answer := problem.New(http.StatusBadRequest, problem.PaymentNotCapturable, "%s", res.refusal)
@@ -103,7 +103,7 @@ func recordAction(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionRes
 }
 
 // finishAction answers 200 with the payment as it now stands.
-func finishAction(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+func finishAction(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p ActionParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err

@@ -3,9 +3,9 @@ package payments
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -48,13 +48,13 @@ func (s *Service) cancelPaymentIntent(ctx context.Context, k *recovery.Key) (act
 }
 
 // recordCancel: started -> payment_canceled, or finished on a refusal.
-func (s *Service) recordCancel(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
+func (s *Service) recordCancel(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
 	return recordAction(ctx, tx, k, res, "payment.canceled", PaymentCanceled, func(*stripe.PaymentIntent) transition {
 		return transition{to: StatusCanceled}
 	})
 }
 
 // finishCancel: payment_canceled -> finished.
-func (s *Service) finishCancel(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+func (s *Service) finishCancel(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	return finishAction(ctx, tx, k)
 }

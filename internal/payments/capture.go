@@ -3,9 +3,9 @@ package payments
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -49,13 +49,13 @@ func (s *Service) capturePaymentIntent(ctx context.Context, k *recovery.Key) (ac
 }
 
 // recordCapture: started -> payment_captured, or finished on a refusal.
-func (s *Service) recordCapture(ctx context.Context, tx pgx.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
+func (s *Service) recordCapture(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
 	return recordAction(ctx, tx, k, res, "payment.captured", PaymentCaptured, func(pi *stripe.PaymentIntent) transition {
 		return transition{to: StatusSucceeded, amountCaptured: pi.AmountReceived}
 	})
 }
 
 // finishCapture: payment_captured -> finished.
-func (s *Service) finishCapture(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+func (s *Service) finishCapture(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	return finishAction(ctx, tx, k)
 }

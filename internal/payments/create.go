@@ -6,9 +6,9 @@ import (
 	"errors"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
@@ -62,7 +62,7 @@ func (s *Service) createFlow() *recovery.Flow {
 }
 
 // insertPayment: started -> payment_created.
-func (s *Service) insertPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p CreateParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
@@ -85,6 +85,7 @@ func (s *Service) insertPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key)
 	if err := audit(ctx, tx, k, "payment.created", pay, p); err != nil {
 		return recovery.Outcome{}, err
 	}
+	k.Carry = pay
 	return recovery.Next(PaymentCreated), nil
 }
 
@@ -98,7 +99,7 @@ type intentResult struct {
 
 // createPaymentIntent: the Stripe call of payment_created.
 func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, error) {
-	pay, err := s.paymentOf(ctx, k)
+	pay, err := s.paymentOf(ctx, s.pool, k)
 	if err != nil {
 		return intentResult{}, err
 	}
@@ -146,7 +147,7 @@ func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
 }
 
 // recordPaymentIntent: payment_created -> payment_intent_created, or finished on a decline.
-func (s *Service) recordPaymentIntent(ctx context.Context, tx pgx.Tx, k *recovery.Key, res intentResult) (recovery.Outcome, error) {
+func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, res intentResult) (recovery.Outcome, error) {
 	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
 	if err != nil {
 		return recovery.Outcome{}, err
@@ -169,12 +170,13 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx pgx.Tx, k *recover
 	if err := audit(ctx, tx, k, "payment."+string(t.to), pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
 		return recovery.Outcome{}, err
 	}
+	k.Carry = pay
 	return recovery.Next(PaymentIntentCreated), nil
 }
 
 // failPayment records a final refusal from Stripe and answers it: 402 for
 // a declined card, 400 for anything else Stripe refused.
-func (s *Service) failPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key, pay Payment, res intentResult) (recovery.Outcome, error) {
+func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, pay Payment, res intentResult) (recovery.Outcome, error) {
 	t := transition{to: StatusFailed}
 	var answer *problem.Problem
 	if d := res.decline; d != nil {
@@ -205,8 +207,8 @@ func (s *Service) failPayment(ctx context.Context, tx pgx.Tx, k *recovery.Key, p
 
 // finishCreate: payment_intent_created -> finished. The events were staged
 // with the move they announce; what is left is the answer.
-func (s *Service) finishCreate(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
-	pay, err := s.paymentOfTx(ctx, tx, k)
+func (s *Service) finishCreate(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	pay, err := s.paymentOf(ctx, tx, k)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
@@ -219,13 +221,13 @@ func capturesAtOnce(k *recovery.Key) bool {
 	return k.DecodeParams(&p) == nil && p.Capture
 }
 
-// paymentOf finds the payment that the create request k made.
-func (s *Service) paymentOf(ctx context.Context, k *recovery.Key) (Payment, error) {
-	return s.paymentOfTx(ctx, s.pool, k)
-}
-
-func (s *Service) paymentOfTx(ctx context.Context, db dbsqlc.DBTX, k *recovery.Key) (Payment, error) {
-	row, err := queries.GetPaymentByIdempotencyKey(ctx, db, keyID(k))
+// paymentOf is the payment that the create request k made: the one an
+// earlier phase of this attempt carried, or else the one in the database.
+func (s *Service) paymentOf(ctx context.Context, conn dbsqlc.DBTX, k *recovery.Key) (Payment, error) {
+	if pay, ok := k.Carry.(Payment); ok {
+		return pay, nil
+	}
+	row, err := queries.GetPaymentByIdempotencyKey(ctx, conn, keyID(k))
 	if err != nil {
 		return Payment{}, err
 	}

@@ -6,9 +6,9 @@ import (
 	"fmt"
 	"net/http"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
@@ -74,7 +74,7 @@ func (s *Service) refundFlow() *recovery.Flow {
 
 // insertRefund: started -> refund_created, or finished when the payment's
 // state does not allow the refund.
-func (s *Service) insertRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+func (s *Service) insertRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p RefundParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
@@ -164,7 +164,7 @@ func (s *Service) findStripeRefund(context.Context, *recovery.Key) (refundResult
 
 // recordStripeRefund: refund_created -> stripe_refund_created, or finished
 // when Stripe refused the refund.
-func (s *Service) recordStripeRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key, res refundResult) (recovery.Outcome, error) {
+func (s *Service) recordStripeRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, res refundResult) (recovery.Outcome, error) {
 	re, err := refundOf(ctx, tx, k)
 	if err != nil {
 		return recovery.Outcome{}, err
@@ -208,7 +208,7 @@ func (s *Service) recordStripeRefund(ctx context.Context, tx pgx.Tx, k *recovery
 
 // failRefund records Stripe's final refusal: the refund is failed, which
 // frees its amount, and the answer is 400 refund_not_allowed.
-func failRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key, re Refund, refusal string) (recovery.Outcome, error) {
+func failRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, re Refund, refusal string) (recovery.Outcome, error) {
 	row, err := queries.RecordRefundRefusal(ctx, tx, dbsqlc.RecordRefundRefusalParams{ID: re.ID, FailureReason: textOrNull(refusal)})
 	if err != nil {
 		return recovery.Outcome{}, err
@@ -225,7 +225,7 @@ func failRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key, re Refund, refu
 
 // finishRefund: stripe_refund_created -> finished. The events were staged
 // with the change they announce; what is left is the answer.
-func (s *Service) finishRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+func (s *Service) finishRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	re, err := refundOf(ctx, tx, k)
 	if err != nil {
 		return recovery.Outcome{}, err
@@ -285,13 +285,14 @@ func refundReceiptJob(pay Payment, re Refund) stagedjobs.Job {
 	}}
 }
 
-// auditRefund records an action of the request k on a refund, inside tx.
-func auditRefund(ctx context.Context, tx pgx.Tx, k *recovery.Key, action string, re Refund, data any) error {
+// auditRefund records an action of the request k on a refund, inside tx,
+// queued like audit's.
+func auditRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, action string, re Refund, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return err
 	}
-	return queries.InsertAuditRecord(ctx, tx, dbsqlc.InsertAuditRecordParams{
+	return queries.InsertAuditRecord(ctx, tx.Queued(), dbsqlc.InsertAuditRecordParams{
 		UserID: k.UserID, Action: action, ResourceType: "refund", ResourceID: re.ID, Data: raw, IdempotencyKeyID: keyID(k),
 	})
 }

@@ -8,9 +8,9 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
@@ -64,13 +64,15 @@ func newPaymentID() string {
 	return "pay_" + hex.EncodeToString(b)
 }
 
-// audit records an action of the request k on a payment, inside tx.
-func audit(ctx context.Context, tx pgx.Tx, k *recovery.Key, action string, p Payment, data any) error {
+// audit records an action of the request k on a payment, inside tx. Nothing
+// reads the record back, so it is queued: it reaches the database with the
+// transaction's next statement.
+func audit(ctx context.Context, tx *db.Tx, k *recovery.Key, action string, p Payment, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return err
 	}
-	return queries.InsertAuditRecord(ctx, tx, dbsqlc.InsertAuditRecordParams{
+	return queries.InsertAuditRecord(ctx, tx.Queued(), dbsqlc.InsertAuditRecordParams{
 		UserID: k.UserID, Action: action, ResourceType: "payment", ResourceID: p.ID, Data: raw, IdempotencyKeyID: &k.ID,
 	})
 }

@@ -6,9 +6,9 @@ import (
 	"fmt"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/stagedjobs"
 )
@@ -49,7 +49,7 @@ type transition struct {
 // it (and a receipt when money was captured). keyID is the request making
 // the change; nil for a Stripe webhook. It returns the payment as it now
 // stands and whether it moved.
-func transitionTx(ctx context.Context, tx pgx.Tx, keyID *uuid.UUID, pay Payment, t transition) (Payment, bool, error) {
+func transitionTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment, t transition) (Payment, bool, error) {
 	event, allowed := moves[[2]Status{pay.Status, t.to}]
 	if !allowed {
 		return pay, false, nil
@@ -94,11 +94,11 @@ func receiptJob(pay Payment) stagedjobs.Job {
 }
 
 // stage stages jobs for the request keyID, or for no request (a webhook).
-func stage(ctx context.Context, tx pgx.Tx, keyID *uuid.UUID, jobs ...stagedjobs.Job) error {
+func stage(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, jobs ...stagedjobs.Job) error {
 	if keyID == nil {
-		return stagedjobs.StageUnkeyedTx(ctx, tx, jobs...)
+		return stagedjobs.StageUnkeyedTx(ctx, tx.Queued(), jobs...)
 	}
-	return stagedjobs.StageTx(ctx, tx, *keyID, jobs...)
+	return stagedjobs.StageTx(ctx, tx.Queued(), *keyID, jobs...)
 }
 
 func textOrNull(s string) pgtype.Text {
@@ -106,7 +106,7 @@ func textOrNull(s string) pgtype.Text {
 }
 
 // lockPayment locks a payment for a change, by id.
-func lockPayment(ctx context.Context, tx pgx.Tx, id string) (Payment, error) {
+func lockPayment(ctx context.Context, tx *db.Tx, id string) (Payment, error) {
 	row, err := queries.GetPaymentByIDForUpdate(ctx, tx, id)
 	if err != nil {
 		return Payment{}, err

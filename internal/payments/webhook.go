@@ -9,6 +9,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/stripe/stripe-go/v76"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
 
@@ -53,7 +54,7 @@ func HandlesIntentEvent(eventType string) bool { _, ok := intentMoves[eventType]
 // occurred to the payment it belongs to, inside tx. The payment is found by
 // its PaymentIntent, or by the "payment" metadata we put on every
 // PaymentIntent, for an event that outruns the flow recording it.
-func ApplyIntentEventTx(ctx context.Context, tx pgx.Tx, eventType string, pi *stripe.PaymentIntent, occurred time.Time) (EventOutcome, error) {
+func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *stripe.PaymentIntent, occurred time.Time) (EventOutcome, error) {
 	move, ok := intentMoves[eventType]
 	if !ok {
 		return "", bug("no move for %s", eventType)
@@ -71,7 +72,7 @@ func ApplyIntentEventTx(ctx context.Context, tx pgx.Tx, eventType string, pi *st
 // ApplyChargeRefundedTx applies a charge.refunded event: the payment's
 // amount_refunded rises to the charge's, never falls (our own refund flow
 // may have raised it already, and events come in any order).
-func ApplyChargeRefundedTx(ctx context.Context, tx pgx.Tx, ch *stripe.Charge, occurred time.Time) (EventOutcome, error) {
+func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge, occurred time.Time) (EventOutcome, error) {
 	if ch.PaymentIntent == nil {
 		return EventUnmatched, nil
 	}
@@ -87,7 +88,7 @@ func ApplyChargeRefundedTx(ctx context.Context, tx pgx.Tx, ch *stripe.Charge, oc
 
 // applyEvent ignores an event older than the payment's last applied one;
 // otherwise it applies it and notes its time.
-func applyEvent(ctx context.Context, tx pgx.Tx, pay Payment, occurred time.Time, apply func() (bool, error)) (EventOutcome, error) {
+func applyEvent(ctx context.Context, tx *db.Tx, pay Payment, occurred time.Time, apply func() (bool, error)) (EventOutcome, error) {
 	if pay.StripeEventAt != nil && occurred.Before(*pay.StripeEventAt) {
 		return EventStale, nil
 	}
@@ -105,7 +106,7 @@ func applyEvent(ctx context.Context, tx pgx.Tx, pay Payment, occurred time.Time,
 }
 
 // lockByIntent locks the payment of a PaymentIntent; nil when it is not ours.
-func lockByIntent(ctx context.Context, tx pgx.Tx, intent, paymentID string) (*Payment, error) {
+func lockByIntent(ctx context.Context, tx *db.Tx, intent, paymentID string) (*Payment, error) {
 	row, err := queries.GetPaymentByIntentForUpdate(ctx, tx, textOrNull(intent))
 	if errors.Is(err, pgx.ErrNoRows) && paymentID != "" {
 		row, err = queries.GetPaymentByIDForUpdate(ctx, tx, paymentID)

@@ -3,7 +3,7 @@ package recovery
 import (
 	"context"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/example/payments/internal/db"
 )
 
 // A request needs as many commits as it has external calls, plus one: one
@@ -19,7 +19,7 @@ import (
 // the local phases that follow it, and moves the key, fenced, to where they
 // got. It fires before_commit for every recovery point reached, in order,
 // and returns them with the final outcome.
-func (e *Engine) commitTx(ctx context.Context, tx pgx.Tx, flow *Flow, k *Key, out Outcome) ([]RecoveryPoint, Outcome, error) {
+func (e *Engine) commitTx(ctx context.Context, tx *db.Tx, flow *Flow, k *Key, out Outcome) ([]RecoveryPoint, Outcome, error) {
 	reached := []RecoveryPoint{out.next}
 	for out.response == nil {
 		next, ok := flow.Phases[out.next]

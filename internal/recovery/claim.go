@@ -37,7 +37,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	// careful claim finds the winner's row.
 	for attempt := 0; attempt < 2; attempt++ {
 		careful := attempt > 0 || !definitelyNew
-		err = db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+		err = db.WithPipelinedTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 			var err error
 			reached = nil
 			if careful {
@@ -86,7 +86,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 // claimTx is the careful claim: look the key up, then insert, replay,
 // refuse or lock. filterSaidMaybe tells that the key filter sent the claim
 // here, so a key that turns out new is one of its false positives.
-func (e *Engine) claimTx(ctx context.Context, tx pgx.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
+func (e *Engine) claimTx(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
 	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
 		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
 	})
@@ -125,7 +125,7 @@ func (e *Engine) claimTx(ctx context.Context, tx pgx.Tx, req Request, fingerprin
 	return toKey(locked), nil, nil
 }
 
-func (e *Engine) insertKey(ctx context.Context, tx pgx.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {
+func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {
 	row, err := queries.InsertIdempotencyKey(ctx, tx, dbsqlc.InsertIdempotencyKeyParams{
 		UserID: req.UserID, IdempotencyKey: req.Key, Flow: req.Flow.Name,
 		RequestMethod: req.Method, RequestPath: req.Path, RequestParams: params, RequestFingerprint: fingerprint,

@@ -141,7 +141,7 @@ func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) 
 	}
 	var reached []RecoveryPoint
 	var out Outcome
-	err := db.WithTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err := db.WithPipelinedTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		first, err := phase.commit(ctx, tx, k, called)
 		if err != nil {
 			return err
@@ -171,7 +171,7 @@ func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) erro
 }
 
 // moveKey records the outcome on the key row, fenced by the lock token.
-func (e *Engine) moveKey(ctx context.Context, tx pgx.Tx, k *Key, out Outcome) error {
+func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
 	var n int64
 	var err error
 	if out.response != nil {

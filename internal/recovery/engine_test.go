@@ -11,10 +11,10 @@ import (
 	"testing"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/dbtest"
 	"github.com/example/payments/internal/recovery"
 )
@@ -89,7 +89,7 @@ func setup(t *testing.T, cfg recovery.Config) *testBundle {
 	require.NoError(t, err)
 	b := &testBundle{pool: pool, remote: &remote{byKey: map[string]string{}}}
 	b.flow = &recovery.Flow{Name: "thing", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(func(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+		recovery.Started: recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 			var p thingParams
 			if err := k.DecodeParams(&p); err != nil {
 				return recovery.Outcome{}, err
@@ -98,11 +98,11 @@ func setup(t *testing.T, cfg recovery.Config) *testBundle {
 			return recovery.Next(thingCreated), err
 		}),
 		thingCreated: recovery.ExternalPhase("remote", b.remote.call,
-			func(ctx context.Context, tx pgx.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
+			func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
 				_, err := tx.Exec(ctx, "UPDATE things SET remote_id = $1 WHERE key_id = $2", remoteID, k.ID)
 				return recovery.Next(remoteCalled), err
 			}),
-		remoteCalled: recovery.LocalPhase(func(ctx context.Context, tx pgx.Tx, k *recovery.Key) (recovery.Outcome, error) {
+		remoteCalled: recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 			var name, remoteID string
 			if err := tx.QueryRow(ctx, "SELECT name, remote_id FROM things WHERE key_id = $1", k.ID).Scan(&name, &remoteID); err != nil {
 				return recovery.Outcome{}, err

@@ -6,7 +6,8 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
+
+	"github.com/example/payments/internal/db"
 )
 
 // RecoveryPoint names the last committed step of a request.
@@ -31,7 +32,7 @@ type Phase struct {
 	// step names the external call, for its child key and failpoint; "" for a local phase.
 	step   string
 	call   func(ctx context.Context, k *Key) (any, error)
-	commit func(ctx context.Context, tx pgx.Tx, k *Key, called any) (Outcome, error)
+	commit func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error)
 	// reconcile finds the result of an earlier call without calling again,
 	// for keys older than the remote side's idempotency window.
 	reconcile func(ctx context.Context, k *Key) (any, bool, error)
@@ -39,8 +40,8 @@ type Phase struct {
 
 // LocalPhase is a phase that only commits local work: commit runs in one
 // SERIALIZABLE transaction and returns where the key goes next.
-func LocalPhase(commit func(ctx context.Context, tx pgx.Tx, k *Key) (Outcome, error)) Phase {
-	return Phase{commit: func(ctx context.Context, tx pgx.Tx, k *Key, _ any) (Outcome, error) {
+func LocalPhase(commit func(ctx context.Context, tx *db.Tx, k *Key) (Outcome, error)) Phase {
+	return Phase{commit: func(ctx context.Context, tx *db.Tx, k *Key, _ any) (Outcome, error) {
 		return commit(ctx, tx, k)
 	}}
 }
@@ -50,11 +51,11 @@ func LocalPhase(commit func(ctx context.Context, tx pgx.Tx, k *Key) (Outcome, er
 // record in one SERIALIZABLE transaction. If call fails, nothing is recorded
 // and the next attempt calls again, with the same child key for step.
 func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T, error),
-	record func(ctx context.Context, tx pgx.Tx, k *Key, result T) (Outcome, error)) Phase {
+	record func(ctx context.Context, tx *db.Tx, k *Key, result T) (Outcome, error)) Phase {
 	return Phase{
 		step: step,
 		call: func(ctx context.Context, k *Key) (any, error) { return call(ctx, k) },
-		commit: func(ctx context.Context, tx pgx.Tx, k *Key, called any) (Outcome, error) {
+		commit: func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error) {
 			return record(ctx, tx, k, called.(T))
 		},
 	}
@@ -111,6 +112,10 @@ type Key struct {
 	ResponseCode  int // 0 until finished
 	Created       time.Time
 	Expires       time.Time
+	// Carry is the flow's, never the engine's: what a phase learnt, left
+	// for the phases after it in the same attempt, to spare them a read. A
+	// resumed attempt starts without it and reads what it needs again.
+	Carry any
 
 	lockToken    int64
 	responseBody []byte

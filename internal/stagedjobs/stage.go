@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5"
 
 	"github.com/example/payments/internal/db/dbsqlc"
 )
@@ -72,20 +71,22 @@ var queries = dbsqlc.New()
 // transaction is delivered when it commits, and not at all if it rolls back.
 const notifyChannel = "staged_jobs"
 
-// StageTx stages jobs inside tx, on behalf of the request with idempotency
-// key keyID. It has no pool variant on purpose: a job staged outside the
-// transaction of its change could announce a change that never happened.
-func StageTx(ctx context.Context, tx pgx.Tx, keyID uuid.UUID, jobs ...Job) error {
+// StageTx stages jobs inside the transaction tx, on behalf of the request
+// with idempotency key keyID. It has no pool variant on purpose: a job staged
+// outside the transaction of its change could announce a change that never
+// happened. It reads no result back, so tx may queue its statements
+// (db.Tx.Queued).
+func StageTx(ctx context.Context, tx dbsqlc.DBTX, keyID uuid.UUID, jobs ...Job) error {
 	return stageTx(ctx, tx, &keyID, jobs)
 }
 
 // StageUnkeyedTx stages jobs inside tx for a change no request with an
 // idempotency key made: one a Stripe webhook announced, say.
-func StageUnkeyedTx(ctx context.Context, tx pgx.Tx, jobs ...Job) error {
+func StageUnkeyedTx(ctx context.Context, tx dbsqlc.DBTX, jobs ...Job) error {
 	return stageTx(ctx, tx, nil, jobs)
 }
 
-func stageTx(ctx context.Context, tx pgx.Tx, keyID *uuid.UUID, jobs []Job) error {
+func stageTx(ctx context.Context, tx dbsqlc.DBTX, keyID *uuid.UUID, jobs []Job) error {
 	if len(jobs) == 0 {
 		return nil
 	}

@@ -17,7 +17,6 @@ import (
 	"log/slog"
 	"time"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stripe/stripe-go/v76"
@@ -83,7 +82,7 @@ func (r *Receiver) Receive(ctx context.Context, payload []byte, signature string
 	}
 	occurred := time.Unix(event.Created, 0)
 	var outcome payments.EventOutcome
-	err = db.WithTx(ctx, r.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err = db.WithPipelinedTx(ctx, r.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		n, err := queries.InsertStripeEvent(ctx, tx, dbsqlc.InsertStripeEventParams{
 			ID: event.ID, Type: string(event.Type), OccurredAt: occurred,
 		})
@@ -125,7 +124,7 @@ func (r *Receiver) verify(payload []byte, signature string) (stripe.Event, error
 }
 
 // apply hands the event to the payments package, by type.
-func apply(ctx context.Context, tx pgx.Tx, event stripe.Event, occurred time.Time) (payments.EventOutcome, error) {
+func apply(ctx context.Context, tx *db.Tx, event stripe.Event, occurred time.Time) (payments.EventOutcome, error) {
 	switch {
 	case payments.HandlesIntentEvent(string(event.Type)):
 		var pi stripe.PaymentIntent

@@ -1,0 +1,114 @@
+package payments_test
+
+import (
+	"context"
+	"strings"
+	"sync"
+	"testing"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/keyfilter"
+	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/users"
+)
+
+// sendLog records what a pool sends: one entry per round trip, the
+// statements of a batch joined by " + ".
+type sendLog struct {
+	mu    sync.Mutex
+	sends []string
+	batch []string
+}
+
+func (l *sendLog) TraceQueryStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceQueryStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	l.sends = append(l.sends, statementName(d.SQL))
+	return ctx
+}
+func (l *sendLog) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
+func (l *sendLog) TraceBatchStart(ctx context.Context, _ *pgx.Conn, d pgx.TraceBatchStartData) context.Context {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	var names []string
+	for _, q := range d.Batch.QueuedQueries {
+		names = append(names, statementName(q.SQL))
+	}
+	l.sends = append(l.sends, strings.Join(names, " + "))
+	return ctx
+}
+func (l *sendLog) TraceBatchQuery(context.Context, *pgx.Conn, pgx.TraceBatchQueryData) {}
+func (l *sendLog) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData)     {}
+
+func (l *sendLog) take() []string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	s := l.sends
+	l.sends = nil
+	return s
+}
+
+// statementName is sqlc's name of a query ("-- name: InsertPayment :one"), or its first words.
+func statementName(sql string) string {
+	if rest, ok := strings.CutPrefix(sql, "-- name: "); ok {
+		name, _, _ := strings.Cut(rest, " ")
+		return name
+	}
+	f := strings.Fields(sql)
+	return strings.Join(f[:min(len(f), 2)], " ")
+}
+
+// A new payment is two transactions, and each reaches the database in a few
+// round trips: BEGIN goes with the first statement, the writes nobody reads
+// go with the next statement. This pins how many, so that a change that
+// adds a round trip to every payment is seen.
+func TestCreate_roundTripsOfANewPayment(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t)
+	cfg, err := pgxpool.ParseConfig(b.pool.Config().ConnString())
+	require.NoError(t, err)
+	log := &sendLog{}
+	cfg.ConnConfig.Tracer = log
+	cfg.MaxConns = 1 // one connection, so statements are prepared once
+	pool, err := pgxpool.NewWithConfig(ctx, cfg)
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	u, err := users.Authenticate(ctx, pool, users.DemoUsers[0].APIKey)
+	require.NoError(t, err)
+	filter, err := keyfilter.New(keyfilter.Config{ExpectedKeysPerSlice: 1024})
+	require.NoError(t, err)
+	engine := recovery.New(recovery.Config{Pool: pool, KeyFilter: filter})
+	_, err = engine.RebuildKeyFilter(ctx)
+	require.NoError(t, err)
+	svc := payments.NewService(pool, engine, b.stripe)
+
+	create := func(key string) {
+		body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
+		resp, err := svc.Create(ctx, payments.Idempotent{UserID: u.ID, Key: key, Method: "POST", Path: "/v1/payments", Body: body},
+			payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
+		require.NoError(t, err)
+		require.Equal(t, 201, resp.Status)
+	}
+	create("warm-up") // prepares the statements on the connection
+	log.take()
+	create("counted")
+	sends := log.take()
+	require.Equal(t, []string{
+		// The claim: the key is new (the filter has never seen it), so it is
+		// inserted without a lookup, with the payment, in one transaction.
+		"BEGIN ISOLATION + InsertIdempotencyKey",
+		"InsertPayment",
+		"InsertAuditRecord + SetRecoveryPoint",
+		"COMMIT",
+		// (Stripe is called here.) Its answer is recorded and the key finished.
+		"BEGIN ISOLATION + LockPaymentByIdempotencyKey",
+		"TransitionPayment",
+		"SELECT pg_notify($1, + InsertStagedJob + InsertStagedJob + InsertAuditRecord + FinishIdempotencyKey",
+		"COMMIT",
+	}, sends)
+}

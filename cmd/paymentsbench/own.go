@@ -48,9 +48,13 @@ var ownParams = createParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_c
 func ownFlow(pool *pgxpool.Pool) *recovery.Flow {
 	// ownNoopIntent is createPaymentIntent without Stripe: the payment is
 	// the one the claim carried (read again only on a resumed attempt, as
-	// the real call does), the call is not made.
+	// the real call does), the parameters decoded, the call not made.
 	ownNoopIntent := func(ctx context.Context, k *recovery.Key) (string, error) {
-		if _, ok := k.Carry.(dbsqlc.Payment); !ok {
+		var p createParams
+		if err := k.DecodeParams(&p); err != nil {
+			return "", err
+		}
+		if _, ok := k.Carry.(string); !ok {
 			if _, err := queries.GetPaymentByIdempotencyKey(ctx, pool, &k.ID); err != nil {
 				return "", err
 			}
@@ -70,17 +74,18 @@ func ownInsertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	row, err := queries.InsertPayment(ctx, tx, dbsqlc.InsertPaymentParams{
-		ID: "pay_" + randomHex(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
+	id := "pay_" + randomHex()
+	err := queries.InsertPayment(ctx, tx.Queued(), dbsqlc.InsertPaymentParams{
+		ID: id, UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
 		PaymentMethod: p.PaymentMethod, Metadata: []byte("{}"), IdempotencyKeyID: &k.ID,
 	})
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := ownAudit(ctx, tx, k, "payment.created", row.ID, p); err != nil {
+	if err := ownAudit(ctx, tx, k, "payment.created", id, p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	k.Carry = row
+	k.Carry = id
 	return recovery.Next(ownPaymentCreated), nil
 }
 

@@ -96,7 +96,7 @@ func recordAction(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionRes
 	if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, move(res.intent)); err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := audit(ctx, tx, k, action, pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
+	if err := audit(ctx, tx, k, action, pay.ID, map[string]string{"payment_intent": res.intent.ID}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Next(next), nil

@@ -61,7 +61,9 @@ func (s *Service) createFlow() *recovery.Flow {
 	}}
 }
 
-// insertPayment: started -> payment_created.
+// insertPayment: started -> payment_created. Nothing is read back, so the
+// whole claim (key, payment, audit record, the key's move) reaches the
+// database in one round trip, with its COMMIT.
 func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p CreateParams
 	if err := k.DecodeParams(&p); err != nil {
@@ -71,21 +73,18 @@ func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	row, err := queries.InsertPayment(ctx, tx, dbsqlc.InsertPaymentParams{
-		ID: newPaymentID(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
+	id := newPaymentID()
+	err = queries.InsertPayment(ctx, tx.Queued(), dbsqlc.InsertPaymentParams{
+		ID: id, UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
 		PaymentMethod: p.PaymentMethod, Description: toText(p.Description), Metadata: metadata, IdempotencyKeyID: keyID(k),
 	})
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	pay, err := fromRow(row)
-	if err != nil {
+	if err := audit(ctx, tx, k, "payment.created", id, p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := audit(ctx, tx, k, "payment.created", pay, p); err != nil {
-		return recovery.Outcome{}, err
-	}
-	k.Carry = pay
+	k.Carry = id
 	return recovery.Next(PaymentCreated), nil
 }
 
@@ -97,17 +96,22 @@ type intentResult struct {
 	refusal error
 }
 
-// createPaymentIntent: the Stripe call of payment_created.
+// createPaymentIntent: the Stripe call of payment_created. The request's
+// parameters are the payment's; only its id may need reading.
 func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, error) {
-	pay, err := s.paymentOf(ctx, s.pool, k)
+	var p CreateParams
+	if err := k.DecodeParams(&p); err != nil {
+		return intentResult{}, err
+	}
+	id, err := s.paymentIDOf(ctx, k)
 	if err != nil {
 		return intentResult{}, err
 	}
 	pi, err := s.stripe.CreatePaymentIntent(ctx, k.ChildKey(stepPaymentIntent), stripeclient.PaymentIntentRequest{
-		Amount: pay.Amount, Currency: pay.Currency, PaymentMethod: pay.PaymentMethod, CaptureManually: !capturesAtOnce(k),
-		Description: deref(pay.Description),
+		Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod, CaptureManually: !p.Capture,
+		Description: deref(p.Description),
 		// The completer finds this PaymentIntent by these if it must reconcile.
-		Metadata: map[string]string{"payment": pay.ID, "idempotency_key_id": k.ID.String()},
+		Metadata: map[string]string{"payment": id, "idempotency_key_id": k.ID.String()},
 	})
 	return classifyIntent(pi, err)
 }
@@ -167,7 +171,7 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 	if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, t); err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := audit(ctx, tx, k, "payment."+string(t.to), pay, map[string]string{"payment_intent": res.intent.ID}); err != nil {
+	if err := audit(ctx, tx, k, "payment."+string(t.to), pay.ID, map[string]string{"payment_intent": res.intent.ID}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	k.Carry = pay
@@ -199,7 +203,7 @@ func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, p
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := audit(ctx, tx, k, "payment.failed", pay, map[string]string{"failure_code": t.failureCode}); err != nil {
+	if err := audit(ctx, tx, k, "payment.failed", pay.ID, map[string]string{"failure_code": t.failureCode}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Respond(answer.Status, answer.JSON()), nil
@@ -215,14 +219,21 @@ func (s *Service) finishCreate(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 	return respond(http.StatusCreated, pay)
 }
 
-// capturesAtOnce reads the request's capture flag (true unless it said false).
-func capturesAtOnce(k *recovery.Key) bool {
-	var p CreateParams
-	return k.DecodeParams(&p) == nil && p.Capture
+// paymentIDOf is the id of the payment that the create request k made: the
+// one an earlier phase of this attempt carried, or else the database's.
+func (s *Service) paymentIDOf(ctx context.Context, k *recovery.Key) (string, error) {
+	switch c := k.Carry.(type) {
+	case string:
+		return c, nil
+	case Payment:
+		return c.ID, nil
+	}
+	pay, err := s.paymentOf(ctx, s.pool, k)
+	return pay.ID, err
 }
 
-// paymentOf is the payment that the create request k made: the one an
-// earlier phase of this attempt carried, or else the one in the database.
+// paymentOf is the payment that the create request k made: the one the
+// record phase of this attempt carried, or else the database's.
 func (s *Service) paymentOf(ctx context.Context, conn dbsqlc.DBTX, k *recovery.Key) (Payment, error) {
 	if pay, ok := k.Carry.(Payment); ok {
 		return pay, nil

@@ -62,7 +62,7 @@ func statementName(sql string) string {
 	return strings.Join(f[:min(len(f), 2)], " ")
 }
 
-// A new payment is two transactions, and each reaches the database in a few
+// A new payment is two transactions, and they reach the database in a few
 // round trips: BEGIN goes with the first statement, the writes nobody reads
 // go with the next statement. This pins how many, so that a change that
 // adds a round trip to every payment is seen.
@@ -100,11 +100,9 @@ func TestCreate_roundTripsOfANewPayment(t *testing.T) {
 	sends := log.take()
 	require.Equal(t, []string{
 		// The claim: the key is new (the filter has never seen it), so it is
-		// inserted without a lookup, with the payment, in one transaction.
-		"BEGIN ISOLATION + InsertIdempotencyKey",
-		"InsertPayment",
-		"InsertAuditRecord + SetRecoveryPoint",
-		"COMMIT",
+		// inserted without a lookup, with the payment, in one transaction
+		// that reads nothing back: one round trip.
+		"BEGIN ISOLATION + InsertIdempotencyKey + InsertPayment + InsertAuditRecord + SetRecoveryPoint + COMMIT",
 		// (Stripe is called here.) Its answer is recorded and the key finished.
 		"BEGIN ISOLATION + LockPaymentByIdempotencyKey",
 		"TransitionPayment",

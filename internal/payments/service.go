@@ -67,13 +67,13 @@ func newPaymentID() string {
 // audit records an action of the request k on a payment, inside tx. Nothing
 // reads the record back, so it is queued: it reaches the database with the
 // transaction's next statement.
-func audit(ctx context.Context, tx *db.Tx, k *recovery.Key, action string, p Payment, data any) error {
+func audit(ctx context.Context, tx *db.Tx, k *recovery.Key, action, paymentID string, data any) error {
 	raw, err := json.Marshal(data)
 	if err != nil {
 		return err
 	}
 	return queries.InsertAuditRecord(ctx, tx.Queued(), dbsqlc.InsertAuditRecordParams{
-		UserID: k.UserID, Action: action, ResourceType: "payment", ResourceID: p.ID, Data: raw, IdempotencyKeyID: &k.ID,
+		UserID: k.UserID, Action: action, ResourceType: "payment", ResourceID: paymentID, Data: raw, IdempotencyKeyID: &k.ID,
 	})
 }
 

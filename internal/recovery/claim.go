@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 
 	"github.com/example/payments/internal/db"
@@ -70,6 +71,9 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 			break
 		}
 	}
+	if k != nil {
+		k.inserting = false // committed (or not): from now on, every move is fenced
+	}
 	if err != nil || k == nil {
 		return k, replay, err
 	}
@@ -125,14 +129,25 @@ func (e *Engine) claimTx(ctx context.Context, tx *db.Tx, req Request, fingerprin
 	return toKey(locked), nil, nil
 }
 
+// insertKey queues the insert of a new key, locked by this request (lock
+// token 1), and returns it. Every column is known here, so nothing needs
+// reading back: a duplicate key fails the transaction when the insert
+// reaches the database, with the transaction's next round trip.
 func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {
-	row, err := queries.InsertIdempotencyKey(ctx, tx, dbsqlc.InsertIdempotencyKeyParams{
-		UserID: req.UserID, IdempotencyKey: req.Key, Flow: req.Flow.Name,
+	now := e.clock()
+	k := &Key{
+		ID: uuid.New(), UserID: req.UserID, Key: req.Key, Flow: req.Flow.Name,
+		Method: req.Method, Path: req.Path, Params: params,
+		RecoveryPoint: Started, Locked: true, Created: now, Expires: now.Add(e.cfg.KeyTTL),
+		lockToken: 1, inserting: true,
+	}
+	err := queries.InsertIdempotencyKey(ctx, tx.Queued(), dbsqlc.InsertIdempotencyKeyParams{
+		ID: k.ID, UserID: req.UserID, IdempotencyKey: req.Key, Flow: req.Flow.Name,
 		RequestMethod: req.Method, RequestPath: req.Path, RequestParams: params, RequestFingerprint: fingerprint,
 		Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
 	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return toKey(row), nil, nil
+	return k, nil, nil
 }

@@ -170,26 +170,33 @@ func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) erro
 	return err
 }
 
-// moveKey records the outcome on the key row, fenced by the lock token.
+// moveKey records the outcome on the key row, fenced by the lock token: the
+// update matches no row if another attempt has taken the key over. A key
+// inserted by this very transaction cannot have been taken over, so its
+// move is queued with the commit instead of being checked.
 func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
+	var conn dbsqlc.DBTX = tx
+	if k.inserting {
+		conn = tx.Queued()
+	}
 	var n int64
 	var err error
 	if out.response != nil {
-		n, err = queries.FinishIdempotencyKey(ctx, tx, dbsqlc.FinishIdempotencyKeyParams{
+		n, err = queries.FinishIdempotencyKey(ctx, conn, dbsqlc.FinishIdempotencyKeyParams{
 			ID: k.ID, LockToken: k.lockToken, ResponseCode: pgtype.Int4{Int32: int32(out.response.Status), Valid: true}, ResponseBody: out.response.Body,
 		})
 	} else {
 		if out.next == "" || out.next == Started {
 			return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
 		}
-		n, err = queries.SetRecoveryPoint(ctx, tx, dbsqlc.SetRecoveryPointParams{
+		n, err = queries.SetRecoveryPoint(ctx, conn, dbsqlc.SetRecoveryPointParams{
 			ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(),
 		})
 	}
 	if err != nil {
 		return err
 	}
-	if n == 0 {
+	if n == 0 && !k.inserting {
 		return ErrLockLost
 	}
 	return nil
@@ -239,11 +246,15 @@ func (e *Engine) unlock(ctx context.Context, log *slog.Logger, k *Key) {
 
 // pastExternalWindow tells whether k is too old to repeat its external call.
 func (e *Engine) pastExternalWindow(k *Key) bool {
-	now := time.Now()
+	return k.Created.Before(e.clock().Add(-e.cfg.ExternalWindow))
+}
+
+// clock is the injected clock, or the process's.
+func (e *Engine) clock() time.Time {
 	if e.cfg.Now != nil {
-		now = e.cfg.Now()
+		return e.cfg.Now()
 	}
-	return k.Created.Before(now.Add(-e.cfg.ExternalWindow))
+	return time.Now()
 }
 
 // reconcile finds the result of the phase's earlier call, or marks the key

@@ -119,6 +119,10 @@ type Key struct {
 
 	lockToken    int64
 	responseBody []byte
+	// inserting is true while the transaction that inserts the key row
+	// runs: no one else can see the row yet, so its moves in that
+	// transaction cannot lose the lock and need no fence check.
+	inserting bool
 }
 
 // ChildKey is the idempotency key for the external call step of this

@@ -281,19 +281,19 @@ func (q *Queries) HeartbeatIdempotencyKey(ctx context.Context, db DBTX, arg Hear
 	return result.RowsAffected(), nil
 }
 
-const insertIdempotencyKey = `-- name: InsertIdempotencyKey :one
+const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
 INSERT INTO idempotency_keys (
-    user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
+    id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
     locked_at, lock_token, last_run_at, created_at, expires_at
 ) VALUES (
-    $1, $2, $3, $4, $5, $6, $7,
-    coalesce($8::timestamptz, now()), 1, coalesce($8::timestamptz, now()),
-    coalesce($8::timestamptz, now()), coalesce($8::timestamptz, now()) + make_interval(secs => $9::float8)
+    $1, $2, $3, $4, $5, $6, $7, $8,
+    coalesce($9::timestamptz, now()), 1, coalesce($9::timestamptz, now()),
+    coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now()) + make_interval(secs => $10::float8)
 )
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at
 `
 
 type InsertIdempotencyKeyParams struct {
+	ID                 uuid.UUID
 	UserID             int64
 	IdempotencyKey     string
 	Flow               string
@@ -305,9 +305,12 @@ type InsertIdempotencyKeyParams struct {
 	TtlSeconds         float64
 }
 
-// A new key, claimed (locked, token 1) by the request that creates it.
-func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertIdempotencyKeyParams) (IdempotencyKey, error) {
-	row := db.QueryRow(ctx, insertIdempotencyKey,
+// A new key, claimed (locked, token 1) by the request that creates it. The
+// caller chooses the id and knows every other column, so nothing is
+// returned and the insert can be queued (db.Tx.Queued).
+func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertIdempotencyKeyParams) error {
+	_, err := db.Exec(ctx, insertIdempotencyKey,
+		arg.ID,
 		arg.UserID,
 		arg.IdempotencyKey,
 		arg.Flow,
@@ -318,28 +321,7 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		arg.Now,
 		arg.TtlSeconds,
 	)
-	var i IdempotencyKey
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.IdempotencyKey,
-		&i.Flow,
-		&i.RequestMethod,
-		&i.RequestPath,
-		&i.RequestParams,
-		&i.RequestFingerprint,
-		&i.RecoveryPoint,
-		&i.LockedAt,
-		&i.LockToken,
-		&i.LastRunAt,
-		&i.ResponseCode,
-		&i.ResponseBody,
-		&i.CreatedAt,
-		&i.ExpiresAt,
-		&i.CompleterAttempts,
-		&i.NeedsAttentionAt,
-	)
-	return i, err
+	return err
 }
 
 const listLiveKeys = `-- name: ListLiveKeys :many

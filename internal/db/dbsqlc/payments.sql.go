@@ -179,10 +179,9 @@ func (q *Queries) GetPaymentForUpdate(ctx context.Context, db DBTX, arg GetPayme
 	return i, err
 }
 
-const insertPayment = `-- name: InsertPayment :one
+const insertPayment = `-- name: InsertPayment :exec
 INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id)
 VALUES ($1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9)
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at
 `
 
 type InsertPaymentParams struct {
@@ -197,8 +196,10 @@ type InsertPaymentParams struct {
 	IdempotencyKeyID *uuid.UUID
 }
 
-func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentParams) (Payment, error) {
-	row := db.QueryRow(ctx, insertPayment,
+// Nothing is returned: the create flow needs only the id it chose, so the
+// insert can be queued (db.Tx.Queued).
+func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentParams) error {
+	_, err := db.Exec(ctx, insertPayment,
 		arg.ID,
 		arg.UserID,
 		arg.Amount,
@@ -209,28 +210,7 @@ func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentP
 		arg.Metadata,
 		arg.IdempotencyKeyID,
 	)
-	var i Payment
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.Amount,
-		&i.Currency,
-		&i.Status,
-		&i.Capture,
-		&i.AmountCaptured,
-		&i.AmountRefunded,
-		&i.PaymentMethod,
-		&i.StripePaymentIntent,
-		&i.FailureCode,
-		&i.FailureMessage,
-		&i.Description,
-		&i.Metadata,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.IdempotencyKeyID,
-		&i.StripeEventAt,
-	)
-	return i, err
+	return err
 }
 
 const listPayments = `-- name: ListPayments :many

@@ -14,17 +14,18 @@ FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 FOR UPDATE;
 
--- name: InsertIdempotencyKey :one
--- A new key, claimed (locked, token 1) by the request that creates it.
+-- name: InsertIdempotencyKey :exec
+-- A new key, claimed (locked, token 1) by the request that creates it. The
+-- caller chooses the id and knows every other column, so nothing is
+-- returned and the insert can be queued (db.Tx.Queued).
 INSERT INTO idempotency_keys (
-    user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
+    id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
     locked_at, lock_token, last_run_at, created_at, expires_at
 ) VALUES (
-    @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
+    @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
     coalesce(sqlc.narg('now')::timestamptz, now()), 1, coalesce(sqlc.narg('now')::timestamptz, now()),
     coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
-)
-RETURNING *;
+);
 
 -- name: DeleteExpiredIdempotencyKey :exec
 -- An expired, finished key makes way for a new request with the same key.

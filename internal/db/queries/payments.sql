@@ -12,10 +12,11 @@ WHERE user_id = @user_id
 ORDER BY created_at DESC, id DESC
 LIMIT @row_limit;
 
--- name: InsertPayment :one
+-- name: InsertPayment :exec
+-- Nothing is returned: the create flow needs only the id it chose, so the
+-- insert can be queued (db.Tx.Queued).
 INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id)
-VALUES (@id, @user_id, @amount, @currency, 'processing', @capture, @payment_method, @description, @metadata, @idempotency_key_id)
-RETURNING *;
+VALUES (@id, @user_id, @amount, @currency, 'processing', @capture, @payment_method, @description, @metadata, @idempotency_key_id);
 
 -- name: GetPaymentByIdempotencyKey :one
 -- The payment a create request made, found again after a crash.

@@ -370,25 +370,9 @@ func (b *bench) settle(ctx context.Context, dbname string) error {
 }
 
 // openPool is db.Open with a query tracer, so that the client side counts
-// every statement and transaction the pool runs.
+// statements and round trips.
 func openPool(ctx context.Context, url string, maxConns int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
-	cfg, err := pgxpool.ParseConfig(url)
-	if err != nil {
-		return nil, err
-	}
-	if maxConns > 0 {
-		cfg.MaxConns = int32(maxConns)
-	}
-	cfg.ConnConfig.Tracer = tracer
-	pool, err := pgxpool.NewWithConfig(ctx, cfg)
-	if err != nil {
-		return nil, err
-	}
-	if err := pool.Ping(ctx); err != nil {
-		pool.Close()
-		return nil, err
-	}
-	return pool, nil
+	return db.Open(ctx, url, db.PoolConfig{MaxConns: int32(maxConns), Tracer: tracer})
 }
 
 // logTopSQL logs the n statements of dbname that took the server the most

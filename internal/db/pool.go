@@ -5,12 +5,16 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
+	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
 // PoolConfig sizes the pool. Zero values take pgxpool's defaults.
 type PoolConfig struct {
 	MaxConns int32
+	// Tracer, when set, sees every statement (the benchmark counts them).
+	Tracer pgx.QueryTracer
 }
 
 // Open connects a pool to the database at url and checks that it answers.
@@ -21,6 +25,14 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	}
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns
+	}
+	pcfg.ConnConfig.Tracer = cfg.Tracer
+	pcfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
+		// google/uuid's UUID is sent and read as PostgreSQL's binary uuid;
+		// without this, pgx goes through its database/sql interfaces,
+		// formatting and parsing text on every statement.
+		pgxuuid.Register(conn.TypeMap())
+		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
 	if err != nil {

@@ -99,10 +99,11 @@ func TestCreate_roundTripsOfANewPayment(t *testing.T) {
 	create("counted")
 	sends := log.take()
 	require.Equal(t, []string{
-		// The claim: the key is new (the filter has never seen it), so it is
-		// inserted without a lookup, with the payment, in one transaction
-		// that reads nothing back: one round trip.
-		"BEGIN ISOLATION + InsertIdempotencyKey + InsertPayment + InsertAuditRecord + SetRecoveryPoint + COMMIT",
+		// The claim: the key is new (the filter has never seen it), so no
+		// lookup; the payment, its audit record and the key's row, written
+		// at payment_created, in one transaction that reads nothing back:
+		// one round trip.
+		"BEGIN ISOLATION + InsertPayment + InsertAuditRecord + InsertIdempotencyKey + COMMIT",
 		// (Stripe is called here.) Its answer is recorded and the key finished.
 		"BEGIN ISOLATION + LockPaymentByIdempotencyKey",
 		"TransitionPayment",

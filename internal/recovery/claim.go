@@ -9,6 +9,7 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
@@ -45,12 +46,12 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 				filterSaidMaybe := attempt == 0 && e.cfg.KeyFilter != nil
 				k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params, filterSaidMaybe)
 			} else {
-				k, replay, err = e.insertKey(ctx, tx, req, fingerprint, params)
+				k = e.newKey(req, fingerprint, params)
 			}
 			if err != nil || k == nil {
 				return err
 			}
-			if k.lockToken == 1 { // a new key: this commit creates it at "started"
+			if k.lockToken == 1 { // a new key: this commit creates it
 				if err := e.cfg.Failpoints.Fire("before_commit:" + string(Started)); err != nil {
 					return err
 				}
@@ -58,6 +59,9 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 			// The claim is also the commit of the local phases that follow.
 			phase, local := req.Flow.isLocal(k.RecoveryPoint)
 			if !local {
+				if k.inserting {
+					return e.writeNewKey(ctx, tx, k, Next(Started))
+				}
 				return nil
 			}
 			first, err := phase.commit(ctx, tx, k, nil)
@@ -72,7 +76,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 		}
 	}
 	if k != nil {
-		k.inserting = false // committed (or not): from now on, every move is fenced
+		k.inserting = false // its row is committed (or nothing is): from now on every move is fenced
 	}
 	if err != nil || k == nil {
 		return k, replay, err
@@ -99,7 +103,7 @@ func (e *Engine) claimTx(ctx context.Context, tx *db.Tx, req Request, fingerprin
 		if filterSaidMaybe {
 			e.cfg.KeyFilter.ReportFalsePositive()
 		}
-		return e.insertKey(ctx, tx, req, fingerprint, params)
+		return e.newKey(req, fingerprint, params), nil, nil
 	case err != nil:
 		return nil, nil, err
 	}
@@ -111,7 +115,7 @@ func (e *Engine) claimTx(ctx context.Context, tx *db.Tx, req Request, fingerprin
 		if err := queries.DeleteExpiredIdempotencyKey(ctx, tx, existing.ID); err != nil {
 			return nil, nil, err
 		}
-		return e.insertKey(ctx, tx, req, fingerprint, params)
+		return e.newKey(req, fingerprint, params), nil, nil
 	}
 	if !bytes.Equal(existing.RequestFingerprint, fingerprint) {
 		return nil, nil, ErrKeyReused
@@ -129,25 +133,30 @@ func (e *Engine) claimTx(ctx context.Context, tx *db.Tx, req Request, fingerprin
 	return toKey(locked), nil, nil
 }
 
-// insertKey queues the insert of a new key, locked by this request (lock
-// token 1), and returns it. Every column is known here, so nothing needs
-// reading back: a duplicate key fails the transaction when the insert
-// reaches the database, with the transaction's next round trip.
-func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte) (*Key, *Response, error) {
+// newKey is a new key, locked by this request (lock token 1). Its row is
+// written once, at the end of the claim's transaction, where the claim
+// leaves it (writeNewKey): a duplicate key fails that transaction at COMMIT.
+func (e *Engine) newKey(req Request, fingerprint, params []byte) *Key {
 	now := e.clock()
-	k := &Key{
+	return &Key{
 		ID: uuid.New(), UserID: req.UserID, Key: req.Key, Flow: req.Flow.Name,
 		Method: req.Method, Path: req.Path, Params: params,
 		RecoveryPoint: Started, Locked: true, Created: now, Expires: now.Add(e.cfg.KeyTTL),
-		lockToken: 1, inserting: true,
+		lockToken: 1, inserting: true, fingerprint: fingerprint,
 	}
-	err := queries.InsertIdempotencyKey(ctx, tx.Queued(), dbsqlc.InsertIdempotencyKeyParams{
-		ID: k.ID, UserID: req.UserID, IdempotencyKey: req.Key, Flow: req.Flow.Name,
-		RequestMethod: req.Method, RequestPath: req.Path, RequestParams: params, RequestFingerprint: fingerprint,
-		Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
-	})
-	if err != nil {
-		return nil, nil, err
+}
+
+// writeNewKey queues the insert of the row of k, a key this transaction
+// claims new, as out leaves it.
+func (e *Engine) writeNewKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
+	params := dbsqlc.InsertIdempotencyKeyParams{
+		ID: k.ID, UserID: k.UserID, IdempotencyKey: k.Key, Flow: k.Flow,
+		RequestMethod: k.Method, RequestPath: k.Path, RequestParams: k.Params, RequestFingerprint: k.fingerprint,
+		RecoveryPoint: string(out.next), Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
 	}
-	return k, nil, nil
+	if out.response != nil {
+		params.ResponseCode = pgtype.Int4{Int32: int32(out.response.Status), Valid: true}
+		params.ResponseBody = out.response.Body
+	}
+	return queries.InsertIdempotencyKey(ctx, tx.Queued(), params)
 }

@@ -24,11 +24,24 @@
 //     cannot write.
 //   - While an external call runs, a heartbeat keeps the lock alive; when the
 //     lock is lost, the call's context is cancelled.
-//   - Serialization failures are retried by db.WithTx; an error leaves the
+//   - Serialization failures are retried by db.WithPipelinedTx; an error leaves the
 //     key unlocked at its last recovery point. An error the flow marks
 //     Transient (say, Stripe unreachable) is reported as such, for a 503.
 //   - External calls carry a child key (Key.ChildKey) derived from the key
 //     row's random id and the step name, so the remote side deduplicates too.
+//
+// What it costs: a request needs one commit before its first external call
+// (the claim, which also commits the local phases that follow it) and one
+// after each call, with the local phases up to the next call or the answer.
+// Each runs in a db.Tx, which sends BEGIN with the first statement and the
+// writes nobody reads with the next statement or the COMMIT. A key the
+// claim finds new is not looked up (see KeyFilter) and its row is written
+// once, at the end of the claim's transaction, where that transaction
+// leaves it, with nothing read back: such a claim is one round trip.
+//
+// So a flow's tables that reference the key (idempotency_key_id) must check
+// that reference at commit: DEFERRABLE INITIALLY DEFERRED, as the
+// migrations do for payments, refunds, audit records and staged jobs.
 //
 // The engine knows nothing about payments: a flow is data handed to it.
 package recovery

@@ -172,31 +172,30 @@ func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) erro
 
 // moveKey records the outcome on the key row, fenced by the lock token: the
 // update matches no row if another attempt has taken the key over. A key
-// inserted by this very transaction cannot have been taken over, so its
-// move is queued with the commit instead of being checked.
+// the transaction claims new has no row yet: it is written, as out leaves
+// it, with the commit.
 func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
-	var conn dbsqlc.DBTX = tx
+	if out.response == nil && (out.next == "" || out.next == Started) {
+		return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
+	}
 	if k.inserting {
-		conn = tx.Queued()
+		return e.writeNewKey(ctx, tx, k, out)
 	}
 	var n int64
 	var err error
 	if out.response != nil {
-		n, err = queries.FinishIdempotencyKey(ctx, conn, dbsqlc.FinishIdempotencyKeyParams{
+		n, err = queries.FinishIdempotencyKey(ctx, tx, dbsqlc.FinishIdempotencyKeyParams{
 			ID: k.ID, LockToken: k.lockToken, ResponseCode: pgtype.Int4{Int32: int32(out.response.Status), Valid: true}, ResponseBody: out.response.Body,
 		})
 	} else {
-		if out.next == "" || out.next == Started {
-			return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
-		}
-		n, err = queries.SetRecoveryPoint(ctx, conn, dbsqlc.SetRecoveryPointParams{
+		n, err = queries.SetRecoveryPoint(ctx, tx, dbsqlc.SetRecoveryPointParams{
 			ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(),
 		})
 	}
 	if err != nil {
 		return err
 	}
-	if n == 0 && !k.inserting {
+	if n == 0 {
 		return ErrLockLost
 	}
 	return nil

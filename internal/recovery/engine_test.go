@@ -84,7 +84,7 @@ func setup(t *testing.T, cfg recovery.Config) *testBundle {
 	pool := dbtest.NewPool(t)
 	_, err := pool.Exec(ctx, `
 		CREATE TABLE things (id bigint GENERATED ALWAYS AS IDENTITY, name text, remote_id text,
-			key_id uuid UNIQUE REFERENCES idempotency_keys (id) ON DELETE SET NULL);
+			key_id uuid UNIQUE REFERENCES idempotency_keys (id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED);
 		INSERT INTO users (email) VALUES ('one@example.com'), ('two@example.com');`)
 	require.NoError(t, err)
 	b := &testBundle{pool: pool, remote: &remote{byKey: map[string]string{}}}

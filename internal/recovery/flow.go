@@ -119,10 +119,11 @@ type Key struct {
 
 	lockToken    int64
 	responseBody []byte
-	// inserting is true while the transaction that inserts the key row
-	// runs: no one else can see the row yet, so its moves in that
-	// transaction cannot lose the lock and need no fence check.
-	inserting bool
+	// inserting is true while the transaction that claims the key new
+	// runs: the key's row does not exist yet; that transaction writes it
+	// once, where it leaves the key (Engine.writeNewKey).
+	inserting   bool
+	fingerprint []byte // for that insert
 }
 
 // ChildKey is the idempotency key for the external call step of this

@@ -284,11 +284,13 @@ func (q *Queries) HeartbeatIdempotencyKey(ctx context.Context, db DBTX, arg Hear
 const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    locked_at, lock_token, last_run_at, created_at, expires_at
+    recovery_point, response_code, response_body, locked_at, lock_token, last_run_at, created_at, expires_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
-    coalesce($9::timestamptz, now()), 1, coalesce($9::timestamptz, now()),
-    coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now()) + make_interval(secs => $10::float8)
+    $9, $10, $11,
+    CASE WHEN $10::integer IS NULL THEN coalesce($12::timestamptz, now()) END,
+    1, coalesce($12::timestamptz, now()),
+    coalesce($12::timestamptz, now()), coalesce($12::timestamptz, now()) + make_interval(secs => $13::float8)
 )
 `
 
@@ -301,13 +303,18 @@ type InsertIdempotencyKeyParams struct {
 	RequestPath        string
 	RequestParams      []byte
 	RequestFingerprint []byte
+	RecoveryPoint      string
+	ResponseCode       pgtype.Int4
+	ResponseBody       []byte
 	Now                pgtype.Timestamptz
 	TtlSeconds         float64
 }
 
-// A new key, claimed (locked, token 1) by the request that creates it. The
-// caller chooses the id and knows every other column, so nothing is
-// returned and the insert can be queued (db.Tx.Queued).
+// A new key, claimed (lock token 1) by the request that creates it, written
+// once, at the end of the claim's transaction, where that transaction leaves
+// it: at a recovery point and still locked, or finished with its response.
+// The caller chooses the id and knows every column, so nothing is returned
+// and the insert can be queued (db.Tx.Queued).
 func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertIdempotencyKeyParams) error {
 	_, err := db.Exec(ctx, insertIdempotencyKey,
 		arg.ID,
@@ -318,6 +325,9 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		arg.RequestPath,
 		arg.RequestParams,
 		arg.RequestFingerprint,
+		arg.RecoveryPoint,
+		arg.ResponseCode,
+		arg.ResponseBody,
 		arg.Now,
 		arg.TtlSeconds,
 	)

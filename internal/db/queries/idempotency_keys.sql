@@ -15,15 +15,19 @@ WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 FOR UPDATE;
 
 -- name: InsertIdempotencyKey :exec
--- A new key, claimed (locked, token 1) by the request that creates it. The
--- caller chooses the id and knows every other column, so nothing is
--- returned and the insert can be queued (db.Tx.Queued).
+-- A new key, claimed (lock token 1) by the request that creates it, written
+-- once, at the end of the claim's transaction, where that transaction leaves
+-- it: at a recovery point and still locked, or finished with its response.
+-- The caller chooses the id and knows every column, so nothing is returned
+-- and the insert can be queued (db.Tx.Queued).
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    locked_at, lock_token, last_run_at, created_at, expires_at
+    recovery_point, response_code, response_body, locked_at, lock_token, last_run_at, created_at, expires_at
 ) VALUES (
     @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
-    coalesce(sqlc.narg('now')::timestamptz, now()), 1, coalesce(sqlc.narg('now')::timestamptz, now()),
+    @recovery_point, sqlc.narg('response_code'), sqlc.narg('response_body'),
+    CASE WHEN sqlc.narg('response_code')::integer IS NULL THEN coalesce(sqlc.narg('now')::timestamptz, now()) END,
+    1, coalesce(sqlc.narg('now')::timestamptz, now()),
     coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
 );
 

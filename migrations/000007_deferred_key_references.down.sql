@@ -1,0 +1,4 @@
+ALTER TABLE payments ALTER CONSTRAINT payments_idempotency_key_id_fkey NOT DEFERRABLE;
+ALTER TABLE refunds ALTER CONSTRAINT refunds_idempotency_key_id_fkey NOT DEFERRABLE;
+ALTER TABLE audit_records ALTER CONSTRAINT audit_records_idempotency_key_id_fkey NOT DEFERRABLE;
+ALTER TABLE staged_jobs ALTER CONSTRAINT staged_jobs_idempotency_key_id_fkey NOT DEFERRABLE;

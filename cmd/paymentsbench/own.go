@@ -149,17 +149,16 @@ func stage(ctx context.Context, tx *db.Tx, k *recovery.Key, jobs []stagedjobs.Jo
 	if ownNotify {
 		return stagedjobs.StageTx(ctx, tx.Queued(), k.ID, jobs...)
 	}
+	rows := dbsqlc.InsertStagedJobsParams{IdempotencyKeyID: &k.ID}
 	for _, job := range jobs {
 		args, err := json.Marshal(job.Args)
 		if err != nil {
 			return err
 		}
-		err = queries.InsertStagedJob(ctx, tx.Queued(), dbsqlc.InsertStagedJobParams{Kind: string(job.Kind), Args: args, IdempotencyKeyID: &k.ID})
-		if err != nil {
-			return err
-		}
+		rows.Kinds = append(rows.Kinds, string(job.Kind))
+		rows.Args = append(rows.Args, string(args))
 	}
-	return nil
+	return queries.InsertStagedJobs(ctx, tx.Queued(), rows)
 }
 
 func ownAudit(ctx context.Context, tx *db.Tx, k *recovery.Key, action, paymentID string, data any) error {

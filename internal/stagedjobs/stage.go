@@ -93,16 +93,17 @@ func stageTx(ctx context.Context, tx dbsqlc.DBTX, keyID *uuid.UUID, jobs []Job) 
 	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", notifyChannel); err != nil {
 		return fmt.Errorf("notifying the enqueuer: %w", err)
 	}
+	rows := dbsqlc.InsertStagedJobsParams{IdempotencyKeyID: keyID}
 	for _, job := range jobs {
 		args, err := json.Marshal(job.Args)
 		if err != nil {
 			return fmt.Errorf("staging %s: %w", job.Kind, err)
 		}
-		if err := queries.InsertStagedJob(ctx, tx, dbsqlc.InsertStagedJobParams{
-			Kind: string(job.Kind), Args: args, IdempotencyKeyID: keyID,
-		}); err != nil {
-			return fmt.Errorf("staging %s: %w", job.Kind, err)
-		}
+		rows.Kinds = append(rows.Kinds, string(job.Kind))
+		rows.Args = append(rows.Args, string(args))
+	}
+	if err := queries.InsertStagedJobs(ctx, tx, rows); err != nil {
+		return fmt.Errorf("staging %v: %w", rows.Kinds, err)
 	}
 	return nil
 }

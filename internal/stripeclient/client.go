@@ -151,5 +151,7 @@ func (a slogAdapter) Warnf(format string, v ...any)  { a.log(format, v...) }
 func (a slogAdapter) Errorf(format string, v ...any) { a.log(format, v...) }
 
 func (a slogAdapter) log(format string, v ...any) {
-	a.logger.Debug("stripe-go: " + fmt.Sprintf(format, v...))
+	if a.logger.Enabled(context.Background(), slog.LevelDebug) { // formatting costs, even when dropped
+		a.logger.Debug("stripe-go: " + fmt.Sprintf(format, v...))
+	}
 }

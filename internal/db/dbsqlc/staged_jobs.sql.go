@@ -66,18 +66,19 @@ func (q *Queries) DeleteStagedJobs(ctx context.Context, db DBTX, ids []int64) er
 	return err
 }
 
-const insertStagedJob = `-- name: InsertStagedJob :exec
+const insertStagedJobs = `-- name: InsertStagedJobs :exec
 INSERT INTO staged_jobs (kind, args, idempotency_key_id)
-VALUES ($1, $2, $3)
+SELECT unnest($1::text[]), unnest($2::text[])::jsonb, $3::uuid
 `
 
-type InsertStagedJobParams struct {
-	Kind             string
-	Args             []byte
+type InsertStagedJobsParams struct {
+	Kinds            []string
+	Args             []string
 	IdempotencyKeyID *uuid.UUID
 }
 
-func (q *Queries) InsertStagedJob(ctx context.Context, db DBTX, arg InsertStagedJobParams) error {
-	_, err := db.Exec(ctx, insertStagedJob, arg.Kind, arg.Args, arg.IdempotencyKeyID)
+// Stages jobs, one row each (kinds[i] with args[i]), in one statement.
+func (q *Queries) InsertStagedJobs(ctx context.Context, db DBTX, arg InsertStagedJobsParams) error {
+	_, err := db.Exec(ctx, insertStagedJobs, arg.Kinds, arg.Args, arg.IdempotencyKeyID)
 	return err
 }

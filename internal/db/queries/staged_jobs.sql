@@ -1,6 +1,7 @@
--- name: InsertStagedJob :exec
+-- name: InsertStagedJobs :exec
+-- Stages jobs, one row each (kinds[i] with args[i]), in one statement.
 INSERT INTO staged_jobs (kind, args, idempotency_key_id)
-VALUES (@kind, @args, @idempotency_key_id);
+SELECT unnest(@kinds::text[]), unnest(@args::text[])::jsonb, sqlc.narg('idempotency_key_id')::uuid;
 
 -- name: ClaimStagedJobs :many
 -- A batch to move to the job queue. SKIP LOCKED lets several enqueuers work

@@ -11,6 +11,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/example/payments/internal/stagedjobs"
 )
 
 // config is every setting of the service. Each has a flag and an environment
@@ -138,8 +140,8 @@ func (c *config) workerFlags(f *flags) {
 		"how long a request sits untouched before the completer finishes it")
 	f.durationVar(&c.ReaperInterval, "reaper-interval", "PAYMENTS_REAPER_INTERVAL", time.Minute,
 		"how often expired finished keys are deleted")
-	f.durationVar(&c.EnqueuerPollInterval, "enqueuer-poll-interval", "PAYMENTS_ENQUEUER_POLL_INTERVAL", time.Second,
-		"how often the enqueuer looks for staged jobs when no notification wakes it")
+	f.durationVar(&c.EnqueuerPollInterval, "enqueuer-poll-interval", "PAYMENTS_ENQUEUER_POLL_INTERVAL", stagedjobs.DefaultPollInterval,
+		"how often the enqueuer looks for staged jobs (the longest a job waits to be queued)")
 }
 
 // stripeFlags are the settings of the connection to Stripe.

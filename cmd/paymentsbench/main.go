@@ -91,7 +91,6 @@ func parseFlags() (options, error) {
 		"(overrides -clients, -warmup, -duration)")
 	fs.IntVar(&o.preload, "preload", 100000, "finished requests in the database every cell starts from (0: empty tables)")
 	fs.IntVar(&o.rounds, "rounds", 1, "run every cell this many times, interleaved, and report the median")
-	fs.BoolVar(&ownNotify, "a-own-notify", true, "an experiment: false stages A-own's jobs without pg_notify")
 	fs.IntVar(&o.topSQL, "top-sql", 0, "after each cell, log its N costliest statements by server execution time (pg_stat_statements)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the cluster's directory and log (for a look at PostgreSQL's log afterwards)")
 	if err := fs.Parse(os.Args[1:]); err != nil {

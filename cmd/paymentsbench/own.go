@@ -140,25 +140,8 @@ func ownFinish(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcom
 	return recovery.Respond(http.StatusCreated, body), nil
 }
 
-// ownNotify is false in the -a-own-notify=false experiment: the jobs are
-// staged without stagedjobs' pg_notify, whose commit takes a lock that
-// serializes every notifying transaction until its commit is flushed.
-var ownNotify = true
-
 func stage(ctx context.Context, tx *db.Tx, k *recovery.Key, jobs []stagedjobs.Job) error {
-	if ownNotify {
-		return stagedjobs.StageTx(ctx, tx.Queued(), k.ID, jobs...)
-	}
-	rows := dbsqlc.InsertStagedJobsParams{IdempotencyKeyID: &k.ID}
-	for _, job := range jobs {
-		args, err := json.Marshal(job.Args)
-		if err != nil {
-			return err
-		}
-		rows.Kinds = append(rows.Kinds, string(job.Kind))
-		rows.Args = append(rows.Args, string(args))
-	}
-	return queries.InsertStagedJobs(ctx, tx.Queued(), rows)
+	return stagedjobs.StageTx(ctx, tx.Queued(), k.ID, jobs...)
 }
 
 func ownAudit(ctx context.Context, tx *db.Tx, k *recovery.Key, action, paymentID string, data any) error {

@@ -163,9 +163,9 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 	p("- **A-naive**: the baseline's `request4.sql` (`../shared/reference/pg-baseline.md`): four SERIALIZABLE transactions " +
 		"per new request, on its own schema (bigserial keys) in its own database, issued through pgx, one connection per " +
 		"client. Each transaction is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n")
-	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and "+
-		"one connection per client, running a benchmark-only flow that issues create-payment's SQL statement for "+
-		"statement (queued where it queues) but whose external phase is a no-op (it calls nobody). No HTTP, no Stripe: the engine's floor.%s\n", map[bool]string{true: "", false: " **In this run (`-a-own-notify=false`) it stages its jobs without `pg_notify`.**"}[ownNotify])
+	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and " +
+		"one connection per client, running a benchmark-only flow that issues create-payment's SQL statement for " +
+		"statement (queued where it queues) but whose external phase is a no-op (it calls nobody). No HTTP, no Stripe: the engine's floor.\n")
 	p("- **B**: `POST /v1/payments` with a new key, over HTTP, against the service assembled as `payments serve` assembles "+
 		"it (`cmd/payments/app.go`): its pool (%s), the key filter on, stripeclient calling the simulator over loopback HTTP "+
 		"(no added latency, no faults; %s), request logs formatted as JSON and discarded, rate limit off. The load is "+

@@ -107,7 +107,7 @@ func TestCreate_roundTripsOfANewPayment(t *testing.T) {
 		// (Stripe is called here.) Its answer is recorded and the key finished.
 		"BEGIN ISOLATION + LockPaymentByIdempotencyKey",
 		"TransitionPayment",
-		"SELECT pg_notify($1, + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey",
+		"InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey",
 		"COMMIT",
 	}, sends)
 }

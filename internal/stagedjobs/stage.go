@@ -67,15 +67,12 @@ type ReceiptArgs struct {
 
 var queries = dbsqlc.New()
 
-// notifyChannel wakes the enqueuer when jobs are staged. NOTIFY inside a
-// transaction is delivered when it commits, and not at all if it rolls back.
-const notifyChannel = "staged_jobs"
-
 // StageTx stages jobs inside the transaction tx, on behalf of the request
 // with idempotency key keyID. It has no pool variant on purpose: a job staged
 // outside the transaction of its change could announce a change that never
 // happened. It reads no result back, so tx may queue its statements
-// (db.Tx.Queued).
+// (db.Tx.Queued). The enqueuer finds the jobs by polling (see Enqueuer.Run
+// for why nothing wakes it).
 func StageTx(ctx context.Context, tx dbsqlc.DBTX, keyID uuid.UUID, jobs ...Job) error {
 	return stageTx(ctx, tx, &keyID, jobs)
 }
@@ -89,9 +86,6 @@ func StageUnkeyedTx(ctx context.Context, tx dbsqlc.DBTX, jobs ...Job) error {
 func stageTx(ctx context.Context, tx dbsqlc.DBTX, keyID *uuid.UUID, jobs []Job) error {
 	if len(jobs) == 0 {
 		return nil
-	}
-	if _, err := tx.Exec(ctx, "SELECT pg_notify($1, '')", notifyChannel); err != nil {
-		return fmt.Errorf("notifying the enqueuer: %w", err)
 	}
 	rows := dbsqlc.InsertStagedJobsParams{IdempotencyKeyID: keyID}
 	for _, job := range jobs {

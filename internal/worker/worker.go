@@ -37,8 +37,8 @@ type Config struct {
 	CompleterGrace time.Duration
 	// ReaperInterval is how often the reaper runs. Default 1m.
 	ReaperInterval time.Duration
-	// EnqueuerPollInterval is how often the enqueuer looks for staged jobs
-	// when no NOTIFY wakes it. Default 1s.
+	// EnqueuerPollInterval is how often the enqueuer looks for staged
+	// jobs. Default stagedjobs.DefaultPollInterval.
 	EnqueuerPollInterval time.Duration
 	// MaxWorkers is how many jobs run at once in this process. Default 50:
 	// the jobs are short database writes (and an email).
@@ -105,7 +105,7 @@ func (cfg *Config) defaults() {
 		cfg.ReaperInterval = time.Minute
 	}
 	if cfg.EnqueuerPollInterval <= 0 {
-		cfg.EnqueuerPollInterval = time.Second
+		cfg.EnqueuerPollInterval = stagedjobs.DefaultPollInterval
 	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50

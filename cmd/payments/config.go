@@ -118,7 +118,7 @@ func (f *flags) parseEnv(env string, parse func(string) error) {
 func (c *config) commonFlags(f *flags) {
 	f.stringVar(&c.Addr, "addr", "PAYMENTS_ADDR", "127.0.0.1:8080", "address the API listens on")
 	f.stringVar(&c.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
-	f.intVar(&c.DBMaxConns, "db-max-conns", "PAYMENTS_DB_MAX_CONNS", 0, "database pool size (0: pgxpool's default, max(4, cores))")
+	f.intVar(&c.DBMaxConns, "db-max-conns", "PAYMENTS_DB_MAX_CONNS", 0, "database pool size (0: four per core)")
 	f.levelVar(&c.LogLevel, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
 	f.durationVar(&c.ShutdownTimeout, "shutdown-timeout", "PAYMENTS_SHUTDOWN_TIMEOUT", 20*time.Second,
 		"how long in-flight requests may take to finish on SIGINT/SIGTERM")

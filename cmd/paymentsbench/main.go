@@ -78,7 +78,7 @@ func parseFlags() (options, error) {
 	fs.DurationVar(&o.duration, "duration", 5*time.Second, "measured window of each cell")
 	fs.StringVar(&scenarios, "scenarios", strings.Join(allScenarios, ","), "comma-separated scenarios to run")
 	fs.StringVar(&o.out, "out", "", "write the Markdown report here (default: stdout)")
-	fs.IntVar(&o.serviceConns, "service-conns", 0, "the service's database pool size for B-E (0: the service's default, pgxpool's max(4, cores))")
+	fs.IntVar(&o.serviceConns, "service-conns", 0, "the service's database pool size for B-E (0: the service's default, four per core)")
 	fs.IntVar(&o.floorConns, "floor-conns", 0, "the database pool size for A-naive and A-own (0: one connection per client, as pgbench)")
 	fs.IntVar(&o.users, "users", 64, "users the load is spread over")
 	fs.IntVar(&o.replayKeys, "replay-keys", 2048, "finished keys created for C to replay")

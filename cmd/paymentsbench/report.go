@@ -13,6 +13,8 @@ import (
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/example/payments/internal/db"
 )
 
 type machineInfo struct {
@@ -195,7 +197,7 @@ func connsText(n int) string {
 	if n > 0 {
 		return fmt.Sprintf("%d connections, set by -service-conns", n)
 	}
-	return fmt.Sprintf("pgxpool's default, max(4, cores) = %d connections, whatever the clients", max(4, runtime.NumCPU()))
+	return fmt.Sprintf("the service's default, four per core = %d connections, whatever the clients", db.DefaultMaxConns())
 }
 
 func stripeConnsText(n int) string {

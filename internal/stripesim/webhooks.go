@@ -29,8 +29,6 @@ type event struct {
 	PendingWebhooks int          `json:"pending_webhooks"`
 	Request         eventRequest `json:"request"`
 	Type            string       `json:"type"`
-
-	payload json.RawMessage
 }
 
 type eventData struct {
@@ -57,10 +55,9 @@ func (s *Simulator) emit(c *call, typ string, obj any) {
 	if s.webhooks != nil {
 		ev.PendingWebhooks = 1
 	}
-	ev.payload = snapshot(ev)
 	s.state.events.add(ev.ID, ev)
 	if s.webhooks != nil {
-		s.webhooks.enqueue(ev.payload)
+		s.webhooks.enqueue(snapshot(ev)) // encoded only when someone listens
 	}
 }
 

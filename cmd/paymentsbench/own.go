@@ -97,9 +97,9 @@ func ownRecordIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, intent str
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	pay, err = queries.TransitionPayment(ctx, tx, dbsqlc.TransitionPaymentParams{
-		ID: pay.ID, Status: "succeeded", StripePaymentIntent: pgtype.Text{String: intent, Valid: true},
-		AmountCaptured: pgtype.Int8{Int64: pay.Amount, Valid: true},
+	pay.Status, pay.StripePaymentIntent, pay.AmountCaptured = "succeeded", pgtype.Text{String: intent, Valid: true}, pay.Amount
+	err = queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
+		ID: pay.ID, Status: pay.Status, StripePaymentIntent: pay.StripePaymentIntent, AmountCaptured: pay.AmountCaptured,
 	})
 	if err != nil {
 		return recovery.Outcome{}, err

@@ -104,10 +104,12 @@ func TestCreate_roundTripsOfANewPayment(t *testing.T) {
 		// at payment_created, in one transaction that reads nothing back:
 		// one round trip.
 		"BEGIN ISOLATION + InsertPayment + InsertAuditRecord + InsertIdempotencyKey + COMMIT",
-		// (Stripe is called here.) Its answer is recorded and the key finished.
+		// (Stripe is called here.) Its answer is recorded and the key
+		// finished: the payment is read locked, the move computed from it,
+		// and the fenced finish must say it matched the key's row before
+		// the COMMIT goes.
 		"BEGIN ISOLATION + LockPaymentByIdempotencyKey",
-		"TransitionPayment",
-		"InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey",
+		"TransitionPayment + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey",
 		"COMMIT",
 	}, sends)
 }

@@ -54,18 +54,13 @@ func transitionTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment,
 	if !allowed {
 		return pay, false, nil
 	}
-	params := dbsqlc.TransitionPaymentParams{
-		ID: pay.ID, Status: string(t.to), StripePaymentIntent: textOrNull(t.intent),
-		FailureCode: textOrNull(t.failureCode), FailureMessage: textOrNull(t.failureMessage),
-	}
-	if t.to == StatusSucceeded {
-		params.AmountCaptured = pgtype.Int8{Int64: t.amountCaptured, Valid: true}
-	}
-	row, err := queries.TransitionPayment(ctx, tx, params)
+	// pay is locked: the move is computed here and written as it is, queued.
+	pay = t.applyTo(pay)
+	err := queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
+		ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
+		AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
+	})
 	if err != nil {
-		return pay, false, err
-	}
-	if pay, err = fromRow(row); err != nil {
 		return pay, false, err
 	}
 	if event == "" {
@@ -76,6 +71,24 @@ func transitionTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment,
 		jobs = append(jobs, receiptJob(pay))
 	}
 	return pay, true, stage(ctx, tx, keyID, jobs...)
+}
+
+// applyTo returns pay after the move t.
+func (t transition) applyTo(pay Payment) Payment {
+	pay.Status = t.to
+	if t.intent != "" {
+		pay.StripePaymentIntent = &t.intent
+	}
+	if t.to == StatusSucceeded {
+		pay.AmountCaptured = t.amountCaptured
+	}
+	if t.failureCode != "" {
+		pay.FailureCode = &t.failureCode
+	}
+	if t.failureMessage != "" {
+		pay.FailureMessage = &t.failureMessage
+	}
+	return pay
 }
 
 func eventJob(userID int64, eventType string, object any) stagedjobs.Job {

@@ -358,31 +358,28 @@ func (q *Queries) RaiseAmountRefunded(ctx context.Context, db DBTX, arg RaiseAmo
 	return i, err
 }
 
-const transitionPayment = `-- name: TransitionPayment :one
+const transitionPayment = `-- name: TransitionPayment :exec
 UPDATE payments
-SET status = $1,
-    stripe_payment_intent = coalesce($2, stripe_payment_intent),
-    amount_captured = coalesce($3, amount_captured),
-    failure_code = coalesce($4, failure_code),
-    failure_message = coalesce($5, failure_message),
-    updated_at = now()
+SET status = $1, stripe_payment_intent = $2, amount_captured = $3,
+    failure_code = $4, failure_message = $5, updated_at = now()
 WHERE id = $6
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at
 `
 
 type TransitionPaymentParams struct {
 	Status              string
 	StripePaymentIntent pgtype.Text
-	AmountCaptured      pgtype.Int8
+	AmountCaptured      int64
 	FailureCode         pgtype.Text
 	FailureMessage      pgtype.Text
 	ID                  string
 }
 
 // Moves a payment to a new status with what Stripe said about it. Only
-// transitionTx calls it, after checking the move is allowed.
-func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg TransitionPaymentParams) (Payment, error) {
-	row := db.QueryRow(ctx, transitionPayment,
+// transitionTx calls it, with the payment locked, after checking the move
+// is allowed and computing the payment after it: nothing is returned, so
+// the update can be queued (db.Tx.Queued).
+func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg TransitionPaymentParams) error {
+	_, err := db.Exec(ctx, transitionPayment,
 		arg.Status,
 		arg.StripePaymentIntent,
 		arg.AmountCaptured,
@@ -390,26 +387,5 @@ func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg Transition
 		arg.FailureMessage,
 		arg.ID,
 	)
-	var i Payment
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.Amount,
-		&i.Currency,
-		&i.Status,
-		&i.Capture,
-		&i.AmountCaptured,
-		&i.AmountRefunded,
-		&i.PaymentMethod,
-		&i.StripePaymentIntent,
-		&i.FailureCode,
-		&i.FailureMessage,
-		&i.Description,
-		&i.Metadata,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.IdempotencyKeyID,
-		&i.StripeEventAt,
-	)
-	return i, err
+	return err
 }

@@ -38,18 +38,15 @@ SELECT * FROM payments WHERE id = @id FOR UPDATE;
 -- name: GetPaymentByIntentForUpdate :one
 SELECT * FROM payments WHERE stripe_payment_intent = @stripe_payment_intent FOR UPDATE;
 
--- name: TransitionPayment :one
+-- name: TransitionPayment :exec
 -- Moves a payment to a new status with what Stripe said about it. Only
--- transitionTx calls it, after checking the move is allowed.
+-- transitionTx calls it, with the payment locked, after checking the move
+-- is allowed and computing the payment after it: nothing is returned, so
+-- the update can be queued (db.Tx.Queued).
 UPDATE payments
-SET status = @status,
-    stripe_payment_intent = coalesce(sqlc.narg('stripe_payment_intent'), stripe_payment_intent),
-    amount_captured = coalesce(sqlc.narg('amount_captured'), amount_captured),
-    failure_code = coalesce(sqlc.narg('failure_code'), failure_code),
-    failure_message = coalesce(sqlc.narg('failure_message'), failure_message),
-    updated_at = now()
-WHERE id = @id
-RETURNING *;
+SET status = @status, stripe_payment_intent = @stripe_payment_intent, amount_captured = @amount_captured,
+    failure_code = @failure_code, failure_message = @failure_message, updated_at = now()
+WHERE id = @id;
 
 -- name: RaiseAmountRefunded :one
 -- Never lowers it: our refunds and Stripe's charge.refunded may arrive in any order.

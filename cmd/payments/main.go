@@ -12,6 +12,8 @@ import (
 	"os"
 	"os/signal"
 	"syscall"
+
+	"github.com/example/payments/internal/tuning"
 )
 
 const usage = `payments: a payment gateway that charges exactly once
@@ -31,6 +33,7 @@ Every flag has an environment twin; run "payments <command> -h" to see them.
 `
 
 func main() {
+	tuning.Apply()
 	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGINT, syscall.SIGTERM)
 	defer stop()
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)

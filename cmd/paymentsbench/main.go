@@ -34,6 +34,8 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/example/payments/internal/tuning"
 )
 
 // options are the command's flags.
@@ -61,6 +63,9 @@ type options struct {
 
 // allScenarios in the order they run at each client count.
 var allScenarios = []string{"A-naive", "A-own", "B", "E", "C", "D"}
+
+// gogc is the garbage collector's setting in force (see internal/tuning).
+var gogc string
 
 func main() {
 	if err := run(); err != nil {
@@ -135,6 +140,7 @@ func run() error {
 	if err != nil {
 		return err
 	}
+	gogc = tuning.Apply() // as cmd/payments does: the service's settings
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))

@@ -125,7 +125,7 @@ func (b *bench) report() string {
 	p("| CPU | %d × %s |\n", m.cores, m.cpu)
 	p("| memory | %s |\n", m.memory)
 	p("| kernel | Linux %s |\n", m.kernel)
-	p("| Go | %s (GOMAXPROCS %d) |\n", m.goVersion, runtime.GOMAXPROCS(0))
+	p("| Go | %s (GOMAXPROCS %d, GOGC %s: the service's setting, `internal/tuning`, for the whole process) |\n", m.goVersion, runtime.GOMAXPROCS(0), gogc)
 	p("| PostgreSQL | %s, a throwaway cluster started by the benchmark (pglocal, unix socket); %s |\n", m.pgVersion, strings.Join(m.pgSettings, ", "))
 	p("| load average | %s before the run, %s after |\n\n", m.loadBefore, loadAverage())
 	p("Everything runs on these %d cores at once: the clients, the HTTP server, the service, the Stripe simulator "+

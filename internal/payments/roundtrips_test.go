@@ -66,7 +66,7 @@ func statementName(sql string) string {
 // round trips: BEGIN goes with the first statement, the writes nobody reads
 // go with the next statement. This pins how many, so that a change that
 // adds a round trip to every payment is seen.
-func TestCreate_roundTripsOfANewPayment(t *testing.T) {
+func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t)
@@ -87,12 +87,13 @@ func TestCreate_roundTripsOfANewPayment(t *testing.T) {
 	require.NoError(t, err)
 	svc := payments.NewService(pool, engine, b.stripe)
 
-	create := func(key string) {
+	create := func(key string) recovery.Response {
 		body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
 		resp, err := svc.Create(ctx, payments.Idempotent{UserID: u.ID, Key: key, Method: "POST", Path: "/v1/payments", Body: body},
 			payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
 		require.NoError(t, err)
 		require.Equal(t, 201, resp.Status)
+		return resp
 	}
 	create("warm-up") // prepares the statements on the connection
 	log.take()
@@ -112,4 +113,9 @@ func TestCreate_roundTripsOfANewPayment(t *testing.T) {
 		"TransitionPayment + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey",
 		"COMMIT",
 	}, sends)
+
+	// A retry of the finished request is answered from the stored
+	// response: one read, no transaction, no lock.
+	require.True(t, create("counted").Replayed)
+	require.Equal(t, []string{"FindFinishedKey"}, log.take())
 }

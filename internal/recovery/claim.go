@@ -32,8 +32,15 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	var replay *Response
 	var reached []RecoveryPoint
 	var out Outcome
-	// A key the filter has never seen goes straight to the insert.
+	// A key the filter has never seen goes straight to the insert. One it
+	// may have seen is most often a retry: a finished one is answered from
+	// its stored response without a transaction.
 	definitelyNew := !e.cfg.KeyFilter.CheckAndAdd(req.UserID, req.Key)
+	if !definitelyNew {
+		if replay, err := e.findFinished(ctx, req, fingerprint); replay != nil || err != nil {
+			return nil, replay, err
+		}
+	}
 	// Two first requests with one key race to insert it (or the filter was
 	// wrong): the loser's insert fails on the unique index, and its second,
 	// careful claim finds the winner's row.
@@ -89,6 +96,24 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 		}
 	}
 	return k, nil, e.settle(k, reached, out)
+}
+
+// findFinished returns the stored response of req's key if it is finished
+// (ErrKeyReused if req differs from the request that used it), or nil.
+// Finished keys do not change, so no lock is taken: it is one read.
+func (e *Engine) findFinished(ctx context.Context, req Request, fingerprint []byte) (*Response, error) {
+	row, err := queries.FindFinishedKey(ctx, e.cfg.Pool, dbsqlc.FindFinishedKeyParams{
+		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(),
+	})
+	switch {
+	case errors.Is(err, pgx.ErrNoRows):
+		return nil, nil
+	case err != nil:
+		return nil, err
+	case !bytes.Equal(row.RequestFingerprint, fingerprint):
+		return nil, ErrKeyReused
+	}
+	return &Response{Status: int(row.ResponseCode.Int32), Body: row.ResponseBody, Replayed: true}, nil
 }
 
 // claimTx is the careful claim: look the key up, then insert, replay,

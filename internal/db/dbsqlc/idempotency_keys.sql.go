@@ -166,6 +166,35 @@ func (q *Queries) DeleteExpiredIdempotencyKey(ctx context.Context, db DBTX, id u
 	return err
 }
 
+const findFinishedKey = `-- name: FindFinishedKey :one
+SELECT request_fingerprint, response_code, response_body
+FROM idempotency_keys
+WHERE user_id = $1 AND idempotency_key = $2
+  AND recovery_point = 'finished' AND expires_at > coalesce($3::timestamptz, now())
+`
+
+type FindFinishedKeyParams struct {
+	UserID         int64
+	IdempotencyKey string
+	Now            pgtype.Timestamptz
+}
+
+type FindFinishedKeyRow struct {
+	RequestFingerprint []byte
+	ResponseCode       pgtype.Int4
+	ResponseBody       []byte
+}
+
+// The stored answer of a finished key still within its TTL, read without a
+// lock: a finished key's row never changes until the reaper deletes it, so
+// a retry of a finished request is answered without a transaction.
+func (q *Queries) FindFinishedKey(ctx context.Context, db DBTX, arg FindFinishedKeyParams) (FindFinishedKeyRow, error) {
+	row := db.QueryRow(ctx, findFinishedKey, arg.UserID, arg.IdempotencyKey, arg.Now)
+	var i FindFinishedKeyRow
+	err := row.Scan(&i.RequestFingerprint, &i.ResponseCode, &i.ResponseBody)
+	return i, err
+}
+
 const finishIdempotencyKey = `-- name: FinishIdempotencyKey :execrows
 UPDATE idempotency_keys
 SET recovery_point = 'finished', response_code = $1, response_body = $2, locked_at = NULL

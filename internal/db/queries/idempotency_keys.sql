@@ -14,6 +14,15 @@ FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 FOR UPDATE;
 
+-- name: FindFinishedKey :one
+-- The stored answer of a finished key still within its TTL, read without a
+-- lock: a finished key's row never changes until the reaper deletes it, so
+-- a retry of a finished request is answered without a transaction.
+SELECT request_fingerprint, response_code, response_body
+FROM idempotency_keys
+WHERE user_id = @user_id AND idempotency_key = @idempotency_key
+  AND recovery_point = 'finished' AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
+
 -- name: InsertIdempotencyKey :exec
 -- A new key, claimed (lock token 1) by the request that creates it, written
 -- once, at the end of the claim's transaction, where that transaction leaves

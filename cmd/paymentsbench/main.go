@@ -87,7 +87,7 @@ func parseFlags() (options, error) {
 	fs.IntVar(&o.floorConns, "floor-conns", 0, "the database pool size for A-naive and A-own (0: one connection per client, as pgbench)")
 	fs.IntVar(&o.users, "users", 64, "users the load is spread over")
 	fs.IntVar(&o.replayKeys, "replay-keys", 2048, "finished keys created for C to replay")
-	fs.IntVar(&o.stripeIdleConns, "stripe-idle-conns", 0, "idle connections the service keeps to Stripe (0: as the service, Go's default transport, 2 per host)")
+	fs.IntVar(&o.stripeIdleConns, "stripe-idle-conns", 0, "idle connections the service keeps to Stripe (0: as the service, stripeclient's 64)")
 	fs.StringVar(&o.command, "command", "", "the command to print in the report (default: this one)")
 	fs.StringVar(&o.keyfilterBench, "keyfilter-bench", "", "a file with `go test -bench` output of internal/keyfilter, for the filter's goals")
 	fs.StringVar(&o.profileCell, "cpuprofile-cell", "", "profile one cell, as SCENARIO:CLIENTS (e.g. B:16)")

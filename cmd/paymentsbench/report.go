@@ -204,7 +204,7 @@ func stripeConnsText(n int) string {
 	if n > 0 {
 		return fmt.Sprintf("%d idle connections kept to Stripe, set by -stripe-idle-conns", n)
 	}
-	return "stripeclient's default HTTP client, Go's default transport: 2 idle connections per host"
+	return "stripeclient's default HTTP client: 64 idle connections kept to Stripe"
 }
 
 func pgssText(on bool) string {
@@ -512,7 +512,7 @@ func writeCommits(s string) string {
 	case "A-own", "B", "E":
 		return "2"
 	case "C":
-		return "1 (the lookup locks the row)"
+		return "0 (one read, no transaction)"
 	}
 	return "–"
 }
@@ -520,7 +520,7 @@ func writeCommits(s string) string {
 func (b *bench) writeNotes(p func(string, ...any)) {
 	p("## Notes\n\n")
 	p("- The load generator, the service and the Stripe simulator run in one process on the same cores as PostgreSQL; " +
-		"their CPU is all in *CPU ms here*. The simulator scans all its idempotency keys, under its one mutex, on every call (`forgetExpiredKeys`); it is reset before each cell.\n")
+		"their CPU is all in *CPU ms here*. The simulator keeps its state under one mutex; it is reset before each cell.\n")
 	p("- No background worker runs: staged jobs are not drained into River, so the drain's own statements are not counted.\n")
 	p("- Every cell starts right after a CHECKPOINT, so the first change of each page writes a full-page image: the WAL " +
 		"per request is at its highest, more so for random keys (uuid, `pay_...`) that touch many pages than for " +

@@ -107,11 +107,10 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 		"BEGIN ISOLATION + InsertPayment + InsertAuditRecord + InsertIdempotencyKey + COMMIT",
 		// (Stripe is called here.) Its answer is recorded and the key
 		// finished: the payment is read locked, the move computed from it,
-		// and the fenced finish must say it matched the key's row before
-		// the COMMIT goes.
+		// and the rest goes with the COMMIT (the fenced finish raises if
+		// the key was taken over, and the transaction fails).
 		"BEGIN ISOLATION + LockPaymentByIdempotencyKey",
-		"TransitionPayment + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey",
-		"COMMIT",
+		"TransitionPayment + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey + COMMIT",
 	}, sends)
 
 	// A retry of the finished request is answered from the stored

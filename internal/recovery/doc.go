@@ -21,7 +21,8 @@
 //     live, and otherwise takes the lock with a new lock_token.
 //   - Every commit is fenced: it only moves the key if the lock_token is still
 //     the one this attempt claimed, so a holder whose lock was taken over
-//     cannot write.
+//     cannot write. The database checks it (assert_lock_held raises when the
+//     move matches no row), so the move goes with the COMMIT.
 //   - While an external call runs, a heartbeat keeps the lock alive; when the
 //     lock is lost, the call's context is cancelled.
 //   - Serialization failures are retried by db.WithPipelinedTx; an error leaves the

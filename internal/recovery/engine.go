@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -155,11 +156,14 @@ func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) 
 	return e.settle(k, reached, out)
 }
 
-// explainCommitError turns a unique violation into ErrLockLost when another
-// attempt took the key over meanwhile: both ran the same step, the other
-// committed its rows first, and this one's work hit them before reaching
-// its fence. Anything else is returned as it is.
+// explainCommitError turns the fence's error into ErrLockLost, and a unique
+// violation too when another attempt took the key over meanwhile: both ran
+// the same step, the other committed its rows first, and this one's work
+// hit them before reaching its fence. Anything else is returned as it is.
 func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) error {
+	if isFenceError(err) {
+		return ErrLockLost
+	}
 	if !db.IsUniqueViolation(err) {
 		return err
 	}
@@ -170,10 +174,12 @@ func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) erro
 	return err
 }
 
-// moveKey records the outcome on the key row, fenced by the lock token: the
-// update matches no row if another attempt has taken the key over. A key
-// the transaction claims new has no row yet: it is written, as out leaves
-// it, with the commit.
+// moveKey records the outcome on the key row, fenced by the lock token:
+// if another attempt has taken the key over, the update matches no row and
+// the database raises (assert_lock_held), failing the transaction, which
+// runPhase reports as ErrLockLost. So the move needs no answer and is
+// queued with the COMMIT. A key the transaction claims new has no row yet:
+// it is written, as out leaves it, the same way.
 func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
 	if out.response == nil && (out.next == "" || out.next == Started) {
 		return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
@@ -181,24 +187,21 @@ func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) er
 	if k.inserting {
 		return e.writeNewKey(ctx, tx, k, out)
 	}
-	var n int64
-	var err error
 	if out.response != nil {
-		n, err = queries.FinishIdempotencyKey(ctx, tx, dbsqlc.FinishIdempotencyKeyParams{
+		return queries.FinishIdempotencyKey(ctx, tx.Queued(), dbsqlc.FinishIdempotencyKeyParams{
 			ID: k.ID, LockToken: k.lockToken, ResponseCode: pgtype.Int4{Int32: int32(out.response.Status), Valid: true}, ResponseBody: out.response.Body,
 		})
-	} else {
-		n, err = queries.SetRecoveryPoint(ctx, tx, dbsqlc.SetRecoveryPointParams{
-			ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(),
-		})
 	}
-	if err != nil {
-		return err
-	}
-	if n == 0 {
-		return ErrLockLost
-	}
-	return nil
+	return queries.SetRecoveryPoint(ctx, tx.Queued(), dbsqlc.SetRecoveryPointParams{
+		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(),
+	})
+}
+
+// isFenceError tells whether err is assert_lock_held's: a fenced move found
+// the key taken over.
+func isFenceError(err error) bool {
+	var pgErr *pgconn.PgError
+	return errors.As(err, &pgErr) && pgErr.Code == "PK001"
 }
 
 // callWithHeartbeat runs call while extending the key's lock every third of

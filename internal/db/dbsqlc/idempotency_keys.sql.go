@@ -195,10 +195,14 @@ func (q *Queries) FindFinishedKey(ctx context.Context, db DBTX, arg FindFinished
 	return i, err
 }
 
-const finishIdempotencyKey = `-- name: FinishIdempotencyKey :execrows
-UPDATE idempotency_keys
-SET recovery_point = 'finished', response_code = $1, response_body = $2, locked_at = NULL
-WHERE id = $3 AND lock_token = $4
+const finishIdempotencyKey = `-- name: FinishIdempotencyKey :exec
+WITH moved AS (
+    UPDATE idempotency_keys
+    SET recovery_point = 'finished', response_code = $1, response_body = $2, locked_at = NULL
+    WHERE id = $3 AND lock_token = $4
+    RETURNING 1
+)
+SELECT assert_lock_held(count(*)) FROM moved
 `
 
 type FinishIdempotencyKeyParams struct {
@@ -208,18 +212,16 @@ type FinishIdempotencyKeyParams struct {
 	LockToken    int64
 }
 
-// Stores the final response and releases the lock, only for the lock holder.
-func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishIdempotencyKeyParams) (int64, error) {
-	result, err := db.Exec(ctx, finishIdempotencyKey,
+// Stores the final response and releases the lock, only for the lock
+// holder: else it raises PK001 (assert_lock_held) and the transaction fails.
+func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishIdempotencyKeyParams) error {
+	_, err := db.Exec(ctx, finishIdempotencyKey,
 		arg.ResponseCode,
 		arg.ResponseBody,
 		arg.ID,
 		arg.LockToken,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	return err
 }
 
 const getIdempotencyKeyState = `-- name: GetIdempotencyKeyState :one
@@ -499,10 +501,14 @@ func (q *Queries) ReapExpiredKeys(ctx context.Context, db DBTX, arg ReapExpiredK
 	return result.RowsAffected(), nil
 }
 
-const setRecoveryPoint = `-- name: SetRecoveryPoint :execrows
-UPDATE idempotency_keys
-SET recovery_point = $1, locked_at = coalesce($2::timestamptz, now())
-WHERE id = $3 AND lock_token = $4
+const setRecoveryPoint = `-- name: SetRecoveryPoint :exec
+WITH moved AS (
+    UPDATE idempotency_keys
+    SET recovery_point = $1, locked_at = coalesce($2::timestamptz, now())
+    WHERE id = $3 AND lock_token = $4
+    RETURNING 1
+)
+SELECT assert_lock_held(count(*)) FROM moved
 `
 
 type SetRecoveryPointParams struct {
@@ -512,18 +518,16 @@ type SetRecoveryPointParams struct {
 	LockToken     int64
 }
 
-// Moves a key forward, only while the caller still holds its lock.
-func (q *Queries) SetRecoveryPoint(ctx context.Context, db DBTX, arg SetRecoveryPointParams) (int64, error) {
-	result, err := db.Exec(ctx, setRecoveryPoint,
+// Moves a key forward, only while the caller still holds its lock: else it
+// raises PK001 (assert_lock_held) and the transaction fails.
+func (q *Queries) SetRecoveryPoint(ctx context.Context, db DBTX, arg SetRecoveryPointParams) error {
+	_, err := db.Exec(ctx, setRecoveryPoint,
 		arg.RecoveryPoint,
 		arg.Now,
 		arg.ID,
 		arg.LockToken,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	return err
 }
 
 const unlockIdempotencyKey = `-- name: UnlockIdempotencyKey :execrows

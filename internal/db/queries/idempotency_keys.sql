@@ -54,17 +54,27 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
 WHERE id = @id
 RETURNING *;
 
--- name: SetRecoveryPoint :execrows
--- Moves a key forward, only while the caller still holds its lock.
-UPDATE idempotency_keys
-SET recovery_point = @recovery_point, locked_at = coalesce(sqlc.narg('now')::timestamptz, now())
-WHERE id = @id AND lock_token = @lock_token;
+-- name: SetRecoveryPoint :exec
+-- Moves a key forward, only while the caller still holds its lock: else it
+-- raises PK001 (assert_lock_held) and the transaction fails.
+WITH moved AS (
+    UPDATE idempotency_keys
+    SET recovery_point = @recovery_point, locked_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    WHERE id = @id AND lock_token = @lock_token
+    RETURNING 1
+)
+SELECT assert_lock_held(count(*)) FROM moved;
 
--- name: FinishIdempotencyKey :execrows
--- Stores the final response and releases the lock, only for the lock holder.
-UPDATE idempotency_keys
-SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body, locked_at = NULL
-WHERE id = @id AND lock_token = @lock_token;
+-- name: FinishIdempotencyKey :exec
+-- Stores the final response and releases the lock, only for the lock
+-- holder: else it raises PK001 (assert_lock_held) and the transaction fails.
+WITH moved AS (
+    UPDATE idempotency_keys
+    SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body, locked_at = NULL
+    WHERE id = @id AND lock_token = @lock_token
+    RETURNING 1
+)
+SELECT assert_lock_held(count(*)) FROM moved;
 
 -- name: HeartbeatIdempotencyKey :execrows
 -- Keeps the lock alive while an external call runs.

@@ -1,0 +1,1 @@
+DROP FUNCTION assert_lock_held(bigint);

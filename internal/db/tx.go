@@ -33,6 +33,11 @@ var ErrSerialization = errors.New("transaction kept conflicting with concurrent 
 // default) and commits it. A serialization failure (40001) or deadlock
 // (40P01), from fn or from the commit, rolls back and runs fn again after a
 // jittered backoff. Any other error rolls back and is returned as it is.
+//
+// It hands fn a plain pgx.Tx, for code that passes the transaction to a
+// library (River's InsertManyTx) or that must issue every statement on its
+// own (the benchmark's baseline). The engine and the flows use
+// WithPipelinedTx, the same helper with fewer round trips.
 func WithTx(ctx context.Context, db Beginner, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	opts = opts.withDefaults()
 	return retrySerializable(ctx, opts.Attempts, func() error {

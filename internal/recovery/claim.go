@@ -28,10 +28,6 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	if err != nil {
 		return nil, nil, fmt.Errorf("encoding request params: %w", err)
 	}
-	var k *Key
-	var replay *Response
-	var reached []RecoveryPoint
-	var out Outcome
 	// A key the filter has never seen goes straight to the insert. One it
 	// may have seen is most often a retry: a finished one is answered from
 	// its stored response without a transaction.
@@ -41,52 +37,13 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 			return nil, replay, err
 		}
 	}
-	// Two first requests with one key race to insert it (or the filter was
-	// wrong): the loser's insert fails on the unique index, and its second,
-	// careful claim finds the winner's row.
-	for attempt := 0; attempt < 2; attempt++ {
-		careful := attempt > 0 || !definitelyNew
-		err = db.WithPipelinedTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
-			var err error
-			reached = nil
-			if careful {
-				filterSaidMaybe := attempt == 0 && e.cfg.KeyFilter != nil
-				k, replay, err = e.claimTx(ctx, tx, req, fingerprint, params, filterSaidMaybe)
-			} else {
-				k = e.newKey(req, fingerprint, params)
-			}
-			if err != nil || k == nil {
-				return err
-			}
-			if k.lockToken == 1 { // a new key: this commit creates it
-				if err := e.cfg.Failpoints.Fire("before_commit:" + string(Started)); err != nil {
-					return err
-				}
-			}
-			// The claim is also the commit of the local phases that follow.
-			phase, local := req.Flow.isLocal(k.RecoveryPoint)
-			if !local {
-				if k.inserting {
-					return e.writeNewKey(ctx, tx, k, Next(Started))
-				}
-				return nil
-			}
-			first, err := phase.commit(ctx, tx, k, nil)
-			if err != nil {
-				return err
-			}
-			reached, out, err = e.commitTx(ctx, tx, req.Flow, k, first)
-			return err
-		})
-		if !db.IsUniqueViolation(err) {
-			break
-		}
-	}
+	c, err := e.claimAndCommit(ctx, req, fingerprint, params, definitelyNew)
+	k := c.k
 	if k != nil {
 		k.inserting = false // its row is committed (or nothing is): from now on every move is fenced
 	}
 	if err != nil || k == nil {
-		return k, replay, err
+		return k, c.replay, err
 	}
 	// From here the key is ours and committed: an error must leave it
 	// unlocked for the next attempt (Execute sees to it).
@@ -95,7 +52,71 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 			return k, nil, err
 		}
 	}
-	return k, nil, e.settle(k, reached, out)
+	return k, nil, e.settle(k, c.reached, c.out)
+}
+
+// claimed is what a claim's transaction did: it locked a key and reached
+// recovery points with the outcome out, or found a finished key's response.
+type claimed struct {
+	k       *Key
+	replay  *Response
+	reached []RecoveryPoint
+	out     Outcome
+}
+
+// claimAndCommit runs the claim's transaction. Two first requests with one
+// key race to insert it (or the filter was wrong): the loser's insert fails
+// on the unique index, and its second, careful claim finds the winner's row.
+func (e *Engine) claimAndCommit(ctx context.Context, req Request, fingerprint, params []byte, definitelyNew bool) (claimed, error) {
+	var c claimed
+	var err error
+	for attempt := 0; attempt < 2; attempt++ {
+		careful := attempt > 0 || !definitelyNew
+		filterSaidMaybe := careful && attempt == 0 && e.cfg.KeyFilter != nil
+		err = db.WithPipelinedTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+			var err error
+			c, err = e.claimInTx(ctx, tx, req, fingerprint, params, careful, filterSaidMaybe)
+			return err
+		})
+		if !db.IsUniqueViolation(err) {
+			break
+		}
+	}
+	return c, err
+}
+
+// claimInTx claims the key in tx, carefully (looked up first) or not (a new
+// key), and runs the local phases that follow, to be committed with it.
+func (e *Engine) claimInTx(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte, careful, filterSaidMaybe bool) (claimed, error) {
+	var c claimed
+	var err error
+	if careful {
+		c.k, c.replay, err = e.carefulClaim(ctx, tx, req, fingerprint, params, filterSaidMaybe)
+	} else {
+		c.k = e.newKey(req, fingerprint, params)
+	}
+	if err != nil || c.k == nil {
+		return c, err
+	}
+	k := c.k
+	if k.lockToken == 1 { // a new key: this commit creates it
+		if err := e.cfg.Failpoints.Fire("before_commit:" + string(Started)); err != nil {
+			return c, err
+		}
+	}
+	phase, local := req.Flow.isLocal(k.RecoveryPoint)
+	if !local {
+		if k.inserting {
+			return c, e.writeNewKey(ctx, tx, k, Next(Started))
+		}
+		return c, nil
+	}
+	first, err := phase.commit(ctx, tx, k, nil)
+	if err != nil {
+		return c, err
+	}
+	c.reached, c.out, err = e.commitTx(ctx, tx, req.Flow, k, first)
+	return c, err
 }
 
 // findFinished returns the stored response of req's key if it is finished
@@ -116,10 +137,10 @@ func (e *Engine) findFinished(ctx context.Context, req Request, fingerprint []by
 	return &Response{Status: int(row.ResponseCode.Int32), Body: row.ResponseBody, Replayed: true}, nil
 }
 
-// claimTx is the careful claim: look the key up, then insert, replay,
-// refuse or lock. filterSaidMaybe tells that the key filter sent the claim
+// carefulClaim looks the key up, then makes a new one, replays, refuses or
+// locks. filterSaidMaybe tells that the key filter sent the claim
 // here, so a key that turns out new is one of its false positives.
-func (e *Engine) claimTx(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
+func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
 	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
 		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
 	})

@@ -3,7 +3,6 @@ package db_test
 import (
 	"context"
 	"errors"
-	"sync"
 	"sync/atomic"
 	"testing"
 
@@ -171,42 +170,4 @@ func TestPipelinedTx_readsRowsAfterQueuedWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b"}, bodies, "the queued writes ran first, in order")
 	require.Equal(t, 2, countNotes(t, pool))
-}
-
-func TestPipelinedTx_retriesARealSerializationFailure(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool, _ := tracedPool(t)
-	_, err := pool.Exec(ctx, "INSERT INTO notes VALUES (0, '0')")
-	require.NoError(t, err)
-
-	var attempts atomic.Int32
-	var bothRead sync.WaitGroup
-	bothRead.Add(2)
-	increment := func() error {
-		return db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
-			attempt := attempts.Add(1)
-			var body string
-			if err := tx.QueryRow(ctx, "SELECT body FROM notes WHERE id = 0").Scan(&body); err != nil {
-				return err
-			}
-			if attempt <= 2 {
-				bothRead.Done()
-				bothRead.Wait()
-			}
-			// Queued: the conflict surfaces at COMMIT's round trip.
-			_, err := tx.Queued().Exec(ctx, "UPDATE notes SET body = (body::int + 1)::text WHERE id = 0")
-			return err
-		})
-	}
-	errs := make(chan error, 2)
-	go func() { errs <- increment() }()
-	go func() { errs <- increment() }()
-	require.NoError(t, <-errs)
-	require.NoError(t, <-errs)
-
-	var body string
-	require.NoError(t, pool.QueryRow(ctx, "SELECT body FROM notes WHERE id = 0").Scan(&body))
-	require.Equal(t, "2", body, "no increment lost")
-	require.EqualValues(t, 3, attempts.Load(), "exactly one retry")
 }

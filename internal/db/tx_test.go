@@ -10,6 +10,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/db"
@@ -18,43 +19,66 @@ import (
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
 
-func TestWithTx_retriesARealSerializationFailure(t *testing.T) {
-	t.Parallel()
-	ctx := context.Background()
-	pool := dbtest.NewPool(t)
-	_, err := pool.Exec(ctx, "CREATE TABLE counter (n int); INSERT INTO counter VALUES (0)")
-	require.NoError(t, err)
+// readWriter is what the increments below need of a transaction.
+type readWriter interface {
+	QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
+	Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error)
+}
 
-	// Two increments read the counter at the same time, then both write: one
-	// must fail to serialize, and its retry must see the other's write.
-	var attempts atomic.Int32
-	var bothRead sync.WaitGroup
-	bothRead.Add(2)
-	increment := func() error {
-		return db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
-			attempt := attempts.Add(1)
+// Both transaction helpers, each handing the callback what it writes with.
+var txHelpers = map[string]func(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context, readWriter) error) error{
+	"WithTx": func(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context, readWriter) error) error {
+		return db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error { return fn(ctx, tx) })
+	},
+	// The write is queued: the conflict surfaces at COMMIT's round trip.
+	"WithPipelinedTx": func(ctx context.Context, pool *pgxpool.Pool, fn func(context.Context, readWriter) error) error {
+		return db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error { return fn(ctx, tx.Queued()) })
+	},
+}
+
+func TestTxHelpers_retryARealSerializationFailure(t *testing.T) {
+	t.Parallel()
+	for name, withTx := range txHelpers {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			ctx := context.Background()
+			pool := dbtest.NewPool(t)
+			_, err := pool.Exec(ctx, "CREATE TABLE counter (n int); INSERT INTO counter VALUES (0)")
+			require.NoError(t, err)
+
+			// Two increments read the counter at the same time, then both
+			// write: one must fail to serialize, and its retry must see the
+			// other's write.
+			var attempts atomic.Int32
+			var bothRead sync.WaitGroup
+			bothRead.Add(2)
+			increment := func() error {
+				return withTx(ctx, pool, func(ctx context.Context, tx readWriter) error {
+					attempt := attempts.Add(1)
+					var n int
+					if err := tx.QueryRow(ctx, "SELECT n FROM counter").Scan(&n); err != nil {
+						return err
+					}
+					if attempt <= 2 {
+						bothRead.Done()
+						bothRead.Wait()
+					}
+					_, err := tx.Exec(ctx, "UPDATE counter SET n = $1", n+1)
+					return err
+				})
+			}
+			errs := make(chan error, 2)
+			go func() { errs <- increment() }()
+			go func() { errs <- increment() }()
+			require.NoError(t, <-errs)
+			require.NoError(t, <-errs)
+
 			var n int
-			if err := tx.QueryRow(ctx, "SELECT n FROM counter").Scan(&n); err != nil {
-				return err
-			}
-			if attempt <= 2 {
-				bothRead.Done()
-				bothRead.Wait()
-			}
-			_, err := tx.Exec(ctx, "UPDATE counter SET n = $1", n+1)
-			return err
+			require.NoError(t, pool.QueryRow(ctx, "SELECT n FROM counter").Scan(&n))
+			require.Equal(t, 2, n, "no increment lost")
+			require.EqualValues(t, 3, attempts.Load(), "exactly one retry")
 		})
 	}
-	errs := make(chan error, 2)
-	go func() { errs <- increment() }()
-	go func() { errs <- increment() }()
-	require.NoError(t, <-errs)
-	require.NoError(t, <-errs)
-
-	var n int
-	require.NoError(t, pool.QueryRow(ctx, "SELECT n FROM counter").Scan(&n))
-	require.Equal(t, 2, n, "no increment lost")
-	require.EqualValues(t, 3, attempts.Load(), "exactly one retry")
 }
 
 func TestWithTx_rollsBackAndReturnsOtherErrors(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/example/payments/internal/clocktest"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripesim"
 )
@@ -322,28 +323,10 @@ func TestIdempotency_stripeUnavailableIsResumable(t *testing.T) {
 	}
 }
 
-// testClock is a settable clock for the engine.
-type testClock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *testClock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *testClock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
-}
-
 // Rule 8: after its TTL a key is new again.
 func TestIdempotency_keysExpire(t *testing.T) {
 	t.Parallel()
-	clock := &testClock{now: time.Now().Truncate(time.Second)}
+	clock := clocktest.New(time.Now().Truncate(time.Second))
 	b := setup(t, setupOpts{engine: recovery.Config{Now: clock.Now, KeyTTL: time.Hour}})
 	other := `{"amount":5000,"currency":"usd","payment_method":"pm_card_visa"}`
 

@@ -7,7 +7,6 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,6 +14,7 @@ import (
 	"github.com/stripe/stripe-go/v76"
 	"github.com/stripe/stripe-go/v76/client"
 
+	"github.com/example/payments/internal/clocktest"
 	"github.com/example/payments/internal/stripesim"
 )
 
@@ -26,13 +26,13 @@ type fixture struct {
 	sim    *stripesim.Simulator
 	url    string
 	stripe *client.API
-	clock  *clock
+	clock  *clocktest.Clock
 }
 
 // setup starts a simulator; cfg, if given, adjusts its configuration.
 func setup(t *testing.T, cfg ...func(*stripesim.Config)) *fixture {
 	t.Helper()
-	clk := &clock{now: time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC)}
+	clk := clocktest.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
 	c := stripesim.Config{Now: clk.Now}
 	for _, f := range cfg {
 		f(&c)
@@ -72,24 +72,6 @@ func newStripeWithHTTP(url, key string, httpClient *http.Client) *client.API {
 		EnableTelemetry:   stripe.Bool(false),
 	})
 	return client.New(key, &stripe.Backends{API: backend, Connect: backend, Uploads: backend})
-}
-
-// clock is an adjustable Config.Now.
-type clock struct {
-	mu  sync.Mutex
-	now time.Time
-}
-
-func (c *clock) Now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.now
-}
-
-func (c *clock) Advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.now = c.now.Add(d)
 }
 
 // paymentIntent is the params of a confirmed payment intent for 20.00 usd.

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
+	"github.com/example/payments/internal/clocktest"
 	"github.com/example/payments/internal/dbtest"
 	"github.com/example/payments/internal/users"
 )
@@ -17,7 +18,7 @@ import (
 type authBundle struct {
 	ctx   context.Context
 	pool  *pgxpool.Pool
-	clock *fakeClock
+	clock *clocktest.Clock
 }
 
 func setupAuth(t *testing.T) *authBundle {
@@ -25,13 +26,13 @@ func setupAuth(t *testing.T) *authBundle {
 	return &authBundle{
 		ctx:   context.Background(),
 		pool:  dbtest.NewPool(t),
-		clock: &fakeClock{t: time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)},
+		clock: clocktest.New(time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC)),
 	}
 }
 
 // newAuthenticator returns an Authenticator on the bundle's pool and clock.
 func (b *authBundle) newAuthenticator(cfg users.AuthenticatorConfig) *users.Authenticator {
-	cfg.Now = b.clock.now
+	cfg.Now = b.clock.Now
 	return users.NewAuthenticator(b.pool, cfg)
 }
 
@@ -40,23 +41,6 @@ func (b *authBundle) createUser(t *testing.T, email string) (users.User, string)
 	u, key, err := users.CreateUser(b.ctx, b.pool, email)
 	require.NoError(t, err)
 	return u, key
-}
-
-type fakeClock struct {
-	mu sync.Mutex
-	t  time.Time
-}
-
-func (c *fakeClock) now() time.Time {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.t
-}
-
-func (c *fakeClock) advance(d time.Duration) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.t = c.t.Add(d)
 }
 
 func requireCounts(t *testing.T, auth *users.Authenticator, hits, misses uint64) {
@@ -78,13 +62,13 @@ func TestAuthenticator_answersAKnownKeyFromMemoryUntilTheTTL(t *testing.T) {
 	// With the row gone, only the cache can still know the key.
 	_, err = b.pool.Exec(b.ctx, "DELETE FROM api_keys WHERE user_id = $1", u.ID)
 	require.NoError(t, err)
-	b.clock.advance(users.DefaultAuthCacheTTL - time.Nanosecond)
+	b.clock.Advance(users.DefaultAuthCacheTTL - time.Nanosecond)
 	got, err = auth.Authenticate(b.ctx, key)
 	require.NoError(t, err, "answered from memory within the TTL")
 	require.Equal(t, u, got)
 	requireCounts(t, auth, 1, 1)
 
-	b.clock.advance(time.Nanosecond)
+	b.clock.Advance(time.Nanosecond)
 	_, err = auth.Authenticate(b.ctx, key)
 	require.ErrorIs(t, err, users.ErrUnknownKey, "after the TTL the database is asked again")
 	requireCounts(t, auth, 1, 2)
@@ -100,11 +84,11 @@ func TestAuthenticator_keepsARevokedKeyForAtMostTheTTL(t *testing.T) {
 
 	_, err = b.pool.Exec(b.ctx, "UPDATE api_keys SET revoked_at = now() WHERE user_id = $1", u.ID)
 	require.NoError(t, err)
-	b.clock.advance(59 * time.Second)
+	b.clock.Advance(59 * time.Second)
 	_, err = auth.Authenticate(b.ctx, key)
 	require.NoError(t, err, "the documented window: a revoked key works until its entry expires")
 
-	b.clock.advance(time.Second)
+	b.clock.Advance(time.Second)
 	_, err = auth.Authenticate(b.ctx, key)
 	require.ErrorIs(t, err, users.ErrUnknownKey)
 	_, err = auth.Authenticate(b.ctx, key)
@@ -167,7 +151,7 @@ func TestAuthenticator_staysWithinMaxEntries(t *testing.T) {
 
 	authenticate(0)
 	authenticate(1)
-	b.clock.advance(ttl)
+	b.clock.Advance(ttl)
 	authenticate(2)
 	authenticate(3)
 	require.Equal(t, 4, auth.Len(), "expired entries stay until room is needed")

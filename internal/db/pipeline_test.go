@@ -5,6 +5,7 @@ import (
 	"errors"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -170,4 +171,35 @@ func TestPipelinedTx_readsRowsAfterQueuedWrites(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []string{"a", "b"}, bodies, "the queued writes ran first, in order")
 	require.Equal(t, 2, countNotes(t, pool))
+}
+
+func TestPipelinedTx_aCancelledRequestLeavesNoTransactionOpen(t *testing.T) {
+	t.Parallel()
+	pool, _ := tracedPool(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	err := db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (1, 'never committed')"); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "SELECT pg_sleep(10)") // cancelled while it runs
+		return err
+	})
+	require.Error(t, err)
+	require.ErrorIs(t, err, context.DeadlineExceeded)
+
+	// Nothing committed, and every connection the pool hands out works,
+	// outside any transaction.
+	bg := context.Background()
+	require.Zero(t, countNotes(t, pool))
+	for range 4 {
+		require.NoError(t, db.WithPipelinedTx(bg, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+			var one int
+			return tx.QueryRow(ctx, "SELECT 1").Scan(&one)
+		}))
+	}
+	var idleInTx int
+	require.NoError(t, pool.QueryRow(bg, `SELECT count(*) FROM pg_stat_activity
+		WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&idleInTx))
+	require.Zero(t, idleInTx)
 }

@@ -38,13 +38,12 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 		}
 	}
 	c, err := e.claimAndCommit(ctx, req, fingerprint, params, definitelyNew)
+	if err != nil || c.k == nil {
+		// The claim's transaction rolled back: nothing of it holds a lock.
+		return nil, c.replay, err
+	}
 	k := c.k
-	if k != nil {
-		k.inserting = false // its row is committed (or nothing is): from now on every move is fenced
-	}
-	if err != nil || k == nil {
-		return k, c.replay, err
-	}
+	k.inserting = false // its row is committed: from now on every move is fenced
 	// From here the key is ours and committed: an error must leave it
 	// unlocked for the next attempt (Execute sees to it).
 	if k.lockToken == 1 {

@@ -91,11 +91,24 @@ func unquoteSFString(s string) (string, bool) {
 	return "", false // no closing quote
 }
 
-// idempotentRequest gathers what every idempotent route passes to its flow.
-func idempotentRequest(r *http.Request, key string, body []byte) payments.Idempotent {
+// readIdempotent reads what every idempotent route starts with, in this
+// order: the Idempotency-Key, then the JSON body, decoded into dst (an empty
+// body only when allowEmpty). It returns what the route passes to its flow.
+func readIdempotent(r *http.Request, dst any, allowEmpty bool) (payments.Idempotent, error) {
+	key, err := idempotencyKey(r)
+	if err != nil {
+		return payments.Idempotent{}, err
+	}
+	body, err := readBody(r)
+	if err != nil {
+		return payments.Idempotent{}, err
+	}
+	if err := decodeJSON(body, dst, allowEmpty); err != nil {
+		return payments.Idempotent{}, err
+	}
 	return payments.Idempotent{
 		UserID: userFrom(r.Context()).ID, Key: key, Method: r.Method, Path: r.URL.Path, Body: body,
-	}
+	}, nil
 }
 
 // writeExecution answers with what the engine returned: the final response

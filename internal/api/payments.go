@@ -26,23 +26,16 @@ type createPaymentRequest struct {
 
 // createPayment answers POST /v1/payments.
 func (s *Server) createPayment(w http.ResponseWriter, r *http.Request) error {
-	key, err := idempotencyKey(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req createPaymentRequest
-	if err := decodeJSON(body, &req, false); err != nil {
+	idem, err := readIdempotent(r, &req, false)
+	if err != nil {
 		return err
 	}
 	params, err := req.validate()
 	if err != nil {
 		return err
 	}
-	resp, err := s.payments.Create(r.Context(), idempotentRequest(r, key, body), params)
+	resp, err := s.payments.Create(r.Context(), idem, params)
 	s.writeExecution(w, r, resp, err)
 	return nil
 }
@@ -126,15 +119,8 @@ func (s *Server) cancelPayment(w http.ResponseWriter, r *http.Request) error {
 func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
 	params func(payments.Payment) (payments.ActionParams, error),
 	run func(context.Context, payments.Idempotent, payments.ActionParams) (recovery.Response, error)) error {
-	key, err := idempotencyKey(r)
+	idem, err := readIdempotent(r, req, true)
 	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
-	if err := decodeJSON(body, req, true); err != nil {
 		return err
 	}
 	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, chi.URLParam(r, "id"))
@@ -145,7 +131,7 @@ func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
 	if err != nil {
 		return err
 	}
-	resp, err := run(r.Context(), idempotentRequest(r, key, body), p)
+	resp, err := run(r.Context(), idem, p)
 	s.writeExecution(w, r, resp, err)
 	return nil
 }

@@ -24,16 +24,9 @@ var refundReasons = map[string]bool{"duplicate": true, "fraudulent": true, "requ
 // payment's state under its row lock, so that answer is stored; only the
 // input's shape and the payment's owner are checked here, and not stored.
 func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) error {
-	key, err := idempotencyKey(r)
-	if err != nil {
-		return err
-	}
-	body, err := readBody(r)
-	if err != nil {
-		return err
-	}
 	var req createRefundRequest
-	if err := decodeJSON(body, &req, false); err != nil {
+	idem, err := readIdempotent(r, &req, false)
+	if err != nil {
 		return err
 	}
 	params, err := req.validate()
@@ -44,7 +37,7 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) error {
 	if _, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, params.Payment); err != nil {
 		return err
 	}
-	resp, err := s.payments.Refund(r.Context(), idempotentRequest(r, key, body), params)
+	resp, err := s.payments.Refund(r.Context(), idem, params)
 	s.writeExecution(w, r, resp, err)
 	return nil
 }

@@ -39,11 +39,10 @@ func startServe(t *testing.T, dbURL, simURL string, env ...string) (*proc, strin
 	return p, "http://" + p.waitFor(t, &p.stderr, listening)
 }
 
-// createPayment posts the same create request every time; err is set when
-// the connection died without an answer.
-func createPayment(base, key string) (int, []byte, error) {
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments",
-		strings.NewReader(`{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","metadata":{"order":"crash-1"}}`))
+// postIdempotent posts body to path with the Idempotency-Key key, as alice;
+// err is set when the connection died without an answer.
+func postIdempotent(base, path, key, body string) (int, []byte, error) {
+	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+aliceKey)
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
@@ -52,22 +51,28 @@ func createPayment(base, key string) (int, []byte, error) {
 		return 0, nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, body, err
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
 }
 
-// retryUntilFinal retries like a good client: while the answer is 409 (the
-// dead holder's lock has not lapsed yet) or 503, wait and try again.
-func retryUntilFinal(t *testing.T, base, key string) (int, []byte) {
+// createPayment posts the same create request every time.
+func createPayment(base, key string) (int, []byte, error) {
+	return postIdempotent(base, "/v1/payments", key,
+		`{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","metadata":{"order":"crash-1"}}`)
+}
+
+// retryUntilFinal retries post like a good client: while the answer is 409
+// (the dead holder's lock has not lapsed yet) or 503, wait and try again.
+func retryUntilFinal(t *testing.T, post func() (int, []byte, error)) (int, []byte) {
 	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		status, body, err := createPayment(base, key)
+		status, data, err := post()
 		require.NoError(t, err)
 		if status != http.StatusConflict && status != http.StatusServiceUnavailable {
-			return status, body
+			return status, data
 		}
-		require.True(t, time.Now().Before(deadline), "still %d: %s", status, body)
+		require.True(t, time.Now().Before(deadline), "still %d: %s", status, data)
 		time.Sleep(100 * time.Millisecond)
 	}
 }
@@ -139,7 +144,7 @@ func TestCrash_createPaymentRecoversAtEveryFailpoint(t *testing.T) {
 			require.Equal(t, -1, doomed.cmd.ProcessState.ExitCode(), "killed by a signal")
 
 			_, base = startServe(t, dbURL, simURL)
-			status, body := retryUntilFinal(t, base, key)
+			status, body := retryUntilFinal(t, func() (int, []byte, error) { return createPayment(base, key) })
 			require.Equal(t, http.StatusCreated, status, string(body))
 			require.Equal(t, clean, comparable(t, body), "the same answer as a clean run")
 

@@ -8,10 +8,8 @@ package main_test
 import (
 	"encoding/json"
 	"fmt"
-	"io"
 	"net/http"
 	"net/url"
-	"strings"
 	"testing"
 	"time"
 
@@ -20,36 +18,9 @@ import (
 	"github.com/example/payments/internal/dbtest"
 )
 
-// postRefund posts a refund with the Idempotency-Key key; err is set when
-// the connection died without an answer.
+// postRefund posts a refund with the Idempotency-Key key.
 func postRefund(base, key, body string) (int, []byte, error) {
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/refunds", strings.NewReader(body))
-	req.Header.Set("Authorization", "Bearer "+aliceKey)
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, data, err
-}
-
-// retryRefundUntilFinal retries like a good client while the answer is 409
-// (the dead holder's lock has not lapsed yet) or 503.
-func retryRefundUntilFinal(t *testing.T, base, key, body string) (int, []byte) {
-	t.Helper()
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		status, data, err := postRefund(base, key, body)
-		require.NoError(t, err)
-		if status != http.StatusConflict && status != http.StatusServiceUnavailable {
-			return status, data
-		}
-		require.True(t, time.Now().Before(deadline), "still %d: %s", status, data)
-		time.Sleep(100 * time.Millisecond)
-	}
+	return postIdempotent(base, "/v1/refunds", key, body)
 }
 
 // simRefunds lists the simulator's refunds of a PaymentIntent.
@@ -113,7 +84,7 @@ func TestCrash_refundRecoversAtEveryFailpoint(t *testing.T) {
 			require.Equal(t, -1, doomed.cmd.ProcessState.ExitCode(), "killed by a signal")
 
 			_, base = startServe(t, dbURL, simURL)
-			status, answer := retryRefundUntilFinal(t, base, key, body)
+			status, answer := retryUntilFinal(t, func() (int, []byte, error) { return postRefund(base, key, body) })
 			require.Equal(t, http.StatusCreated, status, string(answer))
 			var re struct {
 				ID           string  `json:"id"`

@@ -14,7 +14,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/pglocal"
@@ -367,12 +366,6 @@ func (b *bench) settle(ctx context.Context, dbname string) error {
 	// The stats snapshot of this session is per transaction; nothing to clear.
 	_, err := b.monitor.Exec(ctx, "SELECT pg_stat_clear_snapshot()")
 	return err
-}
-
-// openPool is db.Open with a query tracer, so that the client side counts
-// statements and round trips.
-func openPool(ctx context.Context, url string, maxConns int, tracer pgx.QueryTracer) (*pgxpool.Pool, error) {
-	return db.Open(ctx, url, db.PoolConfig{MaxConns: int32(maxConns), Tracer: tracer})
 }
 
 // logTopSQL logs the n statements of dbname that took the server the most

@@ -114,7 +114,7 @@ func ownRecordIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, intent str
 			UserID: pay.UserID, Payment: pay.ID, Amount: pay.AmountCaptured, Currency: pay.Currency, Reason: "payment",
 		}},
 	}
-	if err := stage(ctx, tx, k, jobs); err != nil {
+	if err := stagedjobs.StageTx(ctx, tx.Queued(), k.ID, jobs...); err != nil {
 		return recovery.Outcome{}, err
 	}
 	if err := ownAudit(ctx, tx, k, "payment.succeeded", pay.ID, map[string]string{"payment_intent": intent}); err != nil {
@@ -138,10 +138,6 @@ func ownFinish(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcom
 		return recovery.Outcome{}, err
 	}
 	return recovery.Respond(http.StatusCreated, body), nil
-}
-
-func stage(ctx context.Context, tx *db.Tx, k *recovery.Key, jobs []stagedjobs.Job) error {
-	return stagedjobs.StageTx(ctx, tx.Queued(), k.ID, jobs...)
 }
 
 func ownAudit(ctx context.Context, tx *db.Tx, k *recovery.Key, action, paymentID string, data any) error {

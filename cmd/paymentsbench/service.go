@@ -44,7 +44,7 @@ type service struct {
 
 func (b *bench) startService(ctx context.Context, dbname string, filterOn bool, tracer *sqlCounter) (*service, error) {
 	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	pool, err := openPool(ctx, b.server.URL(dbname), b.o.serviceConns, tracer)
+	pool, err := db.Open(ctx, b.server.URL(dbname), db.PoolConfig{MaxConns: int32(b.o.serviceConns), Tracer: tracer})
 	if err != nil {
 		return nil, err
 	}
@@ -233,7 +233,7 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 		if err := b.clone(ctx, dbNaive, tmplNaive); err != nil {
 			return nil, err
 		}
-		pool, err := openPool(ctx, b.server.URL(dbNaive), floorConns, tracer)
+		pool, err := db.Open(ctx, b.server.URL(dbNaive), db.PoolConfig{MaxConns: int32(floorConns), Tracer: tracer})
 		if err != nil {
 			return nil, err
 		}
@@ -245,7 +245,7 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
 			return nil, err
 		}
-		pool, err := openPool(ctx, b.server.URL(dbPayments), floorConns, tracer)
+		pool, err := db.Open(ctx, b.server.URL(dbPayments), db.PoolConfig{MaxConns: int32(floorConns), Tracer: tracer})
 		if err != nil {
 			return nil, err
 		}

@@ -321,9 +321,10 @@ func (b *bench) ratio(num, den string, c int) (float64, bool) {
 	return n.rps / d.rps, true
 }
 
-func (b *bench) writeRatios(p func(string, ...any)) {
-	p("## Ratios (throughput, within this run)\n\n")
-	p("| ratio |")
+// ratioTable writes one row per (numerator, denominator, label) and one
+// column per client count, with value's ratio or a dash.
+func (b *bench) ratioTable(p func(string, ...any), title string, rows [][3]string, value func(num, den string, clients int) (float64, bool)) {
+	p("| %s |", title)
 	for _, c := range b.o.clients {
 		p(" %d clients |", c)
 	}
@@ -332,16 +333,10 @@ func (b *bench) writeRatios(p func(string, ...any)) {
 		p("--:|")
 	}
 	p("\n")
-	for _, pair := range [][3]string{
-		{"B", "A-naive", "B / A-naive: the whole service vs the naive SQL floor"},
-		{"B", "A-own", "B / A-own: what HTTP and Stripe add to the engine's own SQL"},
-		{"A-own", "A-naive", "A-own / A-naive: the engine's SQL vs the naive SQL"},
-		{"C", "B", "C / B: a replay vs a new payment"},
-		{"B", "E", "B / E: key filter on vs off"},
-	} {
-		p("| %s |", pair[2])
+	for _, row := range rows {
+		p("| %s |", row[2])
 		for _, c := range b.o.clients {
-			if v, ok := b.ratio(pair[0], pair[1], c); ok {
+			if v, ok := value(row[0], row[1], c); ok {
 				p(" %.2f |", v)
 			} else {
 				p(" – |")
@@ -349,31 +344,26 @@ func (b *bench) writeRatios(p func(string, ...any)) {
 		}
 		p("\n")
 	}
+}
+
+func (b *bench) writeRatios(p func(string, ...any)) {
+	p("## Ratios (throughput, within this run)\n\n")
+	b.ratioTable(p, "ratio", [][3]string{
+		{"B", "A-naive", "B / A-naive: the whole service vs the naive SQL floor"},
+		{"B", "A-own", "B / A-own: what HTTP and Stripe add to the engine's own SQL"},
+		{"A-own", "A-naive", "A-own / A-naive: the engine's SQL vs the naive SQL"},
+		{"C", "B", "C / B: a replay vs a new payment"},
+		{"B", "E", "B / E: key filter on vs off"},
+	}, b.ratio)
 	p("\nThe same ratios from CPU per request instead (the *ceilings* of the next section: what the cores would serve " +
 		"at each scenario's CPU cost). They are less sensitive to what else the machine was doing during each cell, " +
-		"but blind to waits (locks, fsync, retries' backoff):\n\n| ratio of ceilings |")
-	for _, c := range b.o.clients {
-		p(" %d clients |", c)
-	}
-	p("\n|---|")
-	for range b.o.clients {
-		p("--:|")
-	}
-	p("\n")
-	for _, pair := range [][3]string{
+		"but blind to waits (locks, fsync, retries' backoff):\n\n")
+	b.ratioTable(p, "ratio of ceilings", [][3]string{
 		{"B", "A-naive", "B / A-naive"}, {"B", "A-own", "B / A-own"}, {"C", "B", "C / B"}, {"B", "E", "B / E"},
-	} {
-		p("| %s |", pair[2])
-		for _, c := range b.o.clients {
-			n, d := b.ceiling(pair[0], c), b.ceiling(pair[1], c)
-			if n > 0 && d > 0 {
-				p(" %.2f |", n/d)
-			} else {
-				p(" – |")
-			}
-		}
-		p("\n")
-	}
+	}, func(num, den string, c int) (float64, bool) {
+		n, d := b.ceiling(num, c), b.ceiling(den, c)
+		return n / d, n > 0 && d > 0
+	})
 	if b64, b16 := b.get("B", 64), b.get("B", 16); b64 != nil && b16 != nil && b16.rps > 0 {
 		p("\nB at 64 clients / B at 16 clients: **%.2f**", b64.rps/b16.rps)
 		if a64, a16 := b.get("A-naive", 64), b.get("A-naive", 16); a64 != nil && a16 != nil && a16.rps > 0 {

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
 
@@ -43,13 +44,10 @@ var ErrNotFound = errors.New("event not found")
 
 var queries = dbsqlc.New()
 
-// endOfTime sorts after every event, to start the first page.
-var endOfTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
-
 // List returns up to limit of the user's events, newest first, after the
 // event startingAfter ("" for the first page), and whether more follow.
 func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, limit int, startingAfter string) ([]Event, bool, error) {
-	before, beforeID := endOfTime, ""
+	before, beforeID := db.EndOfTime, ""
 	if startingAfter != "" {
 		cursor, err := queries.GetEvent(ctx, conn, dbsqlc.GetEventParams{ID: startingAfter, UserID: userID})
 		if errors.Is(err, pgx.ErrNoRows) {
@@ -66,10 +64,7 @@ func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, limit int, starti
 	if err != nil {
 		return nil, false, err
 	}
-	hasMore := len(rows) > limit
-	if hasMore {
-		rows = rows[:limit]
-	}
+	rows, hasMore := db.TrimPage(rows, limit)
 	page := make([]Event, len(rows))
 	for i, r := range rows {
 		page[i] = Event{ID: r.ID, Type: r.Type, Object: r.Data, Created: r.CreatedAt}

@@ -10,6 +10,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
 
@@ -105,13 +106,10 @@ type ListParams struct {
 	StartingAfter string // id of the last payment of the previous page; "" for the first page
 }
 
-// endOfTime sorts after every payment, to start the first page.
-var endOfTime = time.Date(9999, 12, 31, 0, 0, 0, 0, time.UTC)
-
 // List returns a page of the user's payments and whether more follow. A
 // StartingAfter that names no payment of the user is ErrNotFound.
 func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, p ListParams) ([]Payment, bool, error) {
-	before, beforeID := endOfTime, ""
+	before, beforeID := db.EndOfTime, ""
 	if p.StartingAfter != "" {
 		cursor, err := Get(ctx, conn, userID, p.StartingAfter)
 		if err != nil {
@@ -125,10 +123,7 @@ func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, p ListParams) ([]
 	if err != nil {
 		return nil, false, err
 	}
-	hasMore := len(rows) > p.Limit
-	if hasMore {
-		rows = rows[:p.Limit]
-	}
+	rows, hasMore := db.TrimPage(rows, p.Limit)
 	page := make([]Payment, 0, len(rows))
 	for _, row := range rows {
 		pay, err := fromRow(row)

@@ -24,10 +24,6 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 	if err != nil {
 		return nil, nil, err
 	}
-	params, err := json.Marshal(req.Params)
-	if err != nil {
-		return nil, nil, fmt.Errorf("encoding request params: %w", err)
-	}
 	// A key the filter has never seen goes straight to the insert. One it
 	// may have seen is most often a retry: a finished one is answered from
 	// its stored response without a transaction.
@@ -36,6 +32,10 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 		if replay, err := e.findFinished(ctx, req, fingerprint); replay != nil || err != nil {
 			return nil, replay, err
 		}
+	}
+	params, err := json.Marshal(req.Params) // stored with a new key; a replay never needs it
+	if err != nil {
+		return nil, nil, fmt.Errorf("encoding request params: %w", err)
 	}
 	c, err := e.claimAndCommit(ctx, req, fingerprint, params, definitelyNew)
 	if err != nil || c.k == nil {

@@ -6,7 +6,9 @@ import (
 	"runtime"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	pgxuuid "github.com/vgarvardt/pgx-google-uuid/v5"
 )
@@ -44,6 +46,7 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 		// without this, pgx goes through its database/sql interfaces,
 		// formatting and parsing text on every statement.
 		pgxuuid.Register(conn.TypeMap())
+		registerUUIDPointer(conn.TypeMap())
 		return nil
 	}
 	pool, err := pgxpool.NewWithConfig(ctx, pcfg)
@@ -57,4 +60,33 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 		return nil, fmt.Errorf("connecting to the database: %w", err)
 	}
 	return pool, nil
+}
+
+// registerUUIDPointer sends a *uuid.UUID (sqlc's type for a nullable uuid
+// column) as the uuid it points to, or NULL. pgx will not follow a pointer
+// that is itself a database/sql Valuer, as *uuid.UUID is: it would call
+// Value, try to send the text binary, fail, format an error, parse the text
+// back and send that, spending more per value than the rest of a statement's
+// encoding (5 % of the service's CPU in a create, in a profile).
+func registerUUIDPointer(tm *pgtype.Map) {
+	tm.TryWrapEncodePlanFuncs = append([]pgtype.TryWrapEncodePlanFunc{tryWrapUUIDPointer}, tm.TryWrapEncodePlanFuncs...)
+}
+
+func tryWrapUUIDPointer(value any) (pgtype.WrappedEncodePlanNextSetter, any, bool) {
+	if _, ok := value.(*uuid.UUID); ok {
+		return &uuidPointerPlan{}, uuid.UUID{}, true
+	}
+	return nil, nil, false
+}
+
+type uuidPointerPlan struct{ next pgtype.EncodePlan }
+
+func (p *uuidPointerPlan) SetNext(next pgtype.EncodePlan) { p.next = next }
+
+func (p *uuidPointerPlan) Encode(value any, buf []byte) ([]byte, error) {
+	u := value.(*uuid.UUID)
+	if u == nil {
+		return nil, nil // NULL
+	}
+	return p.next.Encode(*u, buf)
 }

@@ -59,16 +59,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := db.MigrateUp(ctx, cfg.DatabaseURL, log); err != nil {
 		return err
 	}
-	a, err := newApp(ctx, cfg, log)
+	p, err := newProcess(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer a.close()
-	if err := users.SeedDemoUsers(ctx, a.pool); err != nil {
+	defer p.Close()
+	if err := users.SeedDemoUsers(ctx, p.Pool); err != nil {
 		return err
 	}
 	printWelcome(stdout, cfg, ln.Addr().String())
-	return runAll(ctx, a.runWorker, func(ctx context.Context) error { return a.serveAPI(ctx, ln) })
+	return runAll(ctx, p.runWorker, func(ctx context.Context) error { return p.serveAPI(ctx, ln) })
 }
 
 // devWebhookSecret signs the embedded simulator's webhooks in dev, on both

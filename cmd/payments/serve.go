@@ -21,14 +21,14 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting payments serve", slog.Any("config", cfg))
-	a, err := newApp(ctx, cfg, log)
+	p, err := newProcess(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer a.close()
+	defer p.Close()
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {
 		return err
 	}
-	return a.serveAPI(ctx, ln)
+	return p.serveAPI(ctx, ln)
 }

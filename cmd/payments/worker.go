@@ -25,14 +25,14 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting payments worker", slog.Any("config", cfg))
-	a, err := newApp(ctx, cfg, log)
+	p, err := newProcess(ctx, cfg, log)
 	if err != nil {
 		return err
 	}
-	defer a.close()
+	defer p.Close()
 	ln, err := net.Listen("tcp", metricsAddr)
 	if err != nil {
 		return err
 	}
-	return runAll(ctx, a.runWorker, func(ctx context.Context) error { return a.serveMetrics(ctx, ln) })
+	return runAll(ctx, p.runWorker, func(ctx context.Context) error { return p.serveMetrics(ctx, ln) })
 }

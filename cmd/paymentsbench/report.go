@@ -168,8 +168,8 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and " +
 		"one connection per client, running a benchmark-only flow that issues create-payment's SQL statement for " +
 		"statement (queued where it queues) but whose external phase is a no-op (it calls nobody). No HTTP, no Stripe: the engine's floor.\n")
-	p("- **B**: `POST /v1/payments` with a new key, over HTTP, against the service assembled as `payments serve` assembles "+
-		"it (`cmd/payments/app.go`): its pool (%s), the key filter on, stripeclient calling the simulator over loopback HTTP "+
+	p("- **B**: `POST /v1/payments` with a new key, over HTTP, against the service as `payments serve` runs it, "+
+		"assembled by the same code (`internal/app`): its pool (%s), the key filter on, stripeclient calling the simulator over loopback HTTP "+
 		"(no added latency, no faults; %s), request logs formatted as JSON and discarded, rate limit off. The load is "+
 		"spread over %d users.\n", connsText(o.serviceConns), stripeConnsText(o.stripeIdleConns), o.users)
 	p("- **C**: the same request replayed: %d finished keys were created once through the service (at 16 clients, in "+

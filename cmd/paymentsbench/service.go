@@ -15,58 +15,30 @@ import (
 	"time"
 
 	"github.com/google/uuid"
-	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/example/payments/internal/api"
+	"github.com/example/payments/internal/app"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/keyfilter"
-	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
-	"github.com/example/payments/internal/webhooks"
 )
 
-// service is the payments service assembled in this process as
-// cmd/payments/app.go's newApp and serveAPI assemble it, with the same
-// defaults: a pool, the engine with its key filter (rebuilt before the
-// load starts, as at start-up), the payments service talking to the
-// simulator over loopback HTTP through stripeclient, the webhooks receiver,
-// and the API handler on a real loopback HTTP server. The rate limit is
-// off. Its logs are formatted as in production (JSON, info) and discarded.
+// service is the payments service as `payments serve` runs it, assembled by
+// internal/app with the service's defaults: its pool, the engine with its
+// key filter (rebuilt before the load starts, as at start-up), the payments
+// service talking to the simulator over loopback HTTP through stripeclient,
+// the webhooks receiver, and the API handler on a real loopback HTTP server
+// with the service's timeouts. The rate limit is off. Its logs are
+// formatted as in production (JSON, info) and discarded.
 type service struct {
-	pool   *pgxpool.Pool
-	engine *recovery.Engine
-	srv    *http.Server
-	url    string
+	app *app.App
+	srv *http.Server
+	url string
 }
 
 func (b *bench) startService(ctx context.Context, dbname string, filterOn bool, tracer *sqlCounter) (*service, error) {
 	log := slog.New(slog.NewJSONHandler(io.Discard, &slog.HandlerOptions{Level: slog.LevelInfo}))
-	pool, err := db.Open(ctx, b.server.URL(dbname), db.PoolConfig{MaxConns: int32(b.o.serviceConns), Tracer: tracer})
-	if err != nil {
-		return nil, err
-	}
-	ok := false
-	defer func() {
-		if !ok {
-			pool.Close()
-		}
-	}()
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	// The service's defaults: a 24h TTL, 1<<20 keys per slice, 0.1 %.
-	filter, err := keyfilter.New(keyfilter.Config{
-		TTL: 24 * time.Hour, ExpectedKeysPerSlice: 1 << 20, FalsePositiveRate: 0.001, Disabled: !filterOn, Registry: reg,
-	})
-	if err != nil {
-		return nil, err
-	}
-	engine := recovery.New(recovery.Config{Pool: pool, Logger: log, KeyFilter: filter})
-	if _, err := engine.RebuildKeyFilter(ctx); err != nil {
-		return nil, fmt.Errorf("rebuilding the key filter: %w", err)
-	}
 	stripeCfg := stripeclient.Config{
 		SecretKey: "sk_test_simulator", APIBase: b.simURL, Logger: log.With(slog.String("component", "stripe")),
 	}
@@ -80,35 +52,33 @@ func (b *bench) startService(ctx context.Context, dbname string, filterOn bool, 
 	if err != nil {
 		return nil, err
 	}
-	handler := api.NewHandler(api.Config{
-		Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe),
-		Webhooks: webhooks.NewReceiver(webhooks.Config{
-			Pool: pool, Secret: "whsec_bench_0123456789abcdef", Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
-		}),
-		Logger: log, Registry: reg,
+	a, err := app.New(ctx, app.Config{
+		DatabaseURL: b.server.URL(dbname), Pool: db.PoolConfig{MaxConns: int32(b.o.serviceConns), Tracer: tracer},
+		KeyFilter: keyfilter.Config{Disabled: !filterOn}, // the service's defaults: 1<<20 keys per slice, 0.1 %
+		Stripe:    stripe, WebhookSecret: "whsec_bench_0123456789abcdef", Logger: log,
 	})
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
-	srv := &http.Server{
-		Handler:           handler,
-		ReadHeaderTimeout: 5 * time.Second,
-		ReadTimeout:       15 * time.Second,
-		WriteTimeout:      60 * time.Second,
-		IdleTimeout:       120 * time.Second,
-		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	if _, err := a.Engine.RebuildKeyFilter(ctx); err != nil {
+		a.Close()
+		return nil, fmt.Errorf("rebuilding the key filter: %w", err)
 	}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	srv := app.NewServer(a.APIHandler(api.RateLimit{}, 0), log)
 	go func() { _ = srv.Serve(ln) }()
-	ok = true
-	return &service{pool: pool, engine: engine, srv: srv, url: "http://" + ln.Addr().String()}, nil
+	return &service{app: a, srv: srv, url: "http://" + ln.Addr().String()}, nil
 }
 
 func (s *service) close() {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	_ = s.srv.Shutdown(ctx)
-	s.pool.Close()
+	s.app.Close()
 }
 
 // httpClient keeps one connection alive per client.

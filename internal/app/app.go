@@ -1,0 +1,122 @@
+// Package app assembles the payments service from its parts: the database
+// pool, the key filter, the engine, the payment flows, the webhook receiver,
+// the metrics registry, and the API's HTTP handler and server. Every program
+// that runs the service builds it here: cmd/payments serves it, and
+// cmd/paymentsbench measures it (scenarios B to E), so the benchmark
+// measures the service as it runs and cannot drift from it.
+//
+// It holds no behaviour of its own: configuration in, wired parts out.
+// Reading configuration (flags, environment) and running the parts (serving,
+// shutting down, the background workers) are its callers' business.
+package app
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net/http"
+	"time"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/collectors"
+
+	"github.com/example/payments/internal/api"
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/keyfilter"
+	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
+	"github.com/example/payments/internal/webhooks"
+)
+
+// Config is what the parts need. Zero values take each part's default.
+type Config struct {
+	DatabaseURL string
+	Pool        db.PoolConfig
+	// KeyTTL is how long an idempotency key is remembered, by the engine
+	// and by the key filter alike. Default 24h.
+	KeyTTL      time.Duration
+	LockTimeout time.Duration
+	Failpoints  *failpoint.Set
+	// KeyFilter sizes the key filter, or turns it off (Disabled). Its TTL
+	// and Registry are the app's.
+	KeyFilter     keyfilter.Config
+	Stripe        *stripeclient.Client
+	WebhookSecret string
+	Logger        *slog.Logger
+}
+
+// App is the service's parts, wired together.
+type App struct {
+	Log      *slog.Logger
+	Pool     *pgxpool.Pool
+	Engine   *recovery.Engine
+	Payments *payments.Service
+	Webhooks *webhooks.Receiver
+	// Registry holds every part's metrics, and the Go runtime's and the
+	// process's.
+	Registry *prometheus.Registry
+}
+
+// ErrKeyFilterConfig wraps a key filter configuration that keyfilter refused.
+var ErrKeyFilterConfig = errors.New("key filter configuration")
+
+// New connects to the database and builds the parts. The key filter starts
+// cold, answering "maybe seen" until Engine.RebuildKeyFilter has run.
+func New(ctx context.Context, cfg Config) (*App, error) {
+	log := cfg.Logger
+	if log == nil {
+		log = slog.New(slog.DiscardHandler)
+	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	filterCfg := cfg.KeyFilter
+	filterCfg.TTL, filterCfg.Registry = cfg.KeyTTL, reg
+	filter, err := keyfilter.New(filterCfg)
+	if err != nil {
+		return nil, fmt.Errorf("%w: %v", ErrKeyFilterConfig, err)
+	}
+	pool, err := db.Open(ctx, cfg.DatabaseURL, cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	engine := recovery.New(recovery.Config{
+		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, Failpoints: cfg.Failpoints, KeyFilter: filter,
+	})
+	return &App{
+		Log: log, Pool: pool, Engine: engine, Registry: reg,
+		Payments: payments.NewService(pool, engine, cfg.Stripe),
+		Webhooks: webhooks.NewReceiver(webhooks.Config{
+			Pool: pool, Secret: cfg.WebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
+		}),
+	}, nil
+}
+
+// Close closes the pool.
+func (a *App) Close() { a.Pool.Close() }
+
+// APIHandler is the HTTP API over the app's parts. A zero limit turns rate
+// limiting off; authCacheTTL is api.Config's AuthCacheTTL.
+func (a *App) APIHandler(limit api.RateLimit, authCacheTTL time.Duration) http.Handler {
+	return api.NewHandler(api.Config{
+		Pool: a.Pool, Engine: a.Engine, Payments: a.Payments, Webhooks: a.Webhooks, Logger: a.Log, Registry: a.Registry,
+		RateLimit: limit, AuthCacheTTL: authCacheTTL,
+	})
+}
+
+// NewServer is an HTTP server for handler with the service's timeouts:
+// every phase of a request is bounded, so a slow or stuck client cannot hold
+// a connection (and a goroutine) forever.
+func NewServer(handler http.Handler, log *slog.Logger) *http.Server {
+	return &http.Server{
+		Handler:           handler,
+		ReadHeaderTimeout: 5 * time.Second,
+		ReadTimeout:       15 * time.Second,
+		WriteTimeout:      60 * time.Second,
+		IdleTimeout:       120 * time.Second,
+		ErrorLog:          slog.NewLogLogger(log.Handler(), slog.LevelWarn),
+	}
+}

@@ -386,7 +386,7 @@ func (b *bench) writeGoals(p func(string, ...any)) {
 		if got >= want {
 			return verdict(true)
 		}
-		return fmt.Sprintf("%s: short by %.0f %%", verdict(false), 100*(want-got)/want)
+		return fmt.Sprintf("%s: short by %.2g %%", verdict(false), 100*(want-got)/want) // 7.2, 0.11
 	}
 	if v, ok := b.ratio("B", "A-naive", 16); ok {
 		p("| B ≥ A-naive at 16 clients | B/A-naive = %.2f (%.0f vs %.0f req/s) | %s |\n", v, b.get("B", 16).rps, b.get("A-naive", 16).rps, atLeast(v, 1))

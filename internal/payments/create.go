@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"net/http"
+	"time"
 
 	"github.com/stripe/stripe-go/v76"
 
@@ -24,7 +25,9 @@ import (
 //	  │ Stripe: create and confirm a PaymentIntent, child key "payment_intent"
 //	  │ tx: record it (succeeded, with payment.succeeded and the receipt
 //	  │     staged; or requires_capture); a decline is final: the payment is
-//	  │     failed, payment.failed is staged, 402 is stored
+//	  │     failed, payment.failed is staged, 402 is stored. The payment is
+//	  │     the one the claim carried, moved only if it is unchanged, or
+//	  │     (resumed, or changed meanwhile) read under a lock: heldPayment
 //	  ▼
 //	payment_intent_created
 //	  │ tx: store 201
@@ -63,28 +66,36 @@ func (s *Service) createFlow() *recovery.Flow {
 
 // insertPayment: started -> payment_created. Nothing is read back, so the
 // whole claim (key, payment, audit record, the key's move) reaches the
-// database in one round trip, with its COMMIT.
+// database in one round trip, with its COMMIT. The payment is carried, as
+// written, to the record phase.
 func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p CreateParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	metadata, err := json.Marshal(nonNil(p.Metadata))
+	pay := Payment{
+		ID: newPaymentID(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Status: StatusProcessing,
+		PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: nonNil(p.Metadata),
+		// Created when its request was claimed, to the microsecond that
+		// PostgreSQL keeps, so that the carried payment is the stored one.
+		Created: k.Created.Truncate(time.Microsecond),
+	}
+	metadata, err := json.Marshal(pay.Metadata)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	id := newPaymentID()
 	err = queries.InsertPayment(ctx, tx.Queued(), dbsqlc.InsertPaymentParams{
-		ID: id, UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
-		PaymentMethod: p.PaymentMethod, Description: toText(p.Description), Metadata: metadata, IdempotencyKeyID: keyID(k),
+		ID: pay.ID, UserID: pay.UserID, Amount: pay.Amount, Currency: pay.Currency, Capture: p.Capture,
+		PaymentMethod: pay.PaymentMethod, Description: toText(pay.Description), Metadata: metadata, IdempotencyKeyID: keyID(k),
+		CreatedAt: pay.Created,
 	})
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := audit(ctx, tx, k, "payment.created", id, p); err != nil {
+	if err := audit(ctx, tx, k, "payment.created", pay.ID, p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	k.Carry = id
+	k.Carry = pay
 	return recovery.Next(PaymentCreated), nil
 }
 
@@ -152,23 +163,20 @@ func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
 
 // recordPaymentIntent: payment_created -> payment_intent_created, or finished on a decline.
 func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, res intentResult) (recovery.Outcome, error) {
-	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
-	if err != nil {
-		return recovery.Outcome{}, err
-	}
-	pay, err := fromRow(row)
+	held, err := heldPayment(ctx, tx, k)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
 	if res.intent == nil {
-		return s.failPayment(ctx, tx, k, pay, res)
+		return s.failPayment(ctx, tx, k, held, res)
 	}
 	t := transition{to: StatusRequiresCapture, intent: res.intent.ID}
 	if res.intent.Status == stripe.PaymentIntentStatusSucceeded {
 		t = transition{to: StatusSucceeded, intent: res.intent.ID, amountCaptured: res.intent.AmountReceived}
 	}
 	// A webhook may have made the move already; then it staged the event.
-	if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, t); err != nil {
+	pay, err := held.move(ctx, tx, k, t)
+	if err != nil {
 		return recovery.Outcome{}, err
 	}
 	if err := audit(ctx, tx, k, "payment."+string(t.to), pay.ID, map[string]string{"payment_intent": res.intent.ID}); err != nil {
@@ -180,7 +188,8 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 
 // failPayment records a final refusal from Stripe and answers it: 402 for
 // a declined card, 400 for anything else Stripe refused.
-func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, pay Payment, res intentResult) (recovery.Outcome, error) {
+func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, h held, res intentResult) (recovery.Outcome, error) {
+	pay := h.pay
 	t := transition{to: StatusFailed}
 	var answer *problem.Problem
 	if d := res.decline; d != nil {
@@ -199,7 +208,7 @@ func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, p
 		answer = problem.New(http.StatusBadRequest, problem.ValidationFailed, "The payment processor refused the payment: %s", t.failureMessage)
 		answer.Payment = pay.ID
 	}
-	pay, _, err := transitionTx(ctx, tx, keyID(k), pay, t)
+	pay, err := h.move(ctx, tx, k, t)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
@@ -207,6 +216,44 @@ func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, p
 		return recovery.Outcome{}, err
 	}
 	return recovery.Respond(answer.Status, answer.JSON()), nil
+}
+
+// held is the payment a create request moves once Stripe has answered.
+type held struct {
+	pay     Payment
+	carried bool // carried from the claim, not locked
+}
+
+// heldPayment is the payment the create request k made, to move: the one
+// its claim carried, as written, when this attempt made it (no read, no
+// lock: the move applies only if the payment is unchanged, see
+// transitionCarriedTx), or else the database's, read under a lock. The
+// carried payment is used once: a transaction that runs again, after a
+// serialization failure, locks the payment.
+func heldPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (held, error) {
+	if pay, ok := k.Carry.(Payment); ok && pay.Status == StatusProcessing {
+		k.Carry = nil
+		return held{pay: pay, carried: true}, nil
+	}
+	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
+	if err != nil {
+		return held{}, err
+	}
+	pay, err := fromRow(row)
+	return held{pay: pay}, err
+}
+
+// move makes the move t, if the payment's life allows it, and returns the
+// payment as it then stands.
+func (h held) move(ctx context.Context, tx *db.Tx, k *recovery.Key, t transition) (Payment, error) {
+	var pay Payment
+	var err error
+	if h.carried {
+		pay, _, err = transitionCarriedTx(ctx, tx, keyID(k), h.pay, t)
+	} else {
+		pay, _, err = transitionTx(ctx, tx, keyID(k), h.pay, t)
+	}
+	return pay, err
 }
 
 // finishCreate: payment_intent_created -> finished. The events were staged

@@ -62,7 +62,7 @@ func statementName(sql string) string {
 	return strings.Join(f[:min(len(f), 2)], " ")
 }
 
-// A new payment is two transactions, and they reach the database in a few
+// A new payment is two transactions, and they reach the database in two
 // round trips: BEGIN goes with the first statement, the writes nobody reads
 // go with the next statement. This pins how many, so that a change that
 // adds a round trip to every payment is seen.
@@ -106,11 +106,12 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 		// one round trip.
 		"BEGIN ISOLATION + InsertPayment + InsertAuditRecord + InsertIdempotencyKey + COMMIT",
 		// (Stripe is called here.) Its answer is recorded and the key
-		// finished: the payment is read locked, the move computed from it,
-		// and the rest goes with the COMMIT (the fenced finish raises if
-		// the key was taken over, and the transaction fails).
-		"BEGIN ISOLATION + LockPaymentByIdempotencyKey",
-		"TransitionPayment + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey + COMMIT",
+		// finished, in one round trip: the move is computed from the
+		// payment the claim carried, and written only if the payment is
+		// still as carried (else the transaction fails as a serialization
+		// failure and runs again with the payment read locked); the fenced
+		// finish raises if the key was taken over.
+		"BEGIN ISOLATION + TransitionCarriedPayment + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey + COMMIT",
 	}, sends)
 
 	// A retry of the finished request is answered from the stored

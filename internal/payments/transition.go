@@ -50,16 +50,47 @@ type transition struct {
 // the change; nil for a Stripe webhook. It returns the payment as it now
 // stands and whether it moved.
 func transitionTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment, t transition) (Payment, bool, error) {
+	return moveTx(ctx, tx, keyID, pay, t, false)
+}
+
+// transitionCarriedTx is transitionTx for a payment that the caller did not
+// lock but carried from its previous transaction, which saves the read and
+// its round trip. The move is written only if the payment is still as
+// carried; if it is not (a webhook moved it meanwhile), the transaction
+// fails as a serialization failure and runs again, and the caller must then
+// lock the payment (see heldPayment). The move must be one the carried
+// payment allows.
+func transitionCarriedTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, carried Payment, t transition) (Payment, bool, error) {
+	return moveTx(ctx, tx, keyID, carried, t, true)
+}
+
+func moveTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment, t transition, carried bool) (Payment, bool, error) {
 	event, allowed := moves[[2]Status{pay.Status, t.to}]
+	if !allowed && carried {
+		// Deciding not to move would rest on a copy that may be stale.
+		return pay, false, bug("a carried payment that is %s cannot move to %s", pay.Status, t.to)
+	}
 	if !allowed {
 		return pay, false, nil
 	}
-	// pay is locked: the move is computed here and written as it is, queued.
+	// The move is computed here, from pay, and written as it is, queued.
+	was := pay
 	pay = t.applyTo(pay)
-	err := queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
-		ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
-		AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
-	})
+	var err error
+	if carried {
+		err = queries.TransitionCarriedPayment(ctx, tx.Queued(), dbsqlc.TransitionCarriedPaymentParams{
+			ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
+			AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
+			WasStatus: string(was.Status), WasStripePaymentIntent: toText(was.StripePaymentIntent),
+			WasAmountCaptured: was.AmountCaptured, WasAmountRefunded: was.AmountRefunded,
+			WasFailureCode: toText(was.FailureCode), WasFailureMessage: toText(was.FailureMessage),
+		})
+	} else {
+		err = queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
+			ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
+			AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
+		})
+	}
 	if err != nil {
 		return pay, false, err
 	}

@@ -180,8 +180,10 @@ func (q *Queries) GetPaymentForUpdate(ctx context.Context, db DBTX, arg GetPayme
 }
 
 const insertPayment = `-- name: InsertPayment :exec
-INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id)
-VALUES ($1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9)
+INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id,
+                      created_at, updated_at)
+VALUES ($1, $2, $3, $4, 'processing', $5, $6, $7, $8, $9,
+        $10, $10)
 `
 
 type InsertPaymentParams struct {
@@ -194,10 +196,12 @@ type InsertPaymentParams struct {
 	Description      pgtype.Text
 	Metadata         []byte
 	IdempotencyKeyID *uuid.UUID
+	CreatedAt        time.Time
 }
 
-// Nothing is returned: the create flow needs only the id it chose, so the
-// insert can be queued (db.Tx.Queued).
+// Nothing is returned: the create flow chose every value, the time
+// included, and knows the row as written, so the insert can be queued
+// (db.Tx.Queued).
 func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentParams) error {
 	_, err := db.Exec(ctx, insertPayment,
 		arg.ID,
@@ -209,6 +213,7 @@ func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentP
 		arg.Description,
 		arg.Metadata,
 		arg.IdempotencyKeyID,
+		arg.CreatedAt,
 	)
 	return err
 }
@@ -356,6 +361,62 @@ func (q *Queries) RaiseAmountRefunded(ctx context.Context, db DBTX, arg RaiseAmo
 		&i.StripeEventAt,
 	)
 	return i, err
+}
+
+const transitionCarriedPayment = `-- name: TransitionCarriedPayment :exec
+WITH moved AS (
+    UPDATE payments
+    SET status = $1, stripe_payment_intent = $2, amount_captured = $3,
+        failure_code = $4, failure_message = $5, updated_at = now()
+    WHERE id = $6
+      AND status = $7
+      AND stripe_payment_intent IS NOT DISTINCT FROM $8
+      AND amount_captured = $9
+      AND amount_refunded = $10
+      AND failure_code IS NOT DISTINCT FROM $11
+      AND failure_message IS NOT DISTINCT FROM $12
+    RETURNING 1
+)
+SELECT assert_unchanged(count(*), 'the payment') FROM moved
+`
+
+type TransitionCarriedPaymentParams struct {
+	Status                 string
+	StripePaymentIntent    pgtype.Text
+	AmountCaptured         int64
+	FailureCode            pgtype.Text
+	FailureMessage         pgtype.Text
+	ID                     string
+	WasStatus              string
+	WasStripePaymentIntent pgtype.Text
+	WasAmountCaptured      int64
+	WasAmountRefunded      int64
+	WasFailureCode         pgtype.Text
+	WasFailureMessage      pgtype.Text
+}
+
+// TransitionPayment for a payment the caller did not lock but carried from
+// its previous transaction: it moves the payment only if every column a
+// move or a refund changes is still as carried (the others never change),
+// and else raises a serialization failure (assert_unchanged), so that the
+// transaction runs again and locks the payment. Nothing is returned: it can
+// be queued.
+func (q *Queries) TransitionCarriedPayment(ctx context.Context, db DBTX, arg TransitionCarriedPaymentParams) error {
+	_, err := db.Exec(ctx, transitionCarriedPayment,
+		arg.Status,
+		arg.StripePaymentIntent,
+		arg.AmountCaptured,
+		arg.FailureCode,
+		arg.FailureMessage,
+		arg.ID,
+		arg.WasStatus,
+		arg.WasStripePaymentIntent,
+		arg.WasAmountCaptured,
+		arg.WasAmountRefunded,
+		arg.WasFailureCode,
+		arg.WasFailureMessage,
+	)
+	return err
 }
 
 const transitionPayment = `-- name: TransitionPayment :exec

@@ -13,10 +13,13 @@ ORDER BY created_at DESC, id DESC
 LIMIT @row_limit;
 
 -- name: InsertPayment :exec
--- Nothing is returned: the create flow needs only the id it chose, so the
--- insert can be queued (db.Tx.Queued).
-INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id)
-VALUES (@id, @user_id, @amount, @currency, 'processing', @capture, @payment_method, @description, @metadata, @idempotency_key_id);
+-- Nothing is returned: the create flow chose every value, the time
+-- included, and knows the row as written, so the insert can be queued
+-- (db.Tx.Queued).
+INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, description, metadata, idempotency_key_id,
+                      created_at, updated_at)
+VALUES (@id, @user_id, @amount, @currency, 'processing', @capture, @payment_method, @description, @metadata, @idempotency_key_id,
+        @created_at, @created_at);
 
 -- name: GetPaymentByIdempotencyKey :one
 -- The payment a create request made, found again after a crash.
@@ -47,6 +50,28 @@ UPDATE payments
 SET status = @status, stripe_payment_intent = @stripe_payment_intent, amount_captured = @amount_captured,
     failure_code = @failure_code, failure_message = @failure_message, updated_at = now()
 WHERE id = @id;
+
+-- name: TransitionCarriedPayment :exec
+-- TransitionPayment for a payment the caller did not lock but carried from
+-- its previous transaction: it moves the payment only if every column a
+-- move or a refund changes is still as carried (the others never change),
+-- and else raises a serialization failure (assert_unchanged), so that the
+-- transaction runs again and locks the payment. Nothing is returned: it can
+-- be queued.
+WITH moved AS (
+    UPDATE payments
+    SET status = @status, stripe_payment_intent = @stripe_payment_intent, amount_captured = @amount_captured,
+        failure_code = @failure_code, failure_message = @failure_message, updated_at = now()
+    WHERE id = @id
+      AND status = @was_status
+      AND stripe_payment_intent IS NOT DISTINCT FROM @was_stripe_payment_intent
+      AND amount_captured = @was_amount_captured
+      AND amount_refunded = @was_amount_refunded
+      AND failure_code IS NOT DISTINCT FROM @was_failure_code
+      AND failure_message IS NOT DISTINCT FROM @was_failure_message
+    RETURNING 1
+)
+SELECT assert_unchanged(count(*), 'the payment') FROM moved;
 
 -- name: RaiseAmountRefunded :one
 -- Never lowers it: our refunds and Stripe's charge.refunded may arrive in any order.

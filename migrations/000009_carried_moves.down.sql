@@ -1,0 +1,1 @@
+DROP FUNCTION assert_unchanged(bigint, text);

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"net/http"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -54,7 +55,7 @@ func ownFlow(pool *pgxpool.Pool) *recovery.Flow {
 		if err := k.DecodeParams(&p); err != nil {
 			return "", err
 		}
-		if _, ok := k.Carry.(string); !ok {
+		if _, ok := k.Carry.(ownClaimed); !ok {
 			if _, err := queries.GetPaymentByIdempotencyKey(ctx, pool, &k.ID); err != nil {
 				return "", err
 			}
@@ -68,39 +69,63 @@ func ownFlow(pool *pgxpool.Pool) *recovery.Flow {
 	}}
 }
 
-// ownInsertPayment is insertPayment: the payment and its audit record.
+// ownInsertPayment is insertPayment: the payment and its audit record; the
+// payment, as written, is carried.
 func ownInsertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p createParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	id := "pay_" + randomHex()
+	pay := dbsqlc.Payment{
+		ID: "pay_" + randomHex(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Status: "processing",
+		Capture: p.Capture, PaymentMethod: p.PaymentMethod, Metadata: []byte("{}"), IdempotencyKeyID: &k.ID,
+		CreatedAt: k.Created.Truncate(time.Microsecond),
+	}
 	err := queries.InsertPayment(ctx, tx.Queued(), dbsqlc.InsertPaymentParams{
-		ID: id, UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Capture: p.Capture,
-		PaymentMethod: p.PaymentMethod, Metadata: []byte("{}"), IdempotencyKeyID: &k.ID,
+		ID: pay.ID, UserID: pay.UserID, Amount: pay.Amount, Currency: pay.Currency, Capture: pay.Capture,
+		PaymentMethod: pay.PaymentMethod, Metadata: pay.Metadata, IdempotencyKeyID: pay.IdempotencyKeyID, CreatedAt: pay.CreatedAt,
 	})
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := ownAudit(ctx, tx, k, "payment.created", id, p); err != nil {
+	if err := ownAudit(ctx, tx, k, "payment.created", pay.ID, p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	k.Carry = id
+	k.Carry = ownClaimed(pay)
 	return recovery.Next(ownPaymentCreated), nil
 }
 
+// ownClaimed is the payment as the claim wrote it (create.go's claimedPayment).
+type ownClaimed dbsqlc.Payment
+
 // ownRecordIntent is recordPaymentIntent for a succeeded PaymentIntent: the
-// payment found and locked, moved to succeeded, the merchant event and the
-// receipt staged, the audit record written.
+// carried payment moved to succeeded if it is unchanged (else, on the run
+// again, found and locked), the merchant event and the receipt staged, the
+// audit record written.
 func ownRecordIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, intent string) (recovery.Outcome, error) {
-	pay, err := queries.LockPaymentByIdempotencyKey(ctx, tx, &k.ID)
-	if err != nil {
-		return recovery.Outcome{}, err
+	claimed, carried := k.Carry.(ownClaimed)
+	k.Carry = nil
+	was := dbsqlc.Payment(claimed)
+	if !carried {
+		var err error
+		if was, err = queries.LockPaymentByIdempotencyKey(ctx, tx, &k.ID); err != nil {
+			return recovery.Outcome{}, err
+		}
 	}
+	pay := was
 	pay.Status, pay.StripePaymentIntent, pay.AmountCaptured = "succeeded", pgtype.Text{String: intent, Valid: true}, pay.Amount
-	err = queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
-		ID: pay.ID, Status: pay.Status, StripePaymentIntent: pay.StripePaymentIntent, AmountCaptured: pay.AmountCaptured,
-	})
+	var err error
+	if carried {
+		err = queries.TransitionCarriedPayment(ctx, tx.Queued(), dbsqlc.TransitionCarriedPaymentParams{
+			ID: pay.ID, Status: pay.Status, StripePaymentIntent: pay.StripePaymentIntent, AmountCaptured: pay.AmountCaptured,
+			WasStatus: was.Status, WasStripePaymentIntent: was.StripePaymentIntent,
+			WasAmountCaptured: was.AmountCaptured, WasAmountRefunded: was.AmountRefunded,
+		})
+	} else {
+		err = queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
+			ID: pay.ID, Status: pay.Status, StripePaymentIntent: pay.StripePaymentIntent, AmountCaptured: pay.AmountCaptured,
+		})
+	}
 	if err != nil {
 		return recovery.Outcome{}, err
 	}

@@ -95,9 +95,14 @@ func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key)
 	if err := audit(ctx, tx, k, "payment.created", pay.ID, p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	k.Carry = pay
+	k.Carry = claimedPayment{pay}
 	return recovery.Next(PaymentCreated), nil
 }
+
+// claimedPayment is the payment as the claim wrote it, carried to the
+// record phase (which then carries the payment as it recorded it, a
+// Payment, to the answer).
+type claimedPayment struct{ Payment }
 
 // intentResult is what Stripe answered: a PaymentIntent, a decline, or
 // another final refusal (an unknown payment method, say).
@@ -228,12 +233,12 @@ type held struct {
 // its claim carried, as written, when this attempt made it (no read, no
 // lock: the move applies only if the payment is unchanged, see
 // transitionCarriedTx), or else the database's, read under a lock. The
-// carried payment is used once: a transaction that runs again, after a
+// claimed payment is used once: a transaction that runs again, after a
 // serialization failure, locks the payment.
 func heldPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (held, error) {
-	if pay, ok := k.Carry.(Payment); ok && pay.Status == StatusProcessing {
+	if c, ok := k.Carry.(claimedPayment); ok {
 		k.Carry = nil
-		return held{pay: pay, carried: true}, nil
+		return held{pay: c.Payment, carried: true}, nil
 	}
 	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
 	if err != nil {
@@ -270,8 +275,8 @@ func (s *Service) finishCreate(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 // one an earlier phase of this attempt carried, or else the database's.
 func (s *Service) paymentIDOf(ctx context.Context, k *recovery.Key) (string, error) {
 	switch c := k.Carry.(type) {
-	case string:
-		return c, nil
+	case claimedPayment:
+		return c.ID, nil
 	case Payment:
 		return c.ID, nil
 	}

@@ -75,12 +75,14 @@ func retrySerializable(ctx context.Context, attempts int, attempt func() error) 
 	return fmt.Errorf("%w (%d attempts): %w", ErrSerialization, attempts, err)
 }
 
-// serializationRetries counts the attempts WithTx ran again, in this process.
+// serializationRetries counts the attempts WithTx and WithPipelinedTx ran
+// again, in this process.
 var serializationRetries atomic.Uint64
 
-// SerializationRetries is how many times WithTx, in this process, has run a
-// transaction again after a serialization failure or deadlock (a failure on
-// the last attempt is returned, not retried, and is not counted).
+// SerializationRetries is how many times WithTx or WithPipelinedTx, in this
+// process, has run a transaction again after a serialization failure or
+// deadlock (a failure on the last attempt is returned, not retried, and is
+// not counted).
 func SerializationRetries() uint64 { return serializationRetries.Load() }
 
 func runTx(ctx context.Context, db Beginner, iso pgx.TxIsoLevel, fn func(context.Context, pgx.Tx) error) error {

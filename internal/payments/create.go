@@ -232,7 +232,7 @@ type held struct {
 // heldPayment is the payment the create request k made, to move: the one
 // its claim carried, as written, when this attempt made it (no read, no
 // lock: the move applies only if the payment is unchanged, see
-// transitionCarriedTx), or else the database's, read under a lock. The
+// moveTx), or else the database's, read under a lock. The
 // claimed payment is used once: a transaction that runs again, after a
 // serialization failure, locks the payment.
 func heldPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (held, error) {
@@ -251,13 +251,7 @@ func heldPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (held, error) 
 // move makes the move t, if the payment's life allows it, and returns the
 // payment as it then stands.
 func (h held) move(ctx context.Context, tx *db.Tx, k *recovery.Key, t transition) (Payment, error) {
-	var pay Payment
-	var err error
-	if h.carried {
-		pay, _, err = transitionCarriedTx(ctx, tx, keyID(k), h.pay, t)
-	} else {
-		pay, _, err = transitionTx(ctx, tx, keyID(k), h.pay, t)
-	}
+	pay, _, err := moveTx(ctx, tx, keyID(k), h.pay, t, h.carried)
 	return pay, err
 }
 

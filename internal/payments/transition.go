@@ -53,17 +53,13 @@ func transitionTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment,
 	return moveTx(ctx, tx, keyID, pay, t, false)
 }
 
-// transitionCarriedTx is transitionTx for a payment that the caller did not
-// lock but carried from its previous transaction, which saves the read and
-// its round trip. The move is written only if the payment is still as
-// carried; if it is not (a webhook moved it meanwhile), the transaction
-// fails as a serialization failure and runs again, and the caller must then
-// lock the payment (see heldPayment). The move must be one the carried
-// payment allows.
-func transitionCarriedTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, carried Payment, t transition) (Payment, bool, error) {
-	return moveTx(ctx, tx, keyID, carried, t, true)
-}
-
+// moveTx is transitionTx, and, when carried is true, the same for a payment
+// that the caller did not lock but carried from its previous transaction,
+// which saves the read and its round trip. Then the move is written only if
+// the payment is still as carried; if it is not (a webhook moved it
+// meanwhile), the transaction fails as a serialization failure and runs
+// again, and the caller must then lock the payment (see heldPayment). The
+// move must be one the carried payment allows.
 func moveTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment, t transition, carried bool) (Payment, bool, error) {
 	event, allowed := moves[[2]Status{pay.Status, t.to}]
 	if !allowed && carried {

@@ -114,7 +114,9 @@ type Key struct {
 	Expires       time.Time
 	// Carry is the flow's, never the engine's: what a phase learnt, left
 	// for the phases after it in the same attempt, to spare them a read. A
-	// resumed attempt starts without it and reads what it needs again.
+	// resumed attempt starts without it and reads what it needs again. It
+	// is not rolled back with a transaction: a phase run again after a
+	// serialization failure finds what its failed run left there.
 	Carry any
 
 	lockToken    int64

@@ -1,0 +1,40 @@
+package main
+
+import (
+	"io"
+	"os"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+)
+
+// The README's configuration table: the defaults of the settings issue 6
+// added, and --auth-cache-ttl 0 turning the API key cache off (api.Config
+// reads a negative TTL as off, 0 as its default).
+func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
+	for _, env := range []string{"PAYMENTS_AUTH_CACHE_TTL", "PAYMENTS_ENQUEUER_POLL_INTERVAL", "PAYMENTS_KEYFILTER",
+		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_DB_MAX_CONNS"} {
+		if v, ok := os.LookupEnv(env); ok {
+			t.Setenv(env, v) // restored after the test
+			require.NoError(t, os.Unsetenv(env))
+		}
+	}
+	parse := func(args ...string) config {
+		var c config
+		f := newFlags("serve", io.Discard)
+		c.commonFlags(f)
+		require.NoError(t, f.Parse(args))
+		return c
+	}
+	c := parse()
+	require.Equal(t, 10*time.Second, c.AuthCacheTTL)
+	require.Equal(t, 10*time.Second, c.apiAuthCacheTTL())
+	require.Equal(t, 200*time.Millisecond, c.EnqueuerPollInterval)
+	require.True(t, c.KeyFilter)
+	require.Equal(t, 1048576, c.KeyFilterExpectedKeys)
+	require.Equal(t, 0.001, c.KeyFilterFPRate)
+	require.Zero(t, c.DBMaxConns, "0: db.Open's default, four per core")
+
+	require.Negative(t, parse("--auth-cache-ttl", "0").apiAuthCacheTTL(), "0 turns the cache off")
+}

@@ -38,7 +38,7 @@ type bench struct {
 	log     *slog.Logger
 	dir     string
 	server  *pglocal.Server
-	monitor *pgx.Conn // on the postgres database: counters, TRUNCATE is done per database
+	monitor *pgx.Conn // on the postgres database: counters, CHECKPOINT, database clones
 	pgss    bool      // pg_stat_statements is loaded
 
 	sim    *stripesim.Simulator

@@ -16,9 +16,12 @@
 //	D        a same-key storm: every client sends the same new key at once, round after round
 //	E        B with the key filter off
 //
-// Every cell starts from empty tables (TRUNCATE and CHECKPOINT, like the
-// baseline), a fresh pool and a fresh service (key filter rebuilt from the
-// database, as at start-up), and runs a warm-up and then a measured window.
+// Every cell but C starts from a fresh database, cloned from a template
+// that holds -preload finished requests (100,000 by default; 0: empty
+// tables, like the baseline's TRUNCATE), then a CHECKPOINT, a fresh pool and
+// a fresh service (key filter rebuilt from the database, as at start-up);
+// C replays keys made once in a database of its own. Each cell runs a
+// warm-up and then a measured window.
 package main
 
 import (

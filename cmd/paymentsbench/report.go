@@ -149,25 +149,27 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 		"when the previous one is answered; HTTP clients keep their connections alive). It runs a %s warm-up and a %s "+
 		"measured window: throughput and latency come from the window, costs per request from the whole cell.\n\n", o.warmup, o.duration)
 	if o.preload > 0 {
-		p("Every cell starts from a fresh database, a clone (`CREATE DATABASE ... TEMPLATE`, then `CHECKPOINT`) of a template "+
+		p("Every cell but C starts from a fresh database, a clone (`CREATE DATABASE ... TEMPLATE`, then `CHECKPOINT`) of a template "+
 			"that holds %d finished requests (keys, payments, audit records; for A-naive, the same in its own schema), "+
 			"analysed; then a new pool and, for B to E, a new service whose key filter is rebuilt from that database before "+
 			"the load starts, as at start-up. The preload is there because a service that has run for a while has big "+
 			"b-trees: in empty tables every concurrent transaction reads and writes the same one or few leaf pages, "+
 			"and SERIALIZABLE's page-level predicate locks turn that into conflicts that production would not see "+
-			"(`-preload 0` starts from empty tables, as the baseline's TRUNCATE did).\n\n", o.preload)
+			"(`-preload 0` starts from empty tables, as the baseline's TRUNCATE did). C's cells share one database, "+
+			"where its keys were made once (below); each starts after a `CHECKPOINT`.\n\n", o.preload)
 	} else {
-		p("Every cell starts from a fresh, empty database (a clone of a migrated template, then `CHECKPOINT`, as the " +
+		p("Every cell but C starts from a fresh, empty database (a clone of a migrated template, then `CHECKPOINT`, as the " +
 			"baseline truncated its tables before each pgbench run), a new pool and, for B to E, a new service whose key filter " +
 			"is rebuilt from the database before the load starts. Empty b-trees exaggerate SERIALIZABLE's page-level " +
 			"conflicts; `-preload N` starts from N finished requests instead.\n\n")
 	}
-	p("- **A-naive**: the baseline's `request4.sql` (`../shared/reference/pg-baseline.md`): four SERIALIZABLE transactions " +
-		"per new request, on its own schema (bigserial keys) in its own database, issued through pgx, one connection per " +
-		"client. Each transaction is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n")
-	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and " +
-		"one connection per client, running a benchmark-only flow that issues create-payment's SQL statement for " +
-		"statement (queued where it queues) but whose external phase is a no-op (it calls nobody). No HTTP, no Stripe: the engine's floor.\n")
+	p("- **A-naive**: the baseline's `request4.sql` (`../shared/reference/pg-baseline.md`): four SERIALIZABLE transactions "+
+		"per new request, on its own schema (bigserial keys) in its own database, issued through pgx, %s. Each transaction "+
+		"is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n", floorConnsText(o.floorConns))
+	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and "+
+		"%s, running a benchmark-only flow that issues create-payment's SQL statement for "+
+		"statement (queued where it queues) but whose external phase is a no-op (it calls nobody). No HTTP, no Stripe: the engine's floor.\n",
+		floorConnsText(o.floorConns))
 	p("- **B**: `POST /v1/payments` with a new key, over HTTP, against the service as `payments serve` runs it, "+
 		"assembled by the same code (`internal/app`): its pool (%s), the key filter on, stripeclient calling the simulator over loopback HTTP "+
 		"(no added latency, no faults; %s), request logs formatted as JSON and discarded, rate limit off. The load is "+
@@ -198,6 +200,13 @@ func connsText(n int) string {
 		return fmt.Sprintf("%d connections, set by -service-conns", n)
 	}
 	return fmt.Sprintf("the service's default, four per core = %d connections, whatever the clients", db.DefaultMaxConns())
+}
+
+func floorConnsText(n int) string {
+	if n > 0 {
+		return fmt.Sprintf("%d connections, set by -floor-conns", n)
+	}
+	return "one connection per client"
 }
 
 func stripeConnsText(n int) string {
@@ -472,8 +481,8 @@ func (b *bench) writeCPU(p func(string, ...any)) {
 		}
 		here, pg, busy, others, _ := r.cpuPerReq()
 		total, ceiling := here+pg, b.ceiling(s, c)
-		// Write commits: every commit but the read-only ones (the API key
-		// lookup, the read before the Stripe call, a replay's lookup).
+		// Write commits: every commit but the read-only ones (a replay's
+		// lookup, E's lookup of a new key, the API key lookup on a cache miss).
 		p("| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %.1f | %s | %.2f | %.0f | %.0f |\n", s, here, pg, total, ceiling, r.rps,
 			r.perReq(r.stmts), writeCommits(s), r.perReq(float64(r.server.walSyncs)), busy, others)
 	}

@@ -363,7 +363,7 @@ func (b *bench) settle(ctx context.Context, dbname string) error {
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	// The stats snapshot of this session is per transaction; nothing to clear.
+	// Drop any statistics this session has cached, so the counters read next are fresh.
 	_, err := b.monitor.Exec(ctx, "SELECT pg_stat_clear_snapshot()")
 	return err
 }

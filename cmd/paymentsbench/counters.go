@@ -23,7 +23,6 @@ type sqlCounter struct {
 	statements   atomic.Uint64
 	roundTrips   atomic.Uint64
 	transactions atomic.Uint64
-	failed       atomic.Uint64
 }
 
 func (c *sqlCounter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data pgx.TraceQueryStartData) context.Context {
@@ -40,11 +39,7 @@ func (c *sqlCounter) TraceQueryStart(ctx context.Context, conn *pgx.Conn, data p
 	return ctx
 }
 
-func (c *sqlCounter) TraceQueryEnd(_ context.Context, _ *pgx.Conn, data pgx.TraceQueryEndData) {
-	if data.Err != nil {
-		c.failed.Add(1)
-	}
-}
+func (c *sqlCounter) TraceQueryEnd(context.Context, *pgx.Conn, pgx.TraceQueryEndData) {}
 
 func (c *sqlCounter) TraceBatchStart(ctx context.Context, _ *pgx.Conn, _ pgx.TraceBatchStartData) context.Context {
 	c.roundTrips.Add(1)
@@ -56,9 +51,6 @@ func (c *sqlCounter) TraceBatchQuery(_ context.Context, _ *pgx.Conn, data pgx.Tr
 	if hasPrefixFold(strings.TrimSpace(data.SQL), "begin") {
 		c.transactions.Add(1)
 	}
-	if data.Err != nil {
-		c.failed.Add(1)
-	}
 }
 
 func (c *sqlCounter) TraceBatchEnd(context.Context, *pgx.Conn, pgx.TraceBatchEndData) {}
@@ -67,10 +59,10 @@ func hasPrefixFold(s, prefix string) bool {
 	return len(s) >= len(prefix) && strings.EqualFold(s[:len(prefix)], prefix)
 }
 
-type clientCounts struct{ statements, roundTrips, transactions, failed uint64 }
+type clientCounts struct{ statements, roundTrips, transactions uint64 }
 
 func (c *sqlCounter) snapshot() clientCounts {
-	return clientCounts{c.statements.Load(), c.roundTrips.Load(), c.transactions.Load(), c.failed.Load()}
+	return clientCounts{c.statements.Load(), c.roundTrips.Load(), c.transactions.Load()}
 }
 
 // cpuSample is CPU time consumed so far: by this process (clients, HTTP

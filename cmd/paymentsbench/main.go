@@ -171,7 +171,7 @@ func run() error {
 				res.round = round
 				log.Info("cell", slog.String("scenario", s), slog.Int("clients", c), slog.Int("round", round),
 					slog.String("req/s", fmt.Sprintf("%.0f", res.rps)), slog.String("p50", fmtMs(res.p50)),
-					slog.String("p99", fmtMs(res.p99)), slog.String("stmts/req", fmt.Sprintf("%.1f", res.perReq(res.stmts))),
+					slog.String("p99", fmtMs(res.p99)), slog.String("stmts/req", fmt.Sprintf("%.1f", res.perReq(float64(res.client.statements)))),
 					slog.String("retries/req", fmt.Sprintf("%.3f", res.perReq(float64(res.retries)))),
 					slog.String("outcomes", res.outcomeString()))
 				b.results = append(b.results, res)

@@ -14,8 +14,6 @@ import (
 // (../shared/reference/pg-baseline.md, scripts/schema.sql) without its
 // replay table: bigserial keys everywhere, as in Brandur's Rocket Rides.
 const naiveSchema = `
-DROP TABLE IF EXISTS idempotency_keys, payments, audit_records, staged_jobs CASCADE;
-
 CREATE TABLE idempotency_keys (
     id             bigserial   PRIMARY KEY,
     key            text        NOT NULL,

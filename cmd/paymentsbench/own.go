@@ -14,6 +14,7 @@ import (
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
 )
@@ -34,25 +35,17 @@ const (
 	ownPaymentIntentCreated recovery.RecoveryPoint = "payment_intent_created"
 )
 
-// createParams are create-payment's parameters as the engine stores them.
-type createParams struct {
-	Amount        int64  `json:"amount"`
-	Currency      string `json:"currency"`
-	PaymentMethod string `json:"payment_method"`
-	Capture       bool   `json:"capture"`
-}
-
 // createBody is the request body of every new payment in B, D and E.
 const createBody = `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`
 
-var ownParams = createParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true}
+var ownParams = payments.CreateParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true}
 
 func ownFlow(pool *pgxpool.Pool) *recovery.Flow {
 	// ownNoopIntent is createPaymentIntent without Stripe: the payment is
 	// the one the claim carried (read again only on a resumed attempt, as
 	// the real call does), the parameters decoded, the call not made.
 	ownNoopIntent := func(ctx context.Context, k *recovery.Key) (string, error) {
-		var p createParams
+		var p payments.CreateParams
 		if err := k.DecodeParams(&p); err != nil {
 			return "", err
 		}
@@ -73,7 +66,7 @@ func ownFlow(pool *pgxpool.Pool) *recovery.Flow {
 // ownInsertPayment is insertPayment: the payment and its audit record; the
 // payment, as written, is carried.
 func ownInsertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
-	var p createParams
+	var p payments.CreateParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
 	}

@@ -454,7 +454,7 @@ func (b *bench) writeGoals(p func(string, ...any)) {
 	b.writeFilterGoals(p, verdict)
 	if bOn, bOff := b.get("B", 16), b.get("E", 16); bOn != nil && bOff != nil {
 		p("| the filter's effect, reported honestly (16 clients) | with / without: %.0f / %.0f req/s (%.2f×), %.1f / %.1f statements, %.3f / %.3f retries per request | reported |\n",
-			bOn.rps, bOff.rps, bOn.rps/bOff.rps, bOn.perReq(bOn.stmts), bOff.perReq(bOff.stmts),
+			bOn.rps, bOff.rps, bOn.rps/bOff.rps, bOn.perReq(float64(bOn.client.statements)), bOff.perReq(float64(bOff.client.statements)),
 			bOn.perReq(float64(bOn.retries)), bOff.perReq(float64(bOff.retries)))
 	}
 	p("\n")
@@ -484,7 +484,7 @@ func (b *bench) writeCPU(p func(string, ...any)) {
 		// Write commits: every commit but the read-only ones (a replay's
 		// lookup, E's lookup of a new key, the API key lookup on a cache miss).
 		p("| %s | %.2f | %.2f | %.2f | %.0f | %.0f | %.1f | %s | %.2f | %.0f | %.0f |\n", s, here, pg, total, ceiling, r.rps,
-			r.perReq(r.stmts), writeCommits(s), r.perReq(float64(r.server.walSyncs)), busy, others)
+			r.perReq(float64(r.client.statements)), writeCommits(s), r.perReq(float64(r.server.walSyncs)), busy, others)
 	}
 	p("\n")
 }

@@ -35,10 +35,9 @@ type cellResult struct {
 	total    int
 	outcomes map[string]int
 	errs     map[string]int // unexpected errors, by message (first 120 characters)
-	client   clientCounts   // statements, transactions, failed statements, as the client sent them
+	client   clientCounts   // statements, round trips, transactions, as the client sent them
 	server   serverCounters // deltas
 	retries  uint64         // db.WithTx retries after serialization failures or deadlocks
-	stmts    float64        // client statements (for perReq)
 }
 
 func (r *cellResult) perReq(n float64) float64 {
@@ -245,9 +244,7 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 		statements:   clientAfter.statements - clientBefore.statements,
 		roundTrips:   clientAfter.roundTrips - clientBefore.roundTrips,
 		transactions: clientAfter.transactions - clientBefore.transactions,
-		failed:       clientAfter.failed - clientBefore.failed,
 	}
-	res.stmts = float64(res.client.statements)
 	sc.close()
 	closed = true
 	if err := b.settle(ctx, sc.dbname); err != nil {

@@ -20,7 +20,6 @@ import (
 	"github.com/example/payments/internal/app"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/keyfilter"
-	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
 )
 
@@ -120,7 +119,6 @@ func postPayment(ctx context.Context, client *http.Client, baseURL string, u ben
 
 // prefillStats is how C's keys were made.
 type prefillStats struct {
-	keys      int
 	took      time.Duration
 	conflicts int // answers 409 or 503 to a new key, retried with the same key
 }
@@ -181,7 +179,7 @@ func (b *bench) prepareReplays(ctx context.Context) error {
 		return err
 	}
 	b.replayable = keys
-	b.prefill = prefillStats{keys: len(keys), took: time.Since(start), conflicts: int(prefillRetries.Load())}
+	b.prefill = prefillStats{took: time.Since(start), conflicts: int(prefillRetries.Load())}
 	b.log.Info("created the keys to replay", slog.Int("keys", len(keys)), slog.Duration("took", b.prefill.took.Round(time.Millisecond)),
 		slog.Int("409_or_503_retried", b.prefill.conflicts))
 	return nil
@@ -215,24 +213,22 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
 			return nil, err
 		}
-		pool, err := db.Open(ctx, b.server.URL(dbPayments), db.PoolConfig{MaxConns: int32(floorConns), Tracer: tracer})
+		// The engine as the service wires it (internal/app), on a pool of
+		// the floor's size; nothing calls Stripe.
+		a, err := app.New(ctx, app.Config{
+			DatabaseURL: b.server.URL(dbPayments), Pool: db.PoolConfig{MaxConns: int32(floorConns), Tracer: tracer},
+		})
 		if err != nil {
 			return nil, err
 		}
-		filter, err := keyfilter.New(keyfilter.Config{TTL: 24 * time.Hour, ExpectedKeysPerSlice: 1 << 20, FalsePositiveRate: 0.001})
-		if err != nil {
-			pool.Close()
+		if _, err := a.Engine.RebuildKeyFilter(ctx); err != nil {
+			a.Close()
 			return nil, err
 		}
-		engine := recovery.New(recovery.Config{Pool: pool, KeyFilter: filter})
-		if _, err := engine.RebuildKeyFilter(ctx); err != nil {
-			pool.Close()
-			return nil, err
-		}
-		flow, us := ownFlow(pool), b.users
-		return &scenario{dbname: dbPayments, conns: floorConns, tracer: tracer, close: pool.Close,
+		flow, us := ownFlow(a.Pool), b.users
+		return &scenario{dbname: dbPayments, conns: floorConns, tracer: tracer, close: a.Close,
 			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) {
-				return ownRequest(ctx, engine, flow, us, rng)
+				return ownRequest(ctx, a.Engine, flow, us, rng)
 			},
 		}, nil
 

@@ -33,9 +33,9 @@ type Config struct {
 	// KillWorker lets crash events SIGKILL the worker too, and restart it
 	// with a crash failpoint (CHAOS_KILL_WORKER). Off by default: River marks
 	// the jobs it fetched "running", and after a SIGKILL rescues them only
-	// once RescueStuckJobsAfter (River's default, 1h) has passed, which the
-	// worker does not shorten; so such a run cannot settle. Graceful restarts
-	// of the worker happen either way.
+	// once RescueStuckJobsAfter has passed (the worker sets one minute), so
+	// such a run takes a minute more to settle. Graceful restarts of the
+	// worker happen either way.
 	KillWorker bool
 	// LockTimeout is the service's PAYMENTS_LOCK_TIMEOUT (CHAOS_LOCK_TIMEOUT).
 	LockTimeout time.Duration

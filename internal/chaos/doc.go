@@ -3,7 +3,7 @@
 // requests, the simulator injects faults and the service is crashed and
 // restarted, and then proves that every customer was charged exactly once.
 //
-// A run (Run) has four parts, one file each:
+// A run (Run) has four parts:
 //
 //   - cluster.go: the processes. One `payments stripesim` (it is Stripe, and
 //     outlives every crash), two `payments serve` instances on one database,
@@ -22,7 +22,7 @@
 //     the database and the simulator and reports every Violation with the key
 //     or object that shows it; report.go prints the counts.
 //
-// Check is a pure function of a Snapshot and a Ledger, so its own tests
+// Check is a pure function of a Snapshot and the Ledger's records, so its own tests
 // (check_test.go) feed it hand-built inconsistent worlds and prove that it
 // can fail.
 //

@@ -12,6 +12,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/users"
 )
 
@@ -23,12 +24,6 @@ type Options struct {
 	DatabaseURL string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
-}
-
-// The demo users' API keys (internal/users seeds them).
-var demoKeys = map[string]string{
-	"alice@example.com": "sk_dev_alice_0123456789abcdef",
-	"bob@example.com":   "sk_dev_bob_0123456789abcdef",
 }
 
 // Run is one chaos run:
@@ -72,7 +67,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 		}
 	}()
 
-	pool, err := pgxpool.New(ctx, opts.DatabaseURL)
+	pool, err := db.Open(ctx, opts.DatabaseURL, db.PoolConfig{})
 	if err != nil {
 		return nil, fmt.Errorf("chaos: %w", err)
 	}
@@ -165,12 +160,12 @@ func seedUsers(ctx context.Context, pool *pgxpool.Pool) ([]user, error) {
 		return nil, fmt.Errorf("chaos: seeding users: %w", err)
 	}
 	var out []user
-	for _, email := range []string{"alice@example.com", "bob@example.com"} {
-		var id int64
-		if err := pool.QueryRow(ctx, "SELECT id FROM users WHERE email = $1", email).Scan(&id); err != nil {
-			return nil, fmt.Errorf("chaos: finding %s: %w", email, err)
+	for _, demo := range users.DemoUsers {
+		u, err := users.Authenticate(ctx, pool, demo.APIKey)
+		if err != nil {
+			return nil, fmt.Errorf("chaos: finding %s: %w", demo.Email, err)
 		}
-		out = append(out, user{id: id, apiKey: demoKeys[email]})
+		out = append(out, user{id: u.ID, apiKey: demo.APIKey})
 	}
 	return out, nil
 }

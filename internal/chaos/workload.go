@@ -1,6 +1,7 @@
 package chaos
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -150,7 +151,7 @@ func (c *client) refunds(ctx context.Context, u user, pay string, captured int64
 	left := captured
 	refused := Outcome{Status: 400, Code: "refund_not_allowed"}
 	refund := func(amount int64) {
-		want := Outcome{Status: 201, ObjectStatus: "succeeded", Amount: cmpOr(amount, left)}
+		want := Outcome{Status: 201, ObjectStatus: "succeeded", Amount: cmp.Or(amount, left)}
 		if amount > left || left == 0 {
 			want = refused
 		}
@@ -237,8 +238,7 @@ func (c *client) reuse(ctx context.Context, r *Record) {
 // key, first to one instance and to the other; both senders retry until
 // final and both answers are recorded.
 func (c *client) send(ctx context.Context, u user, r *Record) (Answer, bool) {
-	c.d.ledger.Add(r)
-	c.d.stats.Add("logical requests: "+string(r.Op), 1)
+	c.register(r)
 	senders, firstTo := 1, -1
 	if c.rng.Float64() < 0.1 {
 		senders, firstTo = 2, c.rng.IntN(2)
@@ -252,13 +252,7 @@ func (c *client) send(ctx context.Context, u user, r *Record) (Answer, bool) {
 		}
 		wg.Go(func() {
 			a, ok := c.d.sendFirstTo(ctx, rng, to, r, u.apiKey)
-			c.d.ledger.Update(r, func(r *Record) {
-				if ok {
-					r.Finals = append(r.Finals, a)
-				} else {
-					r.GaveUp = true
-				}
-			})
+			c.recordAnswer(r, a, ok)
 		})
 	}
 	wg.Wait()
@@ -270,10 +264,7 @@ func (c *client) send(ctx context.Context, u user, r *Record) (Answer, bool) {
 		}
 	})
 	if ok {
-		c.done = append(c.done, r)
-		if len(c.done) > keepDone {
-			c.done = c.done[1:]
-		}
+		c.remember(r)
 	}
 	return first, ok
 }
@@ -281,31 +272,50 @@ func (c *client) send(ctx context.Context, u user, r *Record) (Answer, bool) {
 // sendAll sends requests at once (a race) and returns their answers in order.
 func (c *client) sendAll(ctx context.Context, u user, rs ...*Record) []Answer {
 	answers := make([]Answer, len(rs))
+	oks := make([]bool, len(rs))
 	var wg sync.WaitGroup
 	rngs := c.rngs(len(rs))
 	for i, r := range rs {
-		c.d.ledger.Add(r)
-		c.d.stats.Add("logical requests: "+string(r.Op), 1)
+		c.register(r)
 		rng := rngs[i]
 		wg.Go(func() {
-			a, ok := c.d.send(ctx, rng, r, u.apiKey)
-			c.d.ledger.Update(r, func(r *Record) {
-				if ok {
-					r.Finals = append(r.Finals, a)
-				} else {
-					r.GaveUp = true
-				}
-			})
-			answers[i] = a
+			answers[i], oks[i] = c.d.send(ctx, rng, r, u.apiKey)
+			c.recordAnswer(r, answers[i], oks[i])
 		})
 	}
 	wg.Wait()
 	for i, r := range rs {
-		if answers[i].Status != 0 {
-			c.done = append(c.done, r)
+		if oks[i] {
+			c.remember(r)
 		}
 	}
 	return answers
+}
+
+// register enters a new logical request in the ledger.
+func (c *client) register(r *Record) {
+	c.d.ledger.Add(r)
+	c.d.stats.Add("logical requests: "+string(r.Op), 1)
+}
+
+// recordAnswer records one sender's final answer to r, or that it gave up.
+func (c *client) recordAnswer(r *Record, a Answer, ok bool) {
+	c.d.ledger.Update(r, func(r *Record) {
+		if ok {
+			r.Finals = append(r.Finals, a)
+		} else {
+			r.GaveUp = true
+		}
+	})
+}
+
+// remember keeps r among the finished requests the client may replay, the
+// keepDone newest.
+func (c *client) remember(r *Record) {
+	c.done = append(c.done, r)
+	if len(c.done) > keepDone {
+		c.done = c.done[1:]
+	}
 }
 
 func (c *client) record(u user, key string, op Op, path string, body any, expect Expect) *Record {
@@ -367,13 +377,6 @@ func mustJSON(v any) []byte {
 	b, err := json.Marshal(v)
 	if err != nil {
 		panic(fmt.Sprintf("chaos: encoding a request body: %v", err))
-	}
-	return b
-}
-
-func cmpOr(a, b int64) int64 {
-	if a != 0 {
-		return a
 	}
 	return b
 }

@@ -174,10 +174,24 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 			r[2].Finals[0].KeyEcho = ""
 			return r
 		}, "key-echo", "k-c", false},
-		{"a declined card answered 201", func(s *Snapshot, r []Record) []Record {
+		// The answers below stay consistent with the stored world; the
+		// expectation moves instead, as if the service had answered wrong.
+		{"a 402 where 201 was due", func(s *Snapshot, r []Record) []Record {
 			r[1].Expect.Want = Outcome{Status: 201}
 			return r
 		}, "expected-answer", "k-b", false},
+		{"a decline with another decline code", func(s *Snapshot, r []Record) []Record {
+			r[1].Expect.Want.DeclineCode = "insufficient_funds"
+			return r
+		}, "expected-answer", "k-b", false},
+		{"a payment in another status than due", func(s *Snapshot, r []Record) []Record {
+			r[0].Expect.Want.ObjectStatus = "requires_capture"
+			return r
+		}, "expected-answer", "k-a", false},
+		{"a refund of another amount than asked", func(s *Snapshot, r []Record) []Record {
+			r[4].Expect.Want.Amount = 400
+			return r
+		}, "expected-answer", "k-a-refund", false},
 		{"two winners of a refund race", func(s *Snapshot, r []Record) []Record {
 			for i := range r {
 				if r[i].Op == OpRefund {

@@ -7,18 +7,13 @@ import (
 	"math/rand/v2"
 	"net/http"
 	"time"
+
+	"github.com/example/payments/internal/stripesim"
 )
 
 // The simulator's fault kinds (API.md section 4).
-var faultKinds = []string{"error_500", "lost_response", "drop_connection", "delay", "rate_limit"}
-
-// fault is the body of POST /_sim/faults.
-type fault struct {
-	PathPrefix string `json:"path_prefix"`
-	Method     string `json:"method"`
-	Kind       string `json:"kind"`
-	Count      int    `json:"count"`
-	DelayMS    int    `json:"delay_ms"`
+var faultKinds = []stripesim.FaultKind{
+	stripesim.FaultError500, stripesim.FaultLostResponse, stripesim.FaultDropConnection, stripesim.FaultDelay, stripesim.FaultRateLimit,
 }
 
 // injectFaults arms a random simulator fault every so often (exponential
@@ -36,13 +31,13 @@ func injectFaults(ctx context.Context, simURL string, rate float64, lockTimeout 
 			return
 		case <-time.After(min(gap, 10*time.Second)):
 		}
-		f := fault{
+		f := stripesim.Fault{
 			PathPrefix: []string{"/v1/payment_intents", "/v1/payment_intents", "/v1/refunds", "/v1/"}[rng.IntN(4)],
 			Method:     []string{"POST", "POST", ""}[rng.IntN(3)],
 			Kind:       faultKinds[rng.IntN(len(faultKinds))],
 			Count:      1 + rng.IntN(3),
 		}
-		if f.Kind == "delay" {
+		if f.Kind == stripesim.FaultDelay {
 			f.DelayMS = 100 + rng.IntN(900)
 			if rng.IntN(3) == 0 {
 				f.DelayMS = int(lockTimeout/time.Millisecond) + 200 + rng.IntN(1300)
@@ -55,7 +50,7 @@ func injectFaults(ctx context.Context, simURL string, rate float64, lockTimeout 
 			}
 			continue
 		}
-		stats.Add("faults armed: "+f.Kind, 1)
+		stats.Add("faults armed: "+string(f.Kind), 1)
 	}
 }
 

@@ -85,7 +85,7 @@ func countWorld(s *Snapshot, records []Record) map[string]int64 {
 			w["Stripe requests answered as replays"]++
 		}
 		if r.Fault != "" {
-			w["Stripe requests hit by a fault: "+r.Fault]++
+			w["Stripe requests hit by a fault: "+string(r.Fault)]++
 		}
 	}
 	for _, r := range records {

@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"time"
 
+	"github.com/example/payments/internal/stripesim"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 )
@@ -154,15 +155,9 @@ type SimRefund struct {
 	Metadata      map[string]string `json:"metadata"`
 }
 
-// SimRequest is a request the simulator received.
-type SimRequest struct {
-	Method         string `json:"method"`
-	Path           string `json:"path"`
-	IdempotencyKey string `json:"idempotency_key"`
-	Status         int    `json:"status"`
-	Replayed       bool   `json:"replayed"`
-	Fault          string `json:"fault"`
-}
+// SimRequest is a request the simulator received, as its request log
+// (GET /_sim/requests) reports it.
+type SimRequest = stripesim.RequestRecord
 
 // SimEvent is an event the simulator emitted (and delivered, when webhooks are on).
 type SimEvent struct {

@@ -432,7 +432,7 @@ type keyState struct {
 	RequestPath   string `json:"request_path"`
 	ResponseCode  *int   `json:"response_code"`
 	Created       int64  `json:"created"`
-	ExpiresAt     int64  `json:"expires_at"`
+	ExpiresAt     *int64 `json:"expires_at"`
 }
 
 // keyState reads one of apiKey's keys and requires a 200.

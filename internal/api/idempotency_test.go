@@ -333,7 +333,7 @@ func TestIdempotency_keysExpire(t *testing.T) {
 	first := b.createPayment(t, aliceKey, "order-1", visaBody)
 	k := b.keyState(t, aliceKey, "order-1")
 	require.Equal(t, clock.Now().Unix(), k.Created)
-	require.Equal(t, k.Created+3600, k.ExpiresAt)
+	require.Equal(t, k.Created+3600, *k.ExpiresAt)
 
 	clock.Advance(time.Hour - time.Second)
 	resp, data := b.post(t, aliceKey, pathPayments, "order-1", other)

@@ -21,7 +21,9 @@ type keyObject struct {
 	RequestPath   string `json:"request_path"`
 	ResponseCode  *int   `json:"response_code"`
 	Created       int64  `json:"created"`
-	ExpiresAt     int64  `json:"expires_at"`
+	// ExpiresAt is a TTL after the final answer was stored; null while the
+	// request is unfinished, since such a key never expires (rule 8).
+	ExpiresAt *int64 `json:"expires_at"`
 }
 
 // getIdempotencyKey answers GET /v1/idempotency_keys/{key}: where one of the
@@ -40,10 +42,14 @@ func (s *Server) getIdempotencyKey(w http.ResponseWriter, r *http.Request) error
 	}
 	obj := keyObject{
 		Object: "idempotency_key", Key: k.Key, RecoveryPoint: string(k.RecoveryPoint), Locked: k.Locked,
-		RequestMethod: k.Method, RequestPath: k.Path, Created: k.Created.Unix(), ExpiresAt: k.Expires.Unix(),
+		RequestMethod: k.Method, RequestPath: k.Path, Created: k.Created.Unix(),
 	}
 	if k.ResponseCode != 0 {
 		obj.ResponseCode = &k.ResponseCode
+	}
+	if !k.Expires.IsZero() {
+		expires := k.Expires.Unix()
+		obj.ExpiresAt = &expires
 	}
 	writeJSON(w, http.StatusOK, obj)
 	return nil

@@ -192,10 +192,12 @@ func TestGetIdempotencyKey_state(t *testing.T) {
 	created := k.Created
 	require.InDelta(t, time.Now().Unix(), created, 60)
 	status := http.StatusCreated
+	require.NotNil(t, k.ExpiresAt)
+	require.InDelta(t, created+24*60*60, *k.ExpiresAt, 1, "a TTL after the answer was stored, the instant the request ran")
 	require.Equal(t, keyState{
 		Object: "idempotency_key", Key: "order-1", RecoveryPoint: "finished", Locked: false,
 		RequestMethod: "POST", RequestPath: "/v1/payments", ResponseCode: &status,
-		Created: created, ExpiresAt: created + 24*60*60,
+		Created: created, ExpiresAt: k.ExpiresAt,
 	}, k)
 	require.Equal(t, k, b.keyState(t, aliceKey, `"order-1"`), "the quoted form names the key here too")
 

@@ -17,7 +17,7 @@ func Example() {
 		panic(err)
 	}
 	// At start-up, the keys still alive (see ScanRows for pgx rows).
-	stored := []keyfilter.Row{{UserID: 1, Key: "order-17", CreatedAt: time.Now().Add(-time.Hour)}}
+	stored := []keyfilter.Row{{UserID: 1, Key: "order-17", LiveFrom: time.Now().Add(-time.Hour)}}
 	if _, err := filter.Rebuild(context.Background(), func(yield func(keyfilter.Row, error) bool) {
 		for _, r := range stored {
 			if !yield(r, nil) {
@@ -55,7 +55,7 @@ type fakeRows struct {
 func (r *fakeRows) Next() bool { return len(r.rows) > 0 }
 func (r *fakeRows) Err() error { return r.err }
 func (r *fakeRows) Scan(dest ...any) error {
-	*dest[0].(*int64), *dest[1].(*string), *dest[2].(*time.Time) = r.rows[0].UserID, r.rows[0].Key, r.rows[0].CreatedAt
+	*dest[0].(*int64), *dest[1].(*string), *dest[2].(*time.Time) = r.rows[0].UserID, r.rows[0].Key, r.rows[0].LiveFrom
 	r.rows = r.rows[1:]
 	return nil
 }
@@ -73,9 +73,9 @@ func ExampleScanRows() {
 	}
 	now := time.Now()
 	rows := &fakeRows{rows: []keyfilter.Row{
-		{UserID: 1, Key: "a", CreatedAt: now.Add(-2 * time.Hour)},
-		{UserID: 1, Key: "b", CreatedAt: now.Add(-25 * time.Hour)},
-		{UserID: 2, Key: "a", CreatedAt: now},
+		{UserID: 1, Key: "a", LiveFrom: now.Add(-2 * time.Hour)},
+		{UserID: 1, Key: "b", LiveFrom: now.Add(-25 * time.Hour)},
+		{UserID: 2, Key: "a", LiveFrom: now},
 	}}
 	st, err := filter.Rebuild(context.Background(), keyfilter.ScanRows(rows))
 	fmt.Printf("%+v %v\n", st, err)

@@ -223,9 +223,12 @@ func (f *Filter) publish(g int64) {
 
 // A Row is one stored key, as Rebuild reads it.
 type Row struct {
-	UserID    int64
-	Key       string
-	CreatedAt time.Time
+	UserID int64
+	Key    string
+	// LiveFrom is when the key's last TTL began: its first claim, or, for
+	// one that finished later, its finish (a key lives a TTL after its
+	// answer was stored). An unfinished key lives on: give it now.
+	LiveFrom time.Time
 }
 
 // Scanner is what ScanRows reads: pgx.Rows is one.
@@ -241,7 +244,7 @@ func ScanRows(rows Scanner) iter.Seq2[Row, error] {
 	return func(yield func(Row, error) bool) {
 		for rows.Next() {
 			var r Row
-			err := rows.Scan(&r.UserID, &r.Key, &r.CreatedAt)
+			err := rows.Scan(&r.UserID, &r.Key, &r.LiveFrom)
 			if !yield(r, err) || err != nil {
 				return
 			}
@@ -254,15 +257,16 @@ func ScanRows(rows Scanner) iter.Seq2[Row, error] {
 
 // RebuildStats says what a Rebuild read.
 type RebuildStats struct {
-	Added   int // keys placed in the slice of their created time
-	Expired int // keys skipped: created at least TTL ago
+	Added   int // keys placed in the slice of their LiveFrom time
+	Expired int // keys skipped: live from at least TTL ago
 }
 
 // Rebuild adds the stored keys still alive, streamed from rows (say, from
-// SELECT user_id, idempotency_key, created_at FROM idempotency_keys WHERE
-// expires_at > now()), each into the slice of its created time; a key
-// created at least TTL ago is skipped, and one created after the filter's
-// clock (the database's clock runs ahead) counts as created now. When it
+// SELECT user_id, idempotency_key, live_from FROM idempotency_keys WHERE
+// expires_at IS NULL OR expires_at > now()), each into the slice of its
+// LiveFrom time; a key live from at least TTL ago is skipped, and one live
+// from after the filter's clock (the database's clock runs ahead) counts
+// as live from now. When it
 // returns without error the filter is ready: checks may answer "definitely
 // new". Adds and checks may run meanwhile; the filter stays cold until then.
 func (f *Filter) Rebuild(ctx context.Context, rows iter.Seq2[Row, error]) (RebuildStats, error) {
@@ -282,12 +286,12 @@ func (f *Filter) Rebuild(ctx context.Context, rows iter.Seq2[Row, error]) (Rebui
 				return st, err
 			}
 		}
-		g, cur := f.genAt(row.CreatedAt.UnixNano()), f.gen.Load()
+		g, cur := f.genAt(row.LiveFrom.UnixNano()), f.gen.Load()
 		if g > cur {
 			g = cur
 		}
 		// The second test catches a slice dropped since the rebuild began.
-		if !row.CreatedAt.After(oldest) || g <= cur-live {
+		if !row.LiveFrom.After(oldest) || g <= cur-live {
 			st.Expired++
 			continue
 		}

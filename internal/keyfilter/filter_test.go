@@ -239,7 +239,7 @@ func TestFilter_concurrentAddsChecksAndRotationsLoseNothing(t *testing.T) {
 			}
 			var rebuildErr error
 			wg.Go(func() { // a late rebuild, as after a reconnect, joins in
-				row := keyfilter.Row{UserID: 7, Key: "rebuilt", CreatedAt: b.clock.Now()}
+				row := keyfilter.Row{UserID: 7, Key: "rebuilt", LiveFrom: b.clock.Now()}
 				_, rebuildErr = b.filter.Rebuild(context.Background(), rowsOf(row))
 			})
 			wg.Wait()
@@ -274,12 +274,12 @@ func TestRebuild_placesKeysByCreatedTimeAndSkipsExpiredOnes(t *testing.T) {
 			var rows []keyfilter.Row
 			for _, k := range randomKeys(rng, 2000) {
 				age := time.Duration(rng.Int64N(int64(ttl))) // alive: created within the last TTL
-				rows = append(rows, keyfilter.Row{UserID: k.user, Key: k.key, CreatedAt: start.Add(-age)})
+				rows = append(rows, keyfilter.Row{UserID: k.user, Key: k.key, LiveFrom: start.Add(-age)})
 			}
 			rows = append(rows,
-				keyfilter.Row{UserID: 1, Key: "expired", CreatedAt: start.Add(-ttl - time.Second)},
-				keyfilter.Row{UserID: 1, Key: "just expired", CreatedAt: start.Add(-ttl)},
-				keyfilter.Row{UserID: 1, Key: "from the future", CreatedAt: start.Add(time.Hour)},
+				keyfilter.Row{UserID: 1, Key: "expired", LiveFrom: start.Add(-ttl - time.Second)},
+				keyfilter.Row{UserID: 1, Key: "just expired", LiveFrom: start.Add(-ttl)},
+				keyfilter.Row{UserID: 1, Key: "from the future", LiveFrom: start.Add(time.Hour)},
 			)
 			st, err := f.Rebuild(context.Background(), rowsOf(rows...))
 			require.NoError(t, err)
@@ -296,10 +296,10 @@ func TestRebuild_placesKeysByCreatedTimeAndSkipsExpiredOnes(t *testing.T) {
 				f.Rotate()
 				dropBefore := newest.Add(time.Duration(i+2-slices) * p)
 				for _, r := range rows[:2000] {
-					if r.CreatedAt.Before(dropBefore) {
-						require.False(t, f.MaybeSeen(r.UserID, r.Key), "rotation %d: created %s, before %s", i, r.CreatedAt, dropBefore)
+					if r.LiveFrom.Before(dropBefore) {
+						require.False(t, f.MaybeSeen(r.UserID, r.Key), "rotation %d: created %s, before %s", i, r.LiveFrom, dropBefore)
 					} else {
-						require.True(t, f.MaybeSeen(r.UserID, r.Key), "rotation %d: created %s", i, r.CreatedAt)
+						require.True(t, f.MaybeSeen(r.UserID, r.Key), "rotation %d: created %s", i, r.LiveFrom)
 					}
 				}
 				require.Equal(t, i < slices-1, f.MaybeSeen(1, "from the future"), "counted as created now, in the newest slice")
@@ -313,7 +313,7 @@ func TestRebuild_anErrorOrCancellationLeavesTheFilterCold(t *testing.T) {
 	f, err := keyfilter.New(keyfilter.Config{ExpectedKeysPerSlice: 100})
 	require.NoError(t, err)
 	broken := func(yield func(keyfilter.Row, error) bool) {
-		if yield(keyfilter.Row{UserID: 1, Key: "a", CreatedAt: time.Now()}, nil) {
+		if yield(keyfilter.Row{UserID: 1, Key: "a", LiveFrom: time.Now()}, nil) {
 			yield(keyfilter.Row{}, errors.New("connection reset"))
 		}
 	}
@@ -323,7 +323,7 @@ func TestRebuild_anErrorOrCancellationLeavesTheFilterCold(t *testing.T) {
 
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
-	_, err = f.Rebuild(ctx, rowsOf(keyfilter.Row{UserID: 1, Key: "a", CreatedAt: time.Now()}))
+	_, err = f.Rebuild(ctx, rowsOf(keyfilter.Row{UserID: 1, Key: "a", LiveFrom: time.Now()}))
 	require.ErrorIs(t, err, context.Canceled)
 	require.True(t, f.MaybeSeen(2, "b"), "still cold")
 	require.False(t, f.Stats().Ready)

@@ -52,6 +52,13 @@ func (e *Engine) settle(k *Key, reached []RecoveryPoint, out Outcome) error {
 	k.RecoveryPoint = out.next
 	if out.response != nil {
 		k.ResponseCode, k.responseBody, k.Locked = out.response.Status, out.response.Body, false
+		if k.lockToken > 1 {
+			// Resumed, maybe long after its claim put it in the filter's
+			// slice of that time: it lives a TTL from now, so it goes in
+			// the current slice too. (A miss would only cost a false "new"
+			// that the unique index catches.)
+			e.cfg.KeyFilter.Add(k.UserID, k.Key)
+		}
 	}
 	for _, p := range reached {
 		if err := e.cfg.Failpoints.Fire("after_commit:" + string(p)); err != nil {

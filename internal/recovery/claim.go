@@ -186,7 +186,7 @@ func (e *Engine) newKey(req Request, fingerprint, params []byte) *Key {
 	return &Key{
 		ID: uuid.New(), UserID: req.UserID, Key: req.Key, Flow: req.Flow.Name,
 		Method: req.Method, Path: req.Path, Params: params,
-		RecoveryPoint: Started, Locked: true, Created: now, Expires: now.Add(e.cfg.KeyTTL),
+		RecoveryPoint: Started, Locked: true, Created: now,
 		lockToken: 1, inserting: true, fingerprint: fingerprint,
 	}
 }

@@ -23,7 +23,9 @@ import (
 type Config struct {
 	Pool   *pgxpool.Pool
 	Logger *slog.Logger // nil discards
-	// KeyTTL is how long a key is remembered; after it the key is new again. Default 24h.
+	// KeyTTL is how long a finished key is remembered, from the moment its
+	// final answer was stored; after it the key is new again. An unfinished
+	// key is never forgotten. Default 24h.
 	KeyTTL time.Duration
 	// LockTimeout is how long a lock lasts without a heartbeat. Default 90s.
 	LockTimeout time.Duration
@@ -190,6 +192,7 @@ func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) er
 	if out.response != nil {
 		return queries.FinishIdempotencyKey(ctx, tx.Queued(), dbsqlc.FinishIdempotencyKeyParams{
 			ID: k.ID, LockToken: k.lockToken, ResponseCode: pgtype.Int4{Int32: int32(out.response.Status), Valid: true}, ResponseBody: out.response.Body,
+			Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
 		})
 	}
 	return queries.SetRecoveryPoint(ctx, tx.Queued(), dbsqlc.SetRecoveryPointParams{
@@ -300,7 +303,7 @@ func toKey(row dbsqlc.IdempotencyKey) *Key {
 		ID: row.ID, UserID: row.UserID, Key: row.IdempotencyKey, Flow: row.Flow,
 		Method: row.RequestMethod, Path: row.RequestPath, Params: json.RawMessage(row.RequestParams),
 		RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Locked: row.LockedAt.Valid,
-		ResponseCode: int(row.ResponseCode.Int32), Created: row.CreatedAt, Expires: row.ExpiresAt,
+		ResponseCode: int(row.ResponseCode.Int32), Created: row.CreatedAt, Expires: row.ExpiresAt.Time,
 		lockToken: row.LockToken, responseBody: row.ResponseBody,
 	}
 }

@@ -111,7 +111,9 @@ type Key struct {
 	Locked        bool
 	ResponseCode  int // 0 until finished
 	Created       time.Time
-	Expires       time.Time
+	// Expires is when a finished key is forgotten: a TTL after its final
+	// answer was stored. Zero while the key is unfinished (it never expires).
+	Expires time.Time
 	// Carry is the flow's, never the engine's: what a phase learnt, left
 	// for the phases after it in the same attempt, to spare them a read. A
 	// resumed attempt starts without it and reads what it needs again. It

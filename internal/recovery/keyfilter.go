@@ -17,8 +17,9 @@ import (
 // claim takes the careful path). Without a filter (Config.KeyFilter nil),
 // every claim takes the careful path.
 
-// RebuildKeyFilter fills the engine's key filter with the keys still inside
-// their TTL, a page at a time, and makes it ready. Claims may run meanwhile:
+// RebuildKeyFilter fills the engine's key filter with the keys a claim can
+// still find (unfinished, or finished less than a TTL ago), a page at a
+// time, and makes it ready. Claims may run meanwhile:
 // until it is ready the filter answers "maybe" and every claim is careful.
 func (e *Engine) RebuildKeyFilter(ctx context.Context) (keyfilter.RebuildStats, error) {
 	if e.cfg.KeyFilter == nil {
@@ -37,14 +38,14 @@ func (e *Engine) liveKeys(ctx context.Context) iter.Seq2[keyfilter.Row, error] {
 		after := uuid.Nil
 		for {
 			page, err := queries.ListLiveKeys(ctx, e.cfg.Pool, dbsqlc.ListLiveKeysParams{
-				Now: e.now(), AfterID: after, PageSize: rebuildPage,
+				Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(), AfterID: after, PageSize: rebuildPage,
 			})
 			if err != nil {
 				yield(keyfilter.Row{}, err)
 				return
 			}
 			for _, k := range page {
-				if !yield(keyfilter.Row{UserID: k.UserID, Key: k.IdempotencyKey, CreatedAt: k.CreatedAt}, nil) {
+				if !yield(keyfilter.Row{UserID: k.UserID, Key: k.IdempotencyKey, LiveFrom: k.LiveFrom}, nil) {
 					return
 				}
 			}

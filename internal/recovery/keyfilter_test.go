@@ -90,3 +90,34 @@ func TestKeyFilter_rebuildRemembersLiveKeys(t *testing.T) {
 	require.False(t, f.MaybeSeen(1, "never-used"))
 	require.False(t, f.MaybeSeen(2, "a"), "keys are per user")
 }
+
+// A key lives a TTL after it finished, and for ever while unfinished (rule
+// 8): the rebuild must remember such keys even when they were claimed long
+// ago, in a slice the filter has dropped, so that the claim of a retry
+// takes the careful path instead of a false "new".
+func TestKeyFilter_rebuildRemembersKeysClaimedLongAgoThatAreStillLive(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	ctx := context.Background()
+	_, err := b.execute(t, 1, "finished-late", `{"name":"a"}`)
+	require.NoError(t, err)
+	b.remote.fail.Store(1)
+	_, err = b.execute(t, 1, "unfinished", `{"name":"b"}`)
+	require.True(t, recovery.IsTransient(err))
+	_, err = b.execute(t, 1, "expired", `{"name":"c"}`)
+	require.NoError(t, err)
+	_, err = b.pool.Exec(ctx, `
+		UPDATE idempotency_keys SET created_at = now() - interval '3 days',
+			expires_at = CASE idempotency_key WHEN 'finished-late' THEN now() + interval '1 hour'
+				WHEN 'expired' THEN now() - interval '1 hour' END`)
+	require.NoError(t, err)
+
+	f := readyFilter(t, nil) // a TTL of 24 hours
+	engine := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	st, err := engine.RebuildKeyFilter(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 2, st.Added)
+	require.True(t, f.MaybeSeen(1, "finished-late"), "finished 23 hours ago: live for one more")
+	require.True(t, f.MaybeSeen(1, "unfinished"), "an unfinished key never expires")
+	require.False(t, f.MaybeSeen(1, "expired"))
+}

@@ -245,8 +245,8 @@ func insertKey(t *testing.T, tx pgx.Tx) uuid.UUID {
 	require.NoError(t, tx.QueryRow(ctx, `
 		WITH u AS (INSERT INTO users (email) VALUES ('stager@example.com') RETURNING id)
 		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
-			request_fingerprint, expires_at)
-		SELECT id, 'k', 'test', 'POST', '/x', '{}', sha256('x'), now() + interval '1 day' FROM u
+			request_fingerprint)
+		SELECT id, 'k', 'test', 'POST', '/x', '{}', sha256('x') FROM u
 		RETURNING id`).Scan(&id))
 	return id
 }

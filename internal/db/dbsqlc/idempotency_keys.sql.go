@@ -98,7 +98,7 @@ SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempoten
     (locked_at IS NOT NULL
         AND locked_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
     )::bool AS lock_live,
-    (expires_at <= coalesce($1::timestamptz, now()))::bool AS expired
+    coalesce(expires_at <= coalesce($1::timestamptz, now()), false)::bool AS expired
 FROM idempotency_keys
 WHERE user_id = $3 AND idempotency_key = $4
 FOR UPDATE
@@ -198,8 +198,9 @@ func (q *Queries) FindFinishedKey(ctx context.Context, db DBTX, arg FindFinished
 const finishIdempotencyKey = `-- name: FinishIdempotencyKey :exec
 WITH moved AS (
     UPDATE idempotency_keys
-    SET recovery_point = 'finished', response_code = $1, response_body = $2, locked_at = NULL
-    WHERE id = $3 AND lock_token = $4
+    SET recovery_point = 'finished', response_code = $1, response_body = $2, locked_at = NULL,
+        expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8)
+    WHERE id = $5 AND lock_token = $6
     RETURNING 1
 )
 SELECT assert_lock_held(count(*)) FROM moved
@@ -208,16 +209,21 @@ SELECT assert_lock_held(count(*)) FROM moved
 type FinishIdempotencyKeyParams struct {
 	ResponseCode pgtype.Int4
 	ResponseBody []byte
+	Now          pgtype.Timestamptz
+	TtlSeconds   float64
 	ID           uuid.UUID
 	LockToken    int64
 }
 
 // Stores the final response and releases the lock, only for the lock
 // holder: else it raises PK001 (assert_lock_held) and the transaction fails.
+// The key expires a TTL from now, however long ago it was first claimed.
 func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishIdempotencyKeyParams) error {
 	_, err := db.Exec(ctx, finishIdempotencyKey,
 		arg.ResponseCode,
 		arg.ResponseBody,
+		arg.Now,
+		arg.TtlSeconds,
 		arg.ID,
 		arg.LockToken,
 	)
@@ -231,7 +237,7 @@ SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempoten
     )::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = $3 AND idempotency_key = $4
-  AND (expires_at > coalesce($1::timestamptz, now()) OR recovery_point <> 'finished')
+  AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
 `
 
 type GetIdempotencyKeyStateParams struct {
@@ -247,7 +253,8 @@ type GetIdempotencyKeyStateRow struct {
 }
 
 // A key as its owner may inspect it. A finished key past its TTL is gone;
-// an unfinished one stays visible, since a retry would still resume it.
+// an unfinished one (no expiry) stays visible, since a retry would still
+// resume it.
 func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetIdempotencyKeyStateParams) (GetIdempotencyKeyStateRow, error) {
 	row := db.QueryRow(ctx, getIdempotencyKeyState,
 		arg.Now,
@@ -321,7 +328,9 @@ INSERT INTO idempotency_keys (
     $9, $10, $11,
     CASE WHEN $10::integer IS NULL THEN coalesce($12::timestamptz, now()) END,
     1, coalesce($12::timestamptz, now()),
-    coalesce($12::timestamptz, now()), coalesce($12::timestamptz, now()) + make_interval(secs => $13::float8)
+    coalesce($12::timestamptz, now()),
+    CASE WHEN $10::integer IS NOT NULL
+        THEN coalesce($12::timestamptz, now()) + make_interval(secs => $13::float8) END
 )
 `
 
@@ -343,7 +352,8 @@ type InsertIdempotencyKeyParams struct {
 
 // A new key, claimed (lock token 1) by the request that creates it, written
 // once, at the end of the claim's transaction, where that transaction leaves
-// it: at a recovery point and still locked, or finished with its response.
+// it: at a recovery point and still locked (no expiry), or finished with its
+// response (expiring a TTL from now).
 // The caller chooses the id and knows every column, so nothing is returned
 // and the insert can be queued (db.Tx.Queued).
 func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertIdempotencyKeyParams) error {
@@ -366,30 +376,41 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 }
 
 const listLiveKeys = `-- name: ListLiveKeys :many
-SELECT id, user_id, idempotency_key, created_at FROM idempotency_keys
-WHERE expires_at > coalesce($1::timestamptz, now())
-  AND id > $2
+SELECT id, user_id, idempotency_key,
+    coalesce(expires_at - make_interval(secs => $1::float8), coalesce($2::timestamptz, now()))::timestamptz AS live_from
+FROM idempotency_keys
+WHERE (expires_at IS NULL OR expires_at > coalesce($2::timestamptz, now()))
+  AND id > $3
 ORDER BY id
-LIMIT $3
+LIMIT $4
 `
 
 type ListLiveKeysParams struct {
-	Now      pgtype.Timestamptz
-	AfterID  uuid.UUID
-	PageSize int32
+	TtlSeconds float64
+	Now        pgtype.Timestamptz
+	AfterID    uuid.UUID
+	PageSize   int32
 }
 
 type ListLiveKeysRow struct {
 	ID             uuid.UUID
 	UserID         int64
 	IdempotencyKey string
-	CreatedAt      time.Time
+	LiveFrom       time.Time
 }
 
-// A page of the keys still inside their TTL, for rebuilding the key filter
-// at start-up: keyset-paginated by id, so no page holds many rows.
+// A page of the keys a claim can still find, for rebuilding the key filter
+// at start-up: keyset-paginated by id, so no page holds many rows. Each
+// comes with the time from which it lives one more TTL (live_from): a
+// finished key's finish, an unfinished key's "now" (it lives until it
+// finishes, and then a TTL more).
 func (q *Queries) ListLiveKeys(ctx context.Context, db DBTX, arg ListLiveKeysParams) ([]ListLiveKeysRow, error) {
-	rows, err := db.Query(ctx, listLiveKeys, arg.Now, arg.AfterID, arg.PageSize)
+	rows, err := db.Query(ctx, listLiveKeys,
+		arg.TtlSeconds,
+		arg.Now,
+		arg.AfterID,
+		arg.PageSize,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -401,7 +422,7 @@ func (q *Queries) ListLiveKeys(ctx context.Context, db DBTX, arg ListLiveKeysPar
 			&i.ID,
 			&i.UserID,
 			&i.IdempotencyKey,
-			&i.CreatedAt,
+			&i.LiveFrom,
 		); err != nil {
 			return nil, err
 		}

@@ -55,7 +55,7 @@ type IdempotencyKey struct {
 	ResponseCode       pgtype.Int4
 	ResponseBody       []byte
 	CreatedAt          time.Time
-	ExpiresAt          time.Time
+	ExpiresAt          pgtype.Timestamptz
 	CompleterAttempts  int32
 	NeedsAttentionAt   pgtype.Timestamptz
 }

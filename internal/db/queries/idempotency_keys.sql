@@ -9,7 +9,7 @@ SELECT sqlc.embed(idempotency_keys),
     (locked_at IS NOT NULL
         AND locked_at > coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8)
     )::bool AS lock_live,
-    (expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))::bool AS expired
+    coalesce(expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS expired
 FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 FOR UPDATE;
@@ -26,7 +26,8 @@ WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 -- name: InsertIdempotencyKey :exec
 -- A new key, claimed (lock token 1) by the request that creates it, written
 -- once, at the end of the claim's transaction, where that transaction leaves
--- it: at a recovery point and still locked, or finished with its response.
+-- it: at a recovery point and still locked (no expiry), or finished with its
+-- response (expiring a TTL from now).
 -- The caller chooses the id and knows every column, so nothing is returned
 -- and the insert can be queued (db.Tx.Queued).
 INSERT INTO idempotency_keys (
@@ -37,7 +38,9 @@ INSERT INTO idempotency_keys (
     @recovery_point, sqlc.narg('response_code'), sqlc.narg('response_body'),
     CASE WHEN sqlc.narg('response_code')::integer IS NULL THEN coalesce(sqlc.narg('now')::timestamptz, now()) END,
     1, coalesce(sqlc.narg('now')::timestamptz, now()),
-    coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
+    coalesce(sqlc.narg('now')::timestamptz, now()),
+    CASE WHEN sqlc.narg('response_code')::integer IS NOT NULL
+        THEN coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8) END
 );
 
 -- name: DeleteExpiredIdempotencyKey :exec
@@ -68,9 +71,11 @@ SELECT assert_lock_held(count(*)) FROM moved;
 -- name: FinishIdempotencyKey :exec
 -- Stores the final response and releases the lock, only for the lock
 -- holder: else it raises PK001 (assert_lock_held) and the transaction fails.
+-- The key expires a TTL from now, however long ago it was first claimed.
 WITH moved AS (
     UPDATE idempotency_keys
-    SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body, locked_at = NULL
+    SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body, locked_at = NULL,
+        expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
     WHERE id = @id AND lock_token = @lock_token
     RETURNING 1
 )
@@ -90,14 +95,15 @@ WHERE id = @id AND lock_token = @lock_token;
 
 -- name: GetIdempotencyKeyState :one
 -- A key as its owner may inspect it. A finished key past its TTL is gone;
--- an unfinished one stays visible, since a retry would still resume it.
+-- an unfinished one (no expiry) stays visible, since a retry would still
+-- resume it.
 SELECT sqlc.embed(idempotency_keys),
     (locked_at IS NOT NULL
         AND locked_at > coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8)
     )::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
-  AND (expires_at > coalesce(sqlc.narg('now')::timestamptz, now()) OR recovery_point <> 'finished');
+  AND (expires_at IS NULL OR expires_at > coalesce(sqlc.narg('now')::timestamptz, now()));
 
 -- name: ClaimAbandonedKeys :many
 -- The completer's batch: unfinished keys nobody holds (or whose holder's
@@ -144,10 +150,15 @@ WHERE id IN (
 );
 
 -- name: ListLiveKeys :many
--- A page of the keys still inside their TTL, for rebuilding the key filter
--- at start-up: keyset-paginated by id, so no page holds many rows.
-SELECT id, user_id, idempotency_key, created_at FROM idempotency_keys
-WHERE expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
+-- A page of the keys a claim can still find, for rebuilding the key filter
+-- at start-up: keyset-paginated by id, so no page holds many rows. Each
+-- comes with the time from which it lives one more TTL (live_from): a
+-- finished key's finish, an unfinished key's "now" (it lives until it
+-- finishes, and then a TTL more).
+SELECT id, user_id, idempotency_key,
+    coalesce(expires_at - make_interval(secs => @ttl_seconds::float8), coalesce(sqlc.narg('now')::timestamptz, now()))::timestamptz AS live_from
+FROM idempotency_keys
+WHERE (expires_at IS NULL OR expires_at > coalesce(sqlc.narg('now')::timestamptz, now()))
   AND id > @after_id
 ORDER BY id
 LIMIT @page_size;

@@ -13,3 +13,4 @@ UPDATE idempotency_keys SET expires_at = NULL WHERE recovery_point <> 'finished'
 ALTER TABLE idempotency_keys
     ADD CONSTRAINT idempotency_keys_expires_when_finished
     CHECK ((recovery_point = 'finished') = (expires_at IS NOT NULL));
+

@@ -138,9 +138,16 @@ func executionProblem(err error) error {
 	case errors.Is(err, recovery.ErrKeyReused):
 		return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused,
 			"This Idempotency-Key was first used for a different request (method, path or body). Use a new key for a new request.")
-	case errors.Is(err, recovery.ErrKeyInUse), errors.Is(err, recovery.ErrLockLost), errors.Is(err, db.ErrSerialization):
+	case errors.Is(err, recovery.ErrKeyInUse), errors.Is(err, recovery.ErrLockLost):
 		return problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
 			"A request with this Idempotency-Key is in progress. Retry with the same key shortly.").WithRetryAfter(1)
+	case errors.Is(err, db.ErrSerialization):
+		// Conflicts with requests for other keys, which kept the database
+		// from running this one within its time budget: not 409, since no
+		// other request holds this key (rule 5). Like an unreachable Stripe,
+		// nothing final was stored, and a retry resumes.
+		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
+			"The service was too busy to run this request. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
 	case recovery.IsTransient(err):
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(2)

@@ -44,7 +44,7 @@ type queued struct {
 // serialization failure or deadlock, on one connection of pool.
 func WithPipelinedTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx *Tx) error) error {
 	opts = opts.withDefaults()
-	return retrySerializable(ctx, opts.Attempts, func() error {
+	return retrySerializable(ctx, opts, func() error {
 		return runPipelinedTx(ctx, pool, opts.Isolation, fn)
 	})
 }

@@ -20,8 +20,20 @@ type Beginner interface {
 // TxOptions says how WithTx runs its callback.
 type TxOptions struct {
 	Isolation pgx.TxIsoLevel // default serializable
-	// Attempts is how many times a serialization failure or deadlock is tried
-	// in all (default 5). The callback must be safe to run again.
+	// RetryFor is how long, from the first attempt, a transaction that
+	// failed with a serialization failure or deadlock is run again (default
+	// 5s, and never past ctx's end). The callback must be safe to run again.
+	//
+	// Why a time and not a count: SERIALIZABLE's predicate locks are taken on
+	// whole index pages, and on a young database an index is a page or two,
+	// so concurrent requests with different keys conflict far more often
+	// than on one that has run for a while (1.4 retries per request at 32
+	// clients on an empty database, against under 0.01 with 100,000 keys).
+	// Those conflicts are the service's to resolve, not the client's
+	// (API.md rule 5): a budget in time lets them run again as often as the
+	// request can afford, where five attempts ran out.
+	RetryFor time.Duration
+	// Attempts, when set, caps how many times the transaction runs in all.
 	Attempts int
 }
 
@@ -40,7 +52,7 @@ var ErrSerialization = errors.New("transaction kept conflicting with concurrent 
 // WithPipelinedTx, the same helper with fewer round trips.
 func WithTx(ctx context.Context, db Beginner, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
 	opts = opts.withDefaults()
-	return retrySerializable(ctx, opts.Attempts, func() error {
+	return retrySerializable(ctx, opts, func() error {
 		return runTx(ctx, db, opts.Isolation, fn)
 	})
 }
@@ -49,30 +61,31 @@ func (opts TxOptions) withDefaults() TxOptions {
 	if opts.Isolation == "" {
 		opts.Isolation = pgx.Serializable
 	}
-	if opts.Attempts <= 0 {
-		opts.Attempts = 5
+	if opts.RetryFor <= 0 {
+		opts.RetryFor = 5 * time.Second
 	}
 	return opts
 }
 
 // retrySerializable runs attempt until it does not fail with a
-// serialization failure or deadlock, at most attempts times, with a
-// jittered backoff between tries.
-func retrySerializable(ctx context.Context, attempts int, attempt func() error) error {
-	var err error
-	for n := 1; n <= attempts; n++ {
-		err = attempt()
+// serialization failure or deadlock, with a jittered backoff between tries,
+// for as long as opts allow.
+func retrySerializable(ctx context.Context, opts TxOptions, attempt func() error) error {
+	giveUp := time.Now().Add(opts.RetryFor)
+	for n := 1; ; n++ {
+		err := attempt()
 		if !IsSerializationFailure(err) {
 			return err
 		}
-		if n < attempts {
-			serializationRetries.Add(1)
-			if werr := sleepCtx(ctx, retryBackoff(n)); werr != nil {
-				return werr
-			}
+		wait := retryBackoff(n)
+		if (opts.Attempts > 0 && n >= opts.Attempts) || time.Now().Add(wait).After(giveUp) {
+			return fmt.Errorf("%w (%d attempts): %w", ErrSerialization, n, err)
+		}
+		serializationRetries.Add(1)
+		if werr := sleepCtx(ctx, wait); werr != nil {
+			return werr
 		}
 	}
-	return fmt.Errorf("%w (%d attempts): %w", ErrSerialization, attempts, err)
 }
 
 // serializationRetries counts the attempts WithTx and WithPipelinedTx ran

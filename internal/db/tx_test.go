@@ -7,6 +7,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
@@ -112,6 +113,22 @@ func TestWithTx_givesUpAfterItsAttempts(t *testing.T) {
 	require.ErrorIs(t, err, db.ErrSerialization)
 	require.True(t, db.IsSerializationFailure(err))
 	require.Equal(t, 3, calls)
+}
+
+// Unset, Attempts does not cap the retries: a transaction that keeps
+// conflicting is run again until its time budget, RetryFor, is spent.
+func TestWithTx_retriesForItsTimeBudget(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	calls := 0
+	start := time.Now()
+	err := db.WithTx(context.Background(), pool, db.TxOptions{RetryFor: 1500 * time.Millisecond}, func(context.Context, pgx.Tx) error {
+		calls++
+		return &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
+	})
+	require.ErrorIs(t, err, db.ErrSerialization)
+	require.Greater(t, calls, 5, "more than the five attempts of old")
+	require.Less(t, time.Since(start), 1500*time.Millisecond+time.Second, "and no longer than the budget")
 }
 
 func TestIsUniqueViolation(t *testing.T) {

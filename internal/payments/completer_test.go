@@ -3,6 +3,7 @@ package payments_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"strings"
@@ -74,10 +75,16 @@ func (b *testBundle) completer(svc *payments.Service, engine *recovery.Engine, r
 // that gave up would leave it.
 func (b *testBundle) abandon(t *testing.T, where string) {
 	t.Helper()
+	b.abandonKey(t, where, "abandoned")
+}
+
+// abandonKey is abandon with the Idempotency-Key key.
+func (b *testBundle) abandonKey(t *testing.T, where, key string) {
+	t.Helper()
 	svc, _ := b.service(t, where+"=error")
 	body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
 	_, err := svc.Create(context.Background(), payments.Idempotent{
-		UserID: b.userID, Key: "abandoned", Method: "POST", Path: "/v1/payments", Body: body,
+		UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments", Body: body,
 	}, payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
 	require.ErrorIs(t, err, failpoint.ErrInjected)
 }
@@ -220,4 +227,54 @@ func countObjects(t *testing.T, sim *stripesim.Simulator, typ string) int {
 	objects, err := sim.Objects(typ)
 	require.NoError(t, err)
 	return len(objects)
+}
+
+// Issue 14, item 7: a run claimed a whole batch at once and worked it key by
+// key; keys it had no time for were counted as failed attempts (their
+// backoff doubled) and sat locked, answering their clients 409. A run now
+// claims a key only when it is about to work on it, and stops claiming when
+// its time is spent: every key it counts, it tried; the others are left
+// untouched, claimable at once.
+func TestCompleter_aRunFitsItsTimeAndCountsOnlyTheKeysItTried(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const abandoned = 8
+	for i := range abandoned {
+		b.abandonKey(t, "after_commit:payment_created", fmt.Sprintf("abandoned-%d", i))
+	}
+	svc, engine := b.service(t, "")
+	c := recovery.NewCompleter(recovery.CompleterConfig{
+		Engine: engine, Flows: svc.Flows(), Grace: 30 * time.Second, RunBudget: time.Second, Concurrency: 2,
+	})
+	// Stripe takes 600 ms per PaymentIntent: eight keys need 4.8 s of calls.
+	require.NoError(t, b.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "POST",
+		Kind: stripesim.FaultDelay, DelayMS: 600, Count: 100}))
+	b.now = b.now.Add(time.Minute)
+
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Second) // the job's timeout
+	defer cancel()
+	start := time.Now()
+	run, err := c.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Less(t, time.Since(start), 2500*time.Millisecond, "the run ends within its budget and its last keys' calls")
+	require.Zero(t, run.Failed, "no key is counted as failed for want of time")
+	require.Equal(t, run.Claimed, run.Finished)
+	require.GreaterOrEqual(t, run.Finished, 2)
+	require.Less(t, run.Claimed, abandoned)
+
+	var tried, untouched, locked int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `
+		SELECT count(*) FILTER (WHERE completer_attempts > 0),
+		       count(*) FILTER (WHERE completer_attempts = 0 AND recovery_point <> 'finished'),
+		       count(*) FILTER (WHERE locked_at IS NOT NULL)
+		FROM idempotency_keys`).Scan(&tried, &untouched, &locked))
+	require.Equal(t, run.Claimed, tried, "only the keys it worked on count as tried")
+	require.Equal(t, abandoned-run.Claimed, untouched)
+	require.Zero(t, locked, "no key sits claimed: the untried ones are claimable at once")
+
+	b.sim.ClearFaults()
+	run, err = c.RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, recovery.CompleterRun{Claimed: abandoned - tried, Finished: abandoned - tried}, run,
+		"the next run takes the rest at once, with no backoff")
 }

@@ -1,9 +1,11 @@
 package recovery
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"log/slog"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -22,17 +24,25 @@ type CompleterConfig struct {
 	Grace time.Duration
 	// MaxBackoff caps the wait between two tries of one key. Default 1h.
 	MaxBackoff time.Duration
-	// BatchSize is how many keys one run claims. Default 100.
-	BatchSize int
+	// RunBudget is how long one run goes on claiming keys: past it, the run
+	// finishes the keys it holds and claims no more, so that it ends within
+	// the time its caller gives it (the worker's job has 30 s). Default 15s.
+	RunBudget time.Duration
+	// Concurrency is how many keys one run works on at once. Default 4.
+	Concurrency int
 	// Registry, when set, receives the completer's metrics.
 	Registry prometheus.Registerer
 }
 
 // Completer finishes requests that nobody retries: keys left unfinished by
-// a crash, a client that gave up, or a transient failure. It claims them in
-// batches (FOR UPDATE SKIP LOCKED, so several completers can run) and drives
-// each from its recovery point with its stored parameters, exactly as a
-// retry from the client would.
+// a crash, a client that gave up, or a transient failure. It claims them one
+// at a time, as it is about to work on each (FOR UPDATE SKIP LOCKED, so
+// several completers can run), and drives each from its recovery point with
+// its stored parameters, exactly as a retry from the client would. A key is
+// never claimed ahead of the work: a claim bumps the key's attempts (and so
+// its backoff) and holds its lock, and a key that waited in a batch for time
+// the run did not have would pay for a try it never got, while its client
+// was answered 409.
 type Completer struct {
 	cfg     CompleterConfig
 	flows   map[string]*Flow
@@ -52,8 +62,11 @@ func NewCompleter(cfg CompleterConfig) *Completer {
 	if cfg.MaxBackoff <= 0 {
 		cfg.MaxBackoff = time.Hour
 	}
-	if cfg.BatchSize <= 0 {
-		cfg.BatchSize = 100
+	if cfg.RunBudget <= 0 {
+		cfg.RunBudget = 15 * time.Second
+	}
+	if cfg.Concurrency <= 0 {
+		cfg.Concurrency = 4
 	}
 	c := &Completer{cfg: cfg, flows: map[string]*Flow{}, metrics: newCompleterMetrics(cfg.Registry)}
 	for _, f := range cfg.Flows {
@@ -62,33 +75,64 @@ func NewCompleter(cfg CompleterConfig) *Completer {
 	return c
 }
 
-// RunOnce claims one batch of abandoned keys and drives each to its end or
-// as far as it gets.
+// RunOnce drives abandoned keys, Concurrency at a time, each to its end or
+// as far as it gets, claiming the next one only while RunBudget lasts,
+// until none is left to claim.
 func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
-	e := c.cfg.Engine
 	c.metrics.runs.Inc()
-	rows, err := queries.ClaimAbandonedKeys(ctx, e.cfg.Pool, dbsqlc.ClaimAbandonedKeysParams{
-		Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(), GraceSeconds: c.cfg.Grace.Seconds(),
-		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: int32(c.cfg.BatchSize),
-	})
-	if err != nil {
-		return CompleterRun{}, err
+	stopClaiming := time.Now().Add(c.cfg.RunBudget)
+	var (
+		mu       sync.Mutex
+		run      CompleterRun
+		claimErr error
+		wg       sync.WaitGroup
+	)
+	for range c.cfg.Concurrency {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for time.Now().Before(stopClaiming) && ctx.Err() == nil {
+				k, err := c.claimOne(ctx)
+				if err != nil || k == nil {
+					mu.Lock()
+					claimErr = cmp.Or(claimErr, err)
+					mu.Unlock()
+					return
+				}
+				err = c.complete(ctx, k)
+				mu.Lock()
+				run.Claimed++
+				switch {
+				case err == nil:
+					run.Finished++
+				case errors.Is(err, ErrNeedsAttention):
+					run.NeedsAttention++
+				default:
+					run.Failed++
+				}
+				mu.Unlock()
+			}
+		}()
 	}
-	run := CompleterRun{Claimed: len(rows)}
-	for _, row := range rows {
-		switch err := c.complete(ctx, toKey(row)); {
-		case err == nil:
-			run.Finished++
-		case errors.Is(err, ErrNeedsAttention):
-			run.NeedsAttention++
-		default:
-			run.Failed++
-		}
-	}
+	wg.Wait()
 	c.metrics.finished.Add(float64(run.Finished))
 	c.metrics.failed.Add(float64(run.Failed))
 	c.metrics.attention.Add(float64(run.NeedsAttention))
-	return run, ctx.Err()
+	return run, cmp.Or(claimErr, ctx.Err())
+}
+
+// claimOne claims the abandoned key that waited longest, or returns nil
+// when there is none.
+func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
+	e := c.cfg.Engine
+	rows, err := queries.ClaimAbandonedKeys(ctx, e.cfg.Pool, dbsqlc.ClaimAbandonedKeysParams{
+		Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(), GraceSeconds: c.cfg.Grace.Seconds(),
+		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1,
+	})
+	if err != nil || len(rows) == 0 {
+		return nil, err
+	}
+	return toKey(rows[0]), nil
 }
 
 func (c *Completer) complete(ctx context.Context, k *Key) error {

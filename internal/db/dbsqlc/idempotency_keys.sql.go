@@ -42,7 +42,7 @@ type ClaimAbandonedKeysParams struct {
 	BatchSize          int32
 }
 
-// The completer's batch: unfinished keys nobody holds (or whose holder's
+// The completer's next keys (it takes one at a time): unfinished keys nobody holds (or whose holder's
 // lock lapsed) and nobody has run for a while, backing off per key: a key
 // the completer already tried n times waits grace times 2 to the n (at most
 // max_backoff) since its last run. Claiming takes the lock with a new token,

@@ -25,6 +25,7 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 // violation, grouped by rule, in this order:
 //
 //	final-answer      every logical request got a final answer
+//	fresh-409         no key's very first request was answered 409 (nobody else held it)
 //	replay-identical  every later answer to its key is byte-identical and marked replayed
 //	executed-twice    at most one of those answers was not a replay
 //	reuse-422         the key with another body is 422 idempotency_key_reused
@@ -33,7 +34,8 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 //	expected-answer   the answer is the one the request calls for
 //	race              of requests racing for one thing, exactly one won
 //	key               no key unfinished, none needing attention, none nobody sent
-//	payment           answers agree with the payment and refund rows; no payment left processing
+//	payment           answers agree with the payment and refund rows; no payment left processing;
+//	                  each create request made exactly one payment
 //	stripe-pi         each payment has exactly one PaymentIntent, with its status and amounts; none without a payment
 //	refund            refunds agree with Stripe's, never exceed the payment, and sum to amount_refunded
 //	event             one merchant event per state change, none for changes that did not happen
@@ -140,6 +142,9 @@ func (c *checker) checkAnswers() {
 		if r.GaveUp {
 			c.fail("final-answer", r.Key, "one of its senders ran out of retries (%d attempts in all)", r.Attempts)
 		}
+		if r.FreshGot409 {
+			c.fail("fresh-409", r.Key, "the key's first request, with no other sender, was answered 409 idempotency_key_in_use")
+		}
 		first := r.Finals[0]
 		executed := 0
 		later := append(slices.Clone(r.Finals[1:]), r.Replays...)
@@ -173,7 +178,9 @@ func (c *checker) checkAnswers() {
 			}
 		}
 		if k := c.keys[userKey{r.UserID, r.Key}]; k == nil {
-			c.fail("stored-answer", r.Key, "no idempotency_keys row for a key that got %d", first.Status)
+			if !c.s.KeysExpire { // else it may rightly have been reaped
+				c.fail("stored-answer", r.Key, "no idempotency_keys row for a key that got %d", first.Status)
+			}
 		} else if k.RecoveryPoint == "finished" && (k.ResponseCode != first.Status || !bytes.Equal(k.ResponseBody, first.Body)) {
 			c.fail("stored-answer", r.Key, "stored %d %s, the client got %d %s", k.ResponseCode, clip(k.ResponseBody), first.Status, clip(first.Body))
 		}
@@ -296,11 +303,26 @@ func (c *checker) checkPayments() {
 			}
 		}
 	}
+	made := map[userKey]int{}
+	for _, p := range c.s.Payments {
+		made[userKey{p.UserID, p.ChaosKey}]++
+	}
+	for i := range c.records {
+		r := &c.records[i]
+		if r.Op == OpCreate && len(r.Finals) > 0 && (r.Finals[0].Status == 201 || r.Finals[0].Status == 402) {
+			if n := made[userKey{r.UserID, r.Key}]; n != 1 {
+				c.fail("payment", r.Key, "the create request made %d payments, want 1", n)
+			}
+		}
+	}
 	for _, p := range c.s.Payments {
 		if p.Status == "processing" {
 			c.fail("payment", p.ID, "left processing")
 		}
 		k := c.keysByID[p.KeyID]
+		if k == nil && p.KeyID == "" && c.s.KeysExpire {
+			continue // its key was reaped; the count above still holds it to its request
+		}
 		if k == nil {
 			c.fail("payment", p.ID, "made by no known key (idempotency_key_id %q)", p.KeyID)
 			continue

@@ -53,11 +53,11 @@ func world() (*Snapshot, []Record) {
 		Keys: keys,
 		Payments: []Payment{
 			{ID: "pay_A", UserID: alice, Amount: 2000, Currency: "usd", Status: "succeeded", Capture: true, AmountCaptured: 2000,
-				AmountRefunded: 500, PaymentMethod: "pm_card_visa", StripePaymentIntent: "pi_A", KeyID: "key-a"},
+				AmountRefunded: 500, PaymentMethod: "pm_card_visa", StripePaymentIntent: "pi_A", KeyID: "key-a", ChaosKey: "k-a"},
 			{ID: "pay_B", UserID: alice, Amount: 900, Currency: "usd", Status: "failed", Capture: true, PaymentMethod: "pm_card_chargeDeclined",
-				StripePaymentIntent: "pi_B", FailureCode: "generic_decline", KeyID: "key-b"},
+				StripePaymentIntent: "pi_B", FailureCode: "generic_decline", KeyID: "key-b", ChaosKey: "k-b"},
 			{ID: "pay_C", UserID: alice, Amount: 700, Currency: "eur", Status: "canceled", PaymentMethod: "pm_card_mastercard",
-				StripePaymentIntent: "pi_C", KeyID: "key-c"},
+				StripePaymentIntent: "pi_C", KeyID: "key-c", ChaosKey: "k-c"},
 		},
 		Refunds: []Refund{{ID: "re_1", PaymentID: "pay_A", Amount: 500, Status: "succeeded", StripeRefund: "re_sim1", KeyID: "key-a-refund"}},
 		Events: []Event{
@@ -108,6 +108,20 @@ func TestCheck_aConsistentWorldHasNoViolation(t *testing.T) {
 	require.Empty(t, Check(s, records))
 }
 
+// With a short key TTL a finished key's row may be reaped before the
+// snapshot, and its payment's idempotency_key_id set to null: that alone is
+// no violation.
+func TestCheck_aReapedKeyIsNoViolationWhenKeysExpire(t *testing.T) {
+	t.Parallel()
+	s, records := world()
+	s.KeysExpire = true
+	s.Keys = slices.DeleteFunc(s.Keys, func(k Key) bool { return k.Key == "k-a" })
+	s.Payments[0].KeyID = ""
+	require.Empty(t, Check(s, records))
+	s.KeysExpire = false
+	require.NotEmpty(t, Check(s, records), "with a day's TTL, the same world is broken")
+}
+
 // Each case breaks the consistent world in one way that a bug in the
 // service could, and names the violation the checker must report.
 func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
@@ -124,6 +138,18 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 		rule, key  string
 		additional bool // other rules may fire too
 	}{
+		{"a fresh key's first request answered 409", func(s *Snapshot, r []Record) []Record {
+			r[0].FreshGot409 = true
+			return r
+		}, "fresh-409", "k-a", false},
+		{"a create request executed again after its key expired: a second payment, its first key reaped", func(s *Snapshot, r []Record) []Record {
+			s.KeysExpire = true
+			s.Payments = append(s.Payments, Payment{ID: "pay_A2", UserID: 1, Amount: 2000, Currency: "usd", Status: "succeeded",
+				Capture: true, AmountCaptured: 2000, PaymentMethod: "pm_card_visa", StripePaymentIntent: "pi_A2", ChaosKey: "k-a"})
+			s.Sim.PaymentIntents = append(s.Sim.PaymentIntents, SimPaymentIntent{ID: "pi_A2", Amount: 2000, AmountReceived: 2000,
+				Currency: "usd", Status: "succeeded", Metadata: map[string]string{"payment": "pay_A2"}})
+			return r
+		}, "payment", "k-a", true},
 		{"two PaymentIntents for one payment", func(s *Snapshot, r []Record) []Record {
 			s.Sim.PaymentIntents = append(s.Sim.PaymentIntents, SimPaymentIntent{ID: "pi_A2", Amount: 2000, AmountReceived: 2000,
 				Currency: "usd", Status: "succeeded", Metadata: map[string]string{"payment": "pay_A"}})

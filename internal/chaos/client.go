@@ -48,11 +48,23 @@ func newDriver(instances []*Instance, ledger *Ledger, stats *Stats, budget time.
 // send sends r until a final answer and returns it; ok is false when the
 // budget ran out (or ctx ended) first. Each attempt is counted in r.
 func (d *driver) send(ctx context.Context, rng *rand.Rand, r *Record, apiKey string) (a Answer, ok bool) {
-	return d.sendFirstTo(ctx, rng, -1, r, apiKey)
+	return d.sendWith(ctx, rng, sendOptions{first: -1}, r, apiKey)
 }
 
-// sendFirstTo is send with the first attempt to instance first (-1: any).
-func (d *driver) sendFirstTo(ctx context.Context, rng *rand.Rand, first int, r *Record, apiKey string) (a Answer, ok bool) {
+// sendOptions say how sendWith goes about a request.
+type sendOptions struct {
+	first int // the instance of the first attempt (-1: any)
+	// fresh: this is the key's very first request, and no other sender has
+	// it: a 409 to its first attempt is a broken promise (rule 5).
+	fresh bool
+	// comeBackAfter, when set, is how long the client waits after its
+	// first 503 before it tries again (a client that comes back late).
+	comeBackAfter time.Duration
+}
+
+// sendWith is send as opts say.
+func (d *driver) sendWith(ctx context.Context, rng *rand.Rand, opts sendOptions, r *Record, apiKey string) (a Answer, ok bool) {
+	first := opts.first
 	deadline := time.Now().Add(d.budget)
 	for attempt := 0; attempt < maxAttemptsEach; attempt++ {
 		if attempt > 0 {
@@ -62,9 +74,13 @@ func (d *driver) sendFirstTo(ctx context.Context, rng *rand.Rand, first int, r *
 		if attempt == 0 && first >= 0 {
 			in = d.instances[first%len(d.instances)]
 		}
+		started := time.Now()
 		status, body, header, err := d.attempt(ctx, in.URL(), r, apiKey)
 		d.ledger.Update(r, func(r *Record) { r.Attempts++ })
 		d.stats.Add("attempts", 1)
+		if attempt == 0 && opts.fresh && status == http.StatusConflict {
+			d.ledger.Update(r, func(r *Record) { r.FreshGot409 = true })
+		}
 		var retryAfter time.Duration
 		switch {
 		case err != nil:
@@ -80,7 +96,7 @@ func (d *driver) sendFirstTo(ctx context.Context, rng *rand.Rand, first int, r *
 		default:
 			d.stats.Add("final: "+strconv.Itoa(status), 1)
 			return Answer{Status: status, Body: body, Replayed: header.Get("Idempotent-Replayed") == "true",
-				KeyEcho: header.Get("Idempotency-Key")}, true
+				KeyEcho: header.Get("Idempotency-Key"), At: time.Now()}, true
 		}
 		if header != nil {
 			if secs, err := strconv.Atoi(header.Get("Retry-After")); err == nil {
@@ -90,6 +106,12 @@ func (d *driver) sendFirstTo(ctx context.Context, rng *rand.Rand, first int, r *
 		wait := time.Duration(rng.Int64N(int64(min(maxBackoff, minBackoff<<min(attempt, 10)))))
 		if retryAfter > 0 {
 			wait = max(wait, retryAfter/2+time.Duration(rng.Int64N(int64(retryAfter/2))))
+		}
+		if status == http.StatusServiceUnavailable && opts.comeBackAfter > 0 {
+			// Counted from the attempt's start: the key was claimed after it.
+			wait, opts.comeBackAfter = max(0, opts.comeBackAfter-time.Since(started)), 0
+			d.ledger.Update(r, func(r *Record) { r.CameBackLate = true })
+			d.stats.Add("came back after the key's TTL", 1)
 		}
 		if time.Now().Add(wait).After(deadline) {
 			break

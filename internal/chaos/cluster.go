@@ -33,7 +33,13 @@ type ClusterConfig struct {
 	DatabaseURL string
 	LogDir      string
 	LockTimeout time.Duration
+	KeyTTL      time.Duration // 0: the service's default
 }
+
+// completerGrace is the worker's PAYMENTS_COMPLETER_GRACE: an abandoned
+// key is finished by the completer that long after its last try, at the
+// earliest.
+const completerGrace = 2 * time.Second
 
 // Cluster is the processes of a run: the simulator, two API instances on
 // one database, one worker, and the webhook relay between the simulator and
@@ -74,6 +80,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 		"DATABASE_URL=" + cfg.DatabaseURL, "STRIPE_API_BASE=" + c.SimURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
 		"PAYMENTS_LOCK_TIMEOUT=" + cfg.LockTimeout.String(), "PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s",
 	}
+	if cfg.KeyTTL > 0 {
+		common = append(common, "PAYMENTS_IDEMPOTENCY_KEY_TTL="+cfg.KeyTTL.String())
+	}
 	for _, name := range []string{"serve-a", "serve-b"} {
 		in := &Instance{Name: name, cluster: c, args: []string{"serve"}, env: common, ready: apiListening, api: true}
 		if err := in.Start(ctx, ""); err != nil {
@@ -82,7 +91,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 		c.Serve = append(c.Serve, in)
 	}
 	c.Worker = &Instance{Name: "worker", cluster: c, args: []string{"worker"}, ready: metricsListening, env: append(common,
-		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_COMPLETER_GRACE=1s",
+		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_COMPLETER_GRACE="+completerGrace.String(),
 		"PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms")}
 	if err := c.Worker.Start(ctx, ""); err != nil {
 		return nil, err

@@ -39,6 +39,13 @@ type Config struct {
 	KillWorker bool
 	// LockTimeout is the service's PAYMENTS_LOCK_TIMEOUT (CHAOS_LOCK_TIMEOUT).
 	LockTimeout time.Duration
+	// KeyTTL is the service's PAYMENTS_IDEMPOTENCY_KEY_TTL (CHAOS_KEY_TTL;
+	// 0: the service's default, a day). Short, keys expire during the run:
+	// some clients that got a 503 come back only after the TTL (a late
+	// finish) and replay their answer at once, which must be a replay (API.md
+	// rule 8); replays of older answers are not sent, since such a key may
+	// rightly be new again, and the checker allows for reaped keys.
+	KeyTTL time.Duration
 	// WebhookDuplicates is the share of webhook events delivered twice
 	// (CHAOS_WEBHOOK_DUPLICATES).
 	WebhookDuplicates float64
@@ -67,6 +74,7 @@ func DefaultConfig() Config {
 		CrashInterval:     3 * time.Second,
 		KillWorker:        false,
 		LockTimeout:       2 * time.Second,
+		KeyTTL:            10 * time.Second,
 		WebhookDuplicates: 0.1,
 		RequestBudget:     2 * time.Minute,
 		SettleTimeout:     60 * time.Second,
@@ -90,6 +98,7 @@ func ConfigFromEnv() (Config, error) {
 	duration("CHAOS_CRASH_INTERVAL", &cfg.CrashInterval)
 	duration("CHAOS_THINK", &cfg.Think)
 	duration("CHAOS_LOCK_TIMEOUT", &cfg.LockTimeout)
+	duration("CHAOS_KEY_TTL", &cfg.KeyTTL)
 	duration("CHAOS_REQUEST_BUDGET", &cfg.RequestBudget)
 	duration("CHAOS_SETTLE_TIMEOUT", &cfg.SettleTimeout)
 	if v, ok := os.LookupEnv("CHAOS_CLIENTS"); ok {
@@ -141,6 +150,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("chaos: crash interval %v is under 500ms", cfg.CrashInterval)
 	case cfg.LockTimeout < 300*time.Millisecond:
 		return fmt.Errorf("chaos: lock timeout %v is under 300ms", cfg.LockTimeout)
+	case cfg.KeyTTL != 0 && cfg.KeyTTL < 5*time.Second:
+		return fmt.Errorf("chaos: key TTL %v is under 5s: clients could not replay their answers inside it", cfg.KeyTTL)
 	case cfg.WebhookDuplicates < 0 || cfg.WebhookDuplicates > 1:
 		return fmt.Errorf("chaos: webhook duplicate share %v is not in [0, 1]", cfg.WebhookDuplicates)
 	case cfg.RequestBudget < time.Second || cfg.SettleTimeout < time.Second:

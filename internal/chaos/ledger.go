@@ -3,6 +3,7 @@ package chaos
 import (
 	"slices"
 	"sync"
+	"time"
 )
 
 // Op is what a logical request does.
@@ -47,6 +48,12 @@ type Record struct {
 	Attempts int
 	// GaveUp is set when a sender ran out of its retry budget.
 	GaveUp bool
+	// FreshGot409 is set when the very first attempt with the key, by its
+	// only sender, was answered 409: no other request held the key.
+	FreshGot409 bool
+	// CameBackLate is set when the client, answered 503, waited past the
+	// key's TTL (since its claim) before it tried again: a late finish.
+	CameBackLate bool
 }
 
 // Answer is one final HTTP answer.
@@ -55,6 +62,7 @@ type Answer struct {
 	Body     []byte
 	Replayed bool   // Idempotent-Replayed: true
 	KeyEcho  string // the Idempotency-Key header of the response
+	At       time.Time
 }
 
 // Expect is the answer a request should get: Want, or Alt when the request

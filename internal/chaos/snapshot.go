@@ -24,6 +24,9 @@ type Snapshot struct {
 	StagedJobs []StagedJob
 	RiverJobs  []RiverJob
 	Sim        SimState
+	// KeysExpire is set when the run's key TTL was short: a key's row may
+	// rightly be gone (reaped), and a payment's key with it.
+	KeysExpire bool
 }
 
 // Payment is a row of payments.
@@ -40,6 +43,10 @@ type Payment struct {
 	StripePaymentIntent string // "" when null
 	FailureCode         string
 	KeyID               string // idempotency_key_id; "" when null
+	// ChaosKey is the metadata the chaos clients put on every payment they
+	// create: the Idempotency-Key of the create request. Unlike KeyID it
+	// outlives the key's row.
+	ChaosKey string
 }
 
 // Refund is a row of refunds.
@@ -170,7 +177,8 @@ type SimEvent struct {
 // not to the service, and one of them reads River's own table.
 const (
 	paymentsQuery = `SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded,
-	payment_method, coalesce(stripe_payment_intent, ''), coalesce(failure_code, ''), coalesce(idempotency_key_id::text, '')
+	payment_method, coalesce(stripe_payment_intent, ''), coalesce(failure_code, ''), coalesce(idempotency_key_id::text, ''),
+	coalesce(metadata->>'chaos_key', '')
 FROM payments ORDER BY created_at, id`
 	refundsQuery = `SELECT id, payment_id, amount, status, coalesce(stripe_refund, ''), coalesce(idempotency_key_id::text, '')
 FROM refunds ORDER BY created_at, id`
@@ -193,7 +201,7 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, simURL string) (*Snap
 	var err error
 	if s.Payments, err = queryAll(ctx, pool, paymentsQuery, func(r pgx.Rows, p *Payment) error {
 		return r.Scan(&p.ID, &p.UserID, &p.Amount, &p.Currency, &p.Status, &p.Capture, &p.AmountCaptured, &p.AmountRefunded,
-			&p.PaymentMethod, &p.StripePaymentIntent, &p.FailureCode, &p.KeyID)
+			&p.PaymentMethod, &p.StripePaymentIntent, &p.FailureCode, &p.KeyID, &p.ChaosKey)
 	}); err != nil {
 		return nil, err
 	}

@@ -37,7 +37,9 @@ type client struct {
 	d     *driver
 	users []user
 	think time.Duration // mean pause between chains
-	seq   int
+	// keyTTL is the service's key TTL when the run made it short (0: a day).
+	keyTTL time.Duration
+	seq    int
 	// done are this client's finished requests, the latest few hundred,
 	// for replays and reuses.
 	done []*Record
@@ -190,12 +192,22 @@ func (c *client) refunds(ctx context.Context, u user, pay string, captured int64
 }
 
 // replayOrReuse now and then sends an earlier finished request again (its
-// answer must be the same bytes), or its key with another body (422).
+// answer must be the same bytes), or its key with another body (422). With
+// a short key TTL only a request answered moments ago is chosen: an older
+// one's key may rightly be new again.
 func (c *client) replayOrReuse(ctx context.Context) {
 	if len(c.done) == 0 {
 		return
 	}
 	r := c.done[c.rng.IntN(len(c.done))]
+	if c.keyTTL > 0 {
+		r = c.done[len(c.done)-1]
+		var answered time.Time
+		c.d.ledger.Update(r, func(r *Record) { answered = r.Finals[0].At })
+		if time.Since(answered) > c.keyTTL/4 {
+			return
+		}
+	}
 	switch x := c.rng.Float64(); {
 	case x < 0.15:
 		c.replay(ctx, r)
@@ -236,7 +248,9 @@ func (c *client) reuse(ctx context.Context, r *Record) {
 
 // send sends r, sometimes "double-clicked": twice at once with the same
 // key, first to one instance and to the other; both senders retry until
-// final and both answers are recorded.
+// final and both answers are recorded. With a short key TTL, a lone sender
+// answered 503 sometimes comes back only after the TTL, and then replays
+// its answer at once: the key must not have expired under it (rule 8).
 func (c *client) send(ctx context.Context, u user, r *Record) (Answer, bool) {
 	c.register(r)
 	senders, firstTo := 1, -1
@@ -244,27 +258,36 @@ func (c *client) send(ctx context.Context, u user, r *Record) (Answer, bool) {
 		senders, firstTo = 2, c.rng.IntN(2)
 		c.d.stats.Add("double clicks", 1)
 	}
+	opts := sendOptions{first: -1, fresh: senders == 1}
+	if senders == 1 && c.keyTTL > 0 && c.rng.Float64() < 0.5 {
+		// Past the TTL since the claim, but before the completer's finish
+		// (a grace after the claim, at the earliest) is a TTL old.
+		opts.comeBackAfter = c.keyTTL + completerGrace/4
+	}
 	var wg sync.WaitGroup
 	for i, rng := range c.rngs(senders) {
-		to := -1
 		if firstTo >= 0 {
-			to = firstTo + i
+			opts.first = firstTo + i
 		}
 		wg.Go(func() {
-			a, ok := c.d.sendFirstTo(ctx, rng, to, r, u.apiKey)
+			a, ok := c.d.sendWith(ctx, rng, opts, r, u.apiKey)
 			c.recordAnswer(r, a, ok)
 		})
 	}
 	wg.Wait()
 	var first Answer
-	ok := false
+	ok, late := false, false
 	c.d.ledger.Update(r, func(r *Record) {
 		if len(r.Finals) > 0 {
 			first, ok = r.Finals[0], true
 		}
+		late = r.CameBackLate
 	})
 	if ok {
 		c.remember(r)
+		if late {
+			c.replay(ctx, r)
+		}
 	}
 	return first, ok
 }
@@ -279,7 +302,7 @@ func (c *client) sendAll(ctx context.Context, u user, rs ...*Record) []Answer {
 		c.register(r)
 		rng := rngs[i]
 		wg.Go(func() {
-			answers[i], oks[i] = c.d.send(ctx, rng, r, u.apiKey)
+			answers[i], oks[i] = c.d.sendWith(ctx, rng, sendOptions{first: -1, fresh: true}, r, u.apiKey)
 			c.recordAnswer(r, answers[i], oks[i])
 		})
 	}

@@ -14,9 +14,13 @@
 //   - When the parent process dies, even by SIGKILL, the kernel sends the server
 //     SIGINT (a parent-death signal), which is PostgreSQL's fast shutdown: no
 //     server lingers after us.
-//   - A postmaster.pid left behind by a server that is gone does not stop the
-//     next start; a server of ours that is somehow still running on the same
-//     data directory is shut down first.
+//   - A start right after a crash waits for the crashed run's server, still
+//     shutting down, and all its processes to exit (a server of an earlier
+//     run somehow still running on the cluster is shut down first); the
+//     cluster is known by its real directory, also when DataDir is a
+//     symlink. Only then is a postmaster.pid left behind removed, so a live
+//     server's lock is never taken away, and one whose PID now belongs to
+//     another process does not stop the start.
 //
 // PostgreSQL refuses to run as root. When we are root, initdb and postgres run
 // as the unprivileged "postgres" OS user, which owns the cluster directory.

@@ -61,8 +61,9 @@ const (
 	stopTimeout   = 30 * time.Second
 )
 
-// Start initialises the cluster if needed, clears a stale lock left by a
-// server that died, starts postgres and waits until it accepts connections.
+// Start initialises the cluster if needed, waits for a server of an earlier
+// run on the same cluster to exit, clears the stale locks it left, starts
+// postgres and waits until it accepts connections.
 func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)
@@ -92,7 +93,10 @@ func Start(ctx context.Context, cfg Config) (*Server, error) {
 	if err := s.prepareSocketDir(); err != nil {
 		return nil, err
 	}
-	if err := clearStaleLocks(ctx, cfg.Logger, dataDir, s.socketDir); err != nil {
+	// The resolved directory, not dataDir: a server of an earlier run is
+	// known by where it really works, and a relocated cluster's DataDir is a
+	// symlink.
+	if err := clearStaleLocks(ctx, cfg.Logger, s.cfg.DataDir, s.socketDir); err != nil {
 		return nil, err
 	}
 	if err := s.start(binDir); err != nil {

@@ -26,6 +26,7 @@ import (
 // made once and given its finished keys once.
 const (
 	tmplPayments = "payments_template" // migrated, the users, the preload
+	tmplYoung    = "young_template"    // migrated, the users, nothing else: a first start
 	tmplNaive    = "naive_template"    // the baseline's schema, the preload
 	dbPayments   = "payments"          // A-own, B, D, E
 	dbReplay     = "payments_replay"   // C
@@ -80,6 +81,11 @@ func newBench(ctx context.Context, o options, log *slog.Logger) (*bench, error) 
 		return nil, fmt.Errorf("migrating %s: %w", tmplPayments, err)
 	}
 	if err := b.createUsers(ctx, tmplPayments); err != nil {
+		return nil, err
+	}
+	// Before the preload: B-young starts from the tables as a new
+	// deployment has them.
+	if err := b.clone(ctx, tmplYoung, tmplPayments); err != nil {
 		return nil, err
 	}
 	if err := b.server.CreateDatabase(ctx, tmplNaive); err != nil {

@@ -65,7 +65,7 @@ type options struct {
 }
 
 // allScenarios in the order they run at each client count.
-var allScenarios = []string{"A-naive", "A-own", "B", "E", "C", "D"}
+var allScenarios = []string{"A-naive", "A-own", "B", "B-young", "E", "C", "D"}
 
 // gogc is the garbage collector's setting in force (see internal/tuning).
 var gogc string

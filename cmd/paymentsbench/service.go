@@ -232,8 +232,12 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 			},
 		}, nil
 
-	case "B", "E", "D":
-		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
+	case "B", "B-young", "E", "D":
+		template := tmplPayments
+		if name == "B-young" {
+			template = tmplYoung // empty tables: every index is a page or two
+		}
+		if err := b.clone(ctx, dbPayments, template); err != nil {
 			return nil, err
 		}
 		svc, err := b.startService(ctx, dbPayments, name != "E", tracer)

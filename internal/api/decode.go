@@ -2,6 +2,7 @@ package api
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -51,11 +52,13 @@ func readBody(r *http.Request) ([]byte, error) {
 //   - Numbers. The canonical form keeps a number's text; an integer field
 //     accepts only the text strconv.FormatInt writes for its value (no -0,
 //     no 2.0e3, no 2000.0), so one value has one spelling.
-//   - Strings. Both sides decode escapes the same way ("\u0075sd" is "usd"),
-//     and encoding/json writes a decoded string back in one way only. The
-//     exceptions are invalid UTF-8 and lone UTF-16 surrogates, which both
-//     would turn into U+FFFD: they are refused before decoding (checkText,
-//     which also refuses NUL, which PostgreSQL cannot store).
+//   - Strings. Both sides decode escapes with the same code ("\u0075sd" is
+//     "usd"), and encoding/json writes a decoded string back in one way
+//     only. Invalid UTF-8 and lone UTF-16 surrogates both sides would turn
+//     into U+FFFD alike, which keeps the correspondence but is not what the
+//     client sent: they are refused (utf8.Valid and checkSurrogates here,
+//     checkText for each string, which also refuses NUL, which PostgreSQL
+//     cannot store).
 //   - Everything else (white space, key order) the canonical form removes
 //     and decoding ignores.
 //
@@ -113,7 +116,7 @@ func walkStrict(dec *json.Decoder, t reflect.Type, path string) error {
 		}
 		return validationFailed("%s is null: leave a field out instead of sending null.", path)
 	case string:
-		return checkText(tok, path)
+		return checkText(tok, cmp.Or(path, "The body"))
 	case json.Number:
 		if isInt(t.Kind()) {
 			if n, err := strconv.ParseInt(tok.String(), 10, 64); err != nil || strconv.FormatInt(n, 10) != tok.String() {
@@ -213,7 +216,7 @@ func objectKey(dec *json.Decoder, path string) (string, error) {
 		return "", err
 	}
 	key, _ := tok.(string) // the decoder's syntax check allows nothing else here
-	where := "a key"
+	where := "A key"
 	if path != "" {
 		where = path + ": a key"
 	}

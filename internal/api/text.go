@@ -12,11 +12,11 @@ import (
 )
 
 // Text from a client is valid UTF-8 without NUL (API.md section 2), wherever
-// it comes from: PostgreSQL stores nothing else in a text column, and what
-// encoding/json and url.Query would quietly turn into U+FFFD is not what the
-// client sent. It is checked at the edge, once per source: body strings by
-// decodeJSON (keys and values), query parameters by checkQuery, path
-// parameters by pathParam.
+// it comes from: PostgreSQL takes nothing else as text (a query with it
+// failed, and the client got a 500), and what encoding/json would quietly
+// turn into U+FFFD is not what the client sent. It is checked at the edge,
+// once per source: body strings by decodeJSON (keys and values), query
+// parameters by checkQuery, path parameters by pathParam.
 
 // isText reports whether s is valid UTF-8 without NUL.
 func isText(s string) bool {

@@ -50,6 +50,7 @@ FUZZTIME ?= 10s
 FUZZ_TARGETS := \
 	./internal/api:FuzzParseIdempotencyKey \
 	./internal/api:FuzzDecodeCreatePayment \
+	./internal/api:FuzzHandler \
 	./internal/recovery:FuzzCanonicalJSON \
 	./internal/webhooks:FuzzVerify
 

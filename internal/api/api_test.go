@@ -27,6 +27,7 @@ import (
 	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/stripesim"
 	"github.com/example/payments/internal/users"
+	"github.com/example/payments/internal/webhooks"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -49,7 +50,7 @@ type setupOpts struct {
 
 // setup serves the API on a fresh database, with the Stripe simulator
 // behind it over real HTTP.
-func setup(t *testing.T, opts ...setupOpts) *testBundle {
+func setup(t testing.TB, opts ...setupOpts) *testBundle {
 	t.Helper()
 	var o setupOpts
 	if len(opts) > 0 {
@@ -66,9 +67,12 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 
 	o.engine.Pool = pool
 	engine := recovery.New(o.engine)
+	reg := prometheus.NewRegistry()
 	handler := api.NewHandler(api.Config{
 		Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe),
-		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), RateLimit: o.rateLimit,
+		// As in the service, with a secret no test signs with: deliveries are refused.
+		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: "whsec_test_api", Registry: reg}),
+		Logger:   slog.New(slog.DiscardHandler), Registry: reg, RateLimit: o.rateLimit,
 	})
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)

@@ -3,9 +3,6 @@ package api
 import (
 	"errors"
 	"net/http"
-	"net/url"
-
-	"github.com/go-chi/chi/v5"
 
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
@@ -29,8 +26,9 @@ type keyObject struct {
 // getIdempotencyKey answers GET /v1/idempotency_keys/{key}: where one of the
 // caller's requests stands.
 func (s *Server) getIdempotencyKey(w http.ResponseWriter, r *http.Request) error {
-	key, ok := ParseIdempotencyKey(keyParam(r))
-	if !ok {
+	param, ok := pathParam(r, "key")
+	key, valid := ParseIdempotencyKey(param)
+	if !ok || !valid {
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such idempotency key.")
 	}
 	k, err := s.engine.Lookup(r.Context(), userFrom(r.Context()).ID, key)
@@ -53,20 +51,4 @@ func (s *Server) getIdempotencyKey(w http.ResponseWriter, r *http.Request) error
 	}
 	writeJSON(w, http.StatusOK, obj)
 	return nil
-}
-
-// keyParam is the {key} of the path, unescaped. chi routes on r.URL.RawPath
-// when it is set, that is when the path holds escapes its decoded form cannot
-// reproduce (a key holding "/" arrives as %2F), and its parameters are then
-// still escaped.
-func keyParam(r *http.Request) string {
-	key := chi.URLParam(r, "key")
-	if r.URL.RawPath == "" {
-		return key
-	}
-	unescaped, err := url.PathUnescape(key)
-	if err != nil {
-		return "" // not a key: 404
-	}
-	return unescaped
 }

@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"strconv"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 )
@@ -123,7 +121,11 @@ func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
 	if err != nil {
 		return err
 	}
-	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, chi.URLParam(r, "id"))
+	id, ok := pathParam(r, "id")
+	if !ok {
+		return payments.ErrNotFound
+	}
+	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, id)
 	if err != nil {
 		return err
 	}
@@ -138,7 +140,11 @@ func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
 
 // getPayment answers GET /v1/payments/{id}.
 func (s *Server) getPayment(w http.ResponseWriter, r *http.Request) error {
-	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, chi.URLParam(r, "id"))
+	id, ok := pathParam(r, "id")
+	if !ok {
+		return payments.ErrNotFound
+	}
+	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, id)
 	if err != nil {
 		return err
 	}

@@ -3,8 +3,6 @@ package api
 import (
 	"net/http"
 
-	"github.com/go-chi/chi/v5"
-
 	"github.com/example/payments/internal/payments"
 )
 
@@ -63,7 +61,11 @@ func (req createRefundRequest) validate() (payments.RefundParams, error) {
 
 // getRefund answers GET /v1/refunds/{id}.
 func (s *Server) getRefund(w http.ResponseWriter, r *http.Request) error {
-	re, err := payments.GetRefund(r.Context(), s.pool, userFrom(r.Context()).ID, chi.URLParam(r, "id"))
+	id, ok := pathParam(r, "id")
+	if !ok {
+		return payments.ErrRefundNotFound
+	}
+	re, err := payments.GetRefund(r.Context(), s.pool, userFrom(r.Context()).ID, id)
 	if err != nil {
 		return err
 	}

@@ -80,7 +80,7 @@ func NewHandler(cfg Config) http.Handler {
 	// Stripe signs its deliveries instead of sending an API key.
 	r.Post("/v1/stripe/webhooks", s.handle(s.receiveStripeWebhook))
 	r.Route("/v1", func(r chi.Router) {
-		r.Use(echoIdempotencyKey, s.authenticate, s.limitRate, limitJSONBody)
+		r.Use(echoIdempotencyKey, s.authenticate, s.limitRate, limitJSONBody, checkQuery)
 		r.Get("/payments", s.handle(s.listPayments))
 		r.Post("/payments", s.handle(s.createPayment))
 		r.Get("/payments/{id}", s.handle(s.getPayment))

@@ -10,6 +10,12 @@ import (
 // Fingerprint identifies a request: SHA-256 over its method, path and
 // canonical JSON body. Two requests that differ only in the order of object
 // keys or in white space have the same fingerprint.
+//
+// The canonical form keeps what a lenient decoder would lose: a key given
+// twice collapses to the last, but a key in another case, a null and a
+// number's spelling stay as written. That the fingerprint stands for exactly
+// one request, and one request for exactly one fingerprint, is the API
+// decoder's part (api.decodeJSON refuses all of those): see its comment.
 func Fingerprint(method, path string, body []byte) ([]byte, error) {
 	canonical, err := CanonicalJSON(body)
 	if err != nil {

@@ -48,7 +48,14 @@ func TestFingerprint_methodPathAndCanonicalBody(t *testing.T) {
 	}
 	base := fp("POST", "/v1/payments", `{"amount":1,"currency":"usd"}`)
 	require.Equal(t, base, fp("POST", "/v1/payments", "{ \"currency\": \"usd\",\n \"amount\": 1 }"))
+	require.Equal(t, base, fp("POST", "/v1/payments", `{"amount":1,"\u0063urrency":"\u0075sd"}`),
+		"strings and keys are compared decoded, as the API's decoder reads them")
 	require.NotEqual(t, base, fp("POST", "/v1/payments", `{"amount":2,"currency":"usd"}`))
+	for _, other := range []string{`{"amount":1.0,"currency":"usd"}`, `{"amount":1e0,"currency":"usd"}`,
+		`{"AMOUNT":1,"currency":"usd"}`, `{"amount":1,"currency":"usd","description":null}`} {
+		require.NotEqual(t, base, fp("POST", "/v1/payments", other),
+			"%s keeps its spelling: the API's decoder refuses it rather than read it as the base request", other)
+	}
 	require.NotEqual(t, base, fp("POST", "/v1/refunds", `{"amount":1,"currency":"usd"}`))
 	require.NotEqual(t, base, fp("PUT", "/v1/payments", `{"amount":1,"currency":"usd"}`))
 	require.Equal(t, fp("POST", "/v1/payments/pay_1/capture", ""), fp("POST", "/v1/payments/pay_1/capture", "{}"),

@@ -29,6 +29,7 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 //	replay-identical  every later answer to its key is byte-identical and marked replayed
 //	executed-twice    at most one of those answers was not a replay
 //	reuse-422         the key with another body is 422 idempotency_key_reused
+//	hostile-400       an ambiguous or unstorable body is 400 validation_failed, and stores nothing
 //	key-echo          every answer echoes the Idempotency-Key
 //	stored-answer     the stored response is the answer the client got
 //	expected-answer   the answer is the one the request calls for
@@ -170,6 +171,11 @@ func (c *checker) checkAnswers() {
 			if a.KeyEcho != r.Key {
 				c.fail("key-echo", r.Key, "a %d answer echoed Idempotency-Key %q", a.Status, a.KeyEcho)
 				break
+			}
+		}
+		for _, a := range r.Hostile {
+			if a.Status != 400 || field(a.Body, "code") != "validation_failed" {
+				c.fail("hostile-400", r.Key, "a hostile body got %d %s, want 400 validation_failed", a.Status, clip(a.Body))
 			}
 		}
 		for _, a := range r.Reuses {

@@ -138,6 +138,10 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 		rule, key  string
 		additional bool // other rules may fire too
 	}{
+		{"a hostile body answered 500", func(s *Snapshot, r []Record) []Record {
+			r[0].Hostile = []Answer{{Status: 500, Body: []byte(`{"status":500,"code":"internal"}`)}}
+			return r
+		}, "hostile-400", "k-a", false},
 		{"a fresh key's first request answered 409", func(s *Snapshot, r []Record) []Record {
 			r[0].FreshGot409 = true
 			return r

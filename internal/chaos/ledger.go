@@ -44,6 +44,12 @@ type Record struct {
 	// final; Reuses the answers to the same key with another body.
 	Replays []Answer
 	Reuses  []Answer
+	// Hostile are the answers to bodies sent with the key before the
+	// request itself: the same request made ambiguous (a field twice, in
+	// another case) or holding text no database stores (NUL, invalid
+	// UTF-8). Each must be 400 validation_failed, storing nothing, so the
+	// request that follows with the same key runs as if they never came.
+	Hostile []Answer
 	// Attempts counts every HTTP attempt of every sender.
 	Attempts int
 	// GaveUp is set when a sender ran out of its retry budget.

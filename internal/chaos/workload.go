@@ -84,6 +84,9 @@ func (c *client) chain(ctx context.Context) {
 	}
 	create := c.record(u, key, OpCreate, "/v1/payments", body, Expect{Want: want})
 	create.Amount, create.Currency, create.PaymentMethod, create.Capture = amount, currency, card, capture
+	if c.rng.Float64() < 0.1 {
+		c.hostile(ctx, u, create)
+	}
 	a, ok := c.send(ctx, u, create)
 	switch {
 	case !ok:
@@ -188,6 +191,35 @@ func (c *client) refunds(ctx context.Context, u user, pay string, captured int64
 		c.sendAll(ctx, u,
 			c.refundRecord(u, pay, a, Expect{Want: Outcome{Status: 201, ObjectStatus: "succeeded", Amount: a}, Alt: &refused, Race: race}),
 			c.refundRecord(u, pay, b, Expect{Want: Outcome{Status: 201, ObjectStatus: "succeeded", Amount: b}, Alt: &refused, Race: race}))
+	}
+}
+
+// hostileBodies make r's body ambiguous (two parsers could read different
+// requests in it) or unstorable (PostgreSQL refuses NUL and invalid UTF-8
+// in text).
+var hostileBodies = []func(body []byte) []byte{
+	func(b []byte) []byte { return append([]byte(`{"AMOUNT":99999999,`), b[1:]...) },
+	func(b []byte) []byte { return append([]byte(`{"amount":50,`), b[1:]...) },
+	func(b []byte) []byte { return append([]byte(`{"description":"a\u0000b",`), b[1:]...) },
+	func(b []byte) []byte { return append([]byte("{\"description\":\"caf\xe9\","), b[1:]...) },
+}
+
+// hostile sends, with r's key and before r, one of r's body made hostile,
+// and records the answer. It is not retried like a request: an answer
+// is final whatever it is, and only a lost connection is tried again.
+func (c *client) hostile(ctx context.Context, u user, r *Record) {
+	bad := *r
+	bad.Body = hostileBodies[c.rng.IntN(len(hostileBodies))](r.Body)
+	c.d.stats.Add("hostile bodies", 1)
+	for range 5 {
+		in := c.d.instances[c.rng.IntN(len(c.d.instances))]
+		status, body, header, err := c.d.attempt(ctx, in.URL(), &bad, u.apiKey)
+		if err != nil {
+			continue
+		}
+		a := Answer{Status: status, Body: body, KeyEcho: header.Get("Idempotency-Key"), At: time.Now()}
+		c.d.ledger.Update(r, func(r *Record) { r.Hostile = append(r.Hostile, a) })
+		return
 	}
 }
 

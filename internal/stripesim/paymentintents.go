@@ -13,16 +13,22 @@ import (
 //	confirmed, approved:      succeeded (capture_method automatic)
 //	                          requires_capture (capture_method manual) --capture--> succeeded
 //	confirmed, declined:      requires_payment_method, with last_payment_error
+//	confirmed, needs 3-D Secure (pm_card_authenticationRequired):
+//	                          requires_action, with a next_action; or, with
+//	                          error_on_requires_action=true, a 402
+//	                          authentication_required and requires_payment_method
 //	canceled:                 canceled, from any status but succeeded
 //
-// Every confirmation creates a charge: the approved one is captured along
-// with the payment intent, the declined one stays failed.
+// A confirmation that reaches the card creates a charge: the approved one is
+// captured along with the payment intent, the declined one stays failed. One
+// that stops for authentication creates none, as at Stripe: the customer has
+// not authenticated, so nothing was sent to the card's issuer.
 
 // cancelableStatuses are the statuses Stripe lets a payment intent be
 // canceled from.
 var cancelableStatuses = []string{
 	statusRequiresPaymentMethod, statusRequiresCapture, statusRequiresConfirmation,
-	"requires_action", "processing",
+	statusRequiresAction, "processing",
 }
 
 // createPaymentIntent is POST /v1/payment_intents.
@@ -38,7 +44,7 @@ func (s *Simulator) createPaymentIntent(c *call) outcome {
 	if !p.confirm {
 		return succeeded(pi)
 	}
-	return s.confirm(c, pi, p.card)
+	return s.confirm(c, pi, p)
 }
 
 // paymentIntentParams are the validated parameters of a new payment intent.
@@ -47,9 +53,12 @@ type paymentIntentParams struct {
 	currency      string
 	captureMethod string
 	confirm       bool
-	paymentMethod string
-	card          testCard // the card behind paymentMethod
-	customer      string
+	// errorOnRequiresAction: a payment that needs the customer (3-D Secure)
+	// fails with a 402 instead of waiting in requires_action.
+	errorOnRequiresAction bool
+	paymentMethod         string
+	card                  testCard // the card behind paymentMethod
+	customer              string
 }
 
 func (s *Simulator) paymentIntentParams(c *call) (p paymentIntentParams, e *apiError) {
@@ -72,6 +81,9 @@ func (s *Simulator) paymentIntentParams(c *call) (p paymentIntentParams, e *apiE
 		return p, e
 	}
 	if p.confirm, e = c.boolean("confirm"); e != nil {
+		return p, e
+	}
+	if p.errorOnRequiresAction, e = c.boolean("error_on_requires_action"); e != nil {
 		return p, e
 	}
 	if p.paymentMethod, p.card, e = s.paymentMethodParam(c, p.confirm); e != nil {
@@ -139,8 +151,13 @@ func (c *call) currency() (string, *apiError) {
 }
 
 // confirm charges the payment intent's card: the decline is a stored 402,
-// an approval succeeds or waits for capture.
-func (s *Simulator) confirm(c *call, pi *paymentIntent, card testCard) outcome {
+// an approval succeeds or waits for capture; a card that needs 3-D Secure
+// stops before the charge.
+func (s *Simulator) confirm(c *call, pi *paymentIntent, p paymentIntentParams) outcome {
+	card := p.card
+	if card.needsAuthentication {
+		return s.requireAction(c, pi, card, p.errorOnRequiresAction)
+	}
 	ch := s.newCharge(pi)
 	pi.LatestCharge = &ch.ID
 
@@ -159,6 +176,36 @@ func (s *Simulator) confirm(c *call, pi *paymentIntent, card testCard) outcome {
 	}
 	s.captureCharge(pi, ch, pi.Amount)
 	s.emit(c, "payment_intent.succeeded", pi)
+	return succeeded(pi)
+}
+
+// requireAction stops a confirmation that needs the customer to
+// authenticate: the payment intent waits in requires_action, with the
+// next_action Stripe.js would carry out, or, when the request asked for an
+// error instead, goes back to requires_payment_method with a stored 402
+// authentication_required, as Stripe does.
+func (s *Simulator) requireAction(c *call, pi *paymentIntent, card testCard, errorOnRequiresAction bool) outcome {
+	if errorOnRequiresAction {
+		lastError := card.authenticationRequired(*pi.PaymentMethod)
+		pi.Status = statusRequiresPaymentMethod
+		pi.PaymentMethod = nil
+		pi.LastPaymentError = lastError
+		s.emit(c, "payment_intent.payment_failed", pi)
+		response := *lastError
+		response.PaymentIntent = snapshot(pi)
+		return failed(&response)
+	}
+	source := newID("src")
+	pi.Status = statusRequiresAction
+	pi.NextAction = snapshot(map[string]any{
+		"type": "use_stripe_sdk",
+		"use_stripe_sdk": map[string]string{
+			"type":      "three_d_secure_redirect",
+			"source":    source,
+			"stripe_js": "https://hooks.stripe.com/redirect/authenticate/" + source,
+		},
+	})
+	s.emit(c, "payment_intent.requires_action", pi)
 	return succeeded(pi)
 }
 
@@ -271,6 +318,7 @@ func (s *Simulator) cancelPaymentIntent(c *call) outcome {
 	pi.CanceledAt = &canceledAt
 	pi.CancellationReason = nullable(reason)
 	pi.AmountCapturable = 0
+	pi.NextAction = nil
 	s.emit(c, "payment_intent.canceled", pi)
 	return succeeded(pi)
 }

@@ -27,6 +27,7 @@ import (
 	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/stripesim"
 	"github.com/example/payments/internal/users"
+	"github.com/example/payments/internal/webhooks"
 )
 
 func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
@@ -37,15 +38,21 @@ const (
 )
 
 type testBundle struct {
-	pool   *pgxpool.Pool
-	server *httptest.Server
-	sim    *stripesim.Simulator
+	pool     *pgxpool.Pool
+	server   *httptest.Server
+	sim      *stripesim.Simulator
+	payments *payments.Service
 }
 
 type setupOpts struct {
 	engine    recovery.Config // Pool is filled in
 	rateLimit api.RateLimit
+	// webhooks: the simulator sends its events, signed, to the API's
+	// /v1/stripe/webhooks, as Stripe would.
+	webhooks bool
 }
+
+const webhookSecret = "whsec_api_test_0123456789"
 
 // setup serves the API on a fresh database, with the Stripe simulator
 // behind it over real HTTP.
@@ -58,7 +65,18 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
 
-	sim := stripesim.New(stripesim.Config{})
+	// The API's server starts first, so that the simulator can be told
+	// where to send webhooks; its handler is set once the rest exists.
+	var handler http.Handler
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	t.Cleanup(server.Close)
+
+	simCfg := stripesim.Config{}
+	if o.webhooks {
+		simCfg = stripesim.Config{WebhookURL: server.URL + "/v1/stripe/webhooks", WebhookSecret: webhookSecret,
+			WebhookBackoff: 10 * time.Millisecond}
+	}
+	sim := stripesim.New(simCfg)
 	simServer := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { simServer.Close(); sim.Close() })
 	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_api", APIBase: simServer.URL})
@@ -66,13 +84,14 @@ func setup(t *testing.T, opts ...setupOpts) *testBundle {
 
 	o.engine.Pool = pool
 	engine := recovery.New(o.engine)
-	handler := api.NewHandler(api.Config{
-		Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe),
-		Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), RateLimit: o.rateLimit,
+	svc := payments.NewService(pool, engine, stripe)
+	reg := prometheus.NewRegistry()
+	handler = api.NewHandler(api.Config{
+		Pool: pool, Engine: engine, Payments: svc,
+		Logger: slog.New(slog.DiscardHandler), Registry: reg, RateLimit: o.rateLimit,
+		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
 	})
-	server := httptest.NewServer(handler)
-	t.Cleanup(server.Close)
-	return &testBundle{pool: pool, server: server, sim: sim}
+	return &testBundle{pool: pool, server: server, sim: sim, payments: svc}
 }
 
 // do sends a request and returns the response with its body read.

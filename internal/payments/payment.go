@@ -37,6 +37,7 @@ type Payment struct {
 	AmountCaptured      int64
 	AmountRefunded      int64
 	PaymentMethod       string
+	Capture             bool // capture=true: never requires_capture; not part of the API object
 	StripePaymentIntent *string
 	FailureCode         *string
 	FailureMessage      *string
@@ -149,6 +150,7 @@ func fromRow(row dbsqlc.Payment) (Payment, error) {
 		AmountCaptured:      row.AmountCaptured,
 		AmountRefunded:      row.AmountRefunded,
 		PaymentMethod:       row.PaymentMethod,
+		Capture:             row.Capture,
 		StripePaymentIntent: fromText(row.StripePaymentIntent),
 		FailureCode:         fromText(row.FailureCode),
 		FailureMessage:      fromText(row.FailureMessage),

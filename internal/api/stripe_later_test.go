@@ -1,9 +1,12 @@
 package api_test
 
 import (
+	"context"
 	"net/http"
 	"testing"
+	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
 )
 
@@ -67,4 +70,78 @@ func TestCreate_threeDSecureCardWithCaptureFalse(t *testing.T) {
 	require.Empty(t, b.simRequests(http.MethodPost, "/v1/payment_intents/"+intents[0].ID+"/capture"),
 		"a payment that was never authorised is refused before Stripe")
 	require.Equal(t, "failed", b.getPayment(t, aliceKey, p.Payment).Status)
+}
+
+// getRefund reads a refund back through the API and requires a 200.
+func (b *testBundle) getRefund(t *testing.T, apiKey, id string) refundJSON {
+	t.Helper()
+	resp, data := b.do(t, http.MethodGet, "/v1/refunds/"+id, apiKey, nil, nil)
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(data))
+	return decodeRefund(t, data)
+}
+
+// refundEvents lists, oldest first, the merchant events staged for a refund.
+func (b *testBundle) refundEvents(t *testing.T, refundID string) []string {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(), `
+		SELECT args->>'type' FROM staged_jobs
+		WHERE kind = 'merchant_event' AND args->'object'->>'id' = $1
+		ORDER BY id`, refundID)
+	require.NoError(t, err)
+	types, err := pgx.CollectRows(rows, pgx.RowTo[string])
+	require.NoError(t, err)
+	return types
+}
+
+// A refund Stripe answers pending holds its amount, and becomes succeeded
+// when charge.refund.updated says so; refund.succeeded is announced then.
+func TestRefund_pendingRefundSettlesByWebhook(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{webhooks: true})
+	pay := b.createPayment(t, aliceKey, "order-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_pendingRefund"}`)
+
+	re := b.refund(t, aliceKey, "refund-1", refundBody(pay.ID, 500))
+	require.Equal(t, "pending", re.Status)
+	require.Zero(t, b.getPayment(t, aliceKey, pay.ID).AmountRefunded, "nothing went back yet")
+	resp, data := b.post(t, aliceKey, pathRefunds, "refund-2", refundBody(pay.ID, 1501))
+	requireProblem(t, resp, data, http.StatusBadRequest, "refund_not_allowed")
+	require.Empty(t, b.refundEvents(t, re.ID), "a pending refund is announced when it settles")
+
+	b.sim.Advance(2 * time.Second) // Stripe settles it, and says so
+	requireEventually(t, "the refund settles", func() bool { return b.getRefund(t, aliceKey, re.ID).Status == "succeeded" })
+	require.EqualValues(t, 500, b.getPayment(t, aliceKey, pay.ID).AmountRefunded)
+	require.Nil(t, b.getRefund(t, aliceKey, re.ID).FailureReason)
+	require.Equal(t, []string{"refund.succeeded"}, b.refundEvents(t, re.ID))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE kind = 'receipt_email' AND args->>'refund' = $1", re.ID))
+}
+
+// A refund Stripe answered succeeded fails later: its amount is given back
+// and may be refunded again, and the merchant hears refund.succeeded, then
+// refund.failed.
+func TestRefund_succeededThenFailedGivesTheAmountBack(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{webhooks: true})
+	pay := b.createPayment(t, aliceKey, "order-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_refundFail"}`)
+
+	re := b.refund(t, aliceKey, "refund-1", refundBody(pay.ID, 1500))
+	require.Equal(t, "succeeded", re.Status)
+	require.EqualValues(t, 1500, b.getPayment(t, aliceKey, pay.ID).AmountRefunded)
+	resp, data := b.post(t, aliceKey, pathRefunds, "refund-2", refundBody(pay.ID, 501))
+	requireProblem(t, resp, data, http.StatusBadRequest, "refund_not_allowed")
+
+	b.sim.Advance(2 * time.Second) // Stripe fails it, and says so
+	requireEventually(t, "the refund fails", func() bool { return b.getRefund(t, aliceKey, re.ID).Status == "failed" })
+	failed := b.getRefund(t, aliceKey, re.ID)
+	require.Equal(t, "expired_or_canceled_card", *failed.FailureReason)
+	require.Zero(t, b.getPayment(t, aliceKey, pay.ID).AmountRefunded, "the failed refund's amount is given back")
+	require.Equal(t, []string{"refund.succeeded", "refund.failed"}, b.refundEvents(t, re.ID))
+
+	again := b.refund(t, aliceKey, "refund-3", refundBody(pay.ID, 2000))
+	require.Equal(t, "succeeded", again.Status, "the amount may be refunded again")
+	require.EqualValues(t, 2000, b.getPayment(t, aliceKey, pay.ID).AmountRefunded)
+
+	// The replay of the first refund is its answer then, not its state now.
+	first, firstBody := b.post(t, aliceKey, pathRefunds, "refund-1", refundBody(pay.ID, 1500))
+	require.Equal(t, http.StatusCreated, first.StatusCode)
+	require.Equal(t, "succeeded", decodeRefund(t, firstBody).Status)
 }

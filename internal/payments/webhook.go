@@ -21,7 +21,7 @@ const (
 	EventApplied   EventOutcome = "applied"   // it moved a payment (and staged the move's event)
 	EventNoChange  EventOutcome = "no_change" // we already knew: a flow or an earlier event got there first
 	EventStale     EventOutcome = "stale"     // it is older than the last event applied to the payment
-	EventUnmatched EventOutcome = "unmatched" // no payment of ours carries its PaymentIntent
+	EventUnmatched EventOutcome = "unmatched" // no payment (or refund) of ours is its object's
 )
 
 // intentMoves says which move each PaymentIntent event reports.
@@ -69,10 +69,12 @@ func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *st
 	})
 }
 
-// ApplyChargeRefundedTx applies a charge.refunded event: the payment's
-// amount_refunded rises to the charge's, never falls (our own refund flow
-// may have raised it already, and events come in any order).
-func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge, occurred time.Time) (EventOutcome, error) {
+// ApplyChargeRefundedTx takes note of a charge.refunded event, and changes
+// nothing: a payment's amount_refunded is the sum of its succeeded refunds
+// (see refund_moves.go), which our refund flow and charge.refund.updated
+// keep. The charge's amount_refunded is no measure of it: it counts pending
+// refunds and released authorisations too, and drops when a refund fails.
+func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge) (EventOutcome, error) {
 	if ch.PaymentIntent == nil {
 		return EventUnmatched, nil
 	}
@@ -80,10 +82,7 @@ func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge, oc
 	if err != nil || pay == nil {
 		return EventUnmatched, err
 	}
-	return applyEvent(ctx, tx, *pay, occurred, func() (bool, error) {
-		row, err := queries.RaiseAmountRefunded(ctx, tx, dbsqlc.RaiseAmountRefundedParams{ID: pay.ID, AmountRefunded: ch.AmountRefunded})
-		return err == nil && row.AmountRefunded != pay.AmountRefunded, err
-	})
+	return EventNoChange, nil
 }
 
 // applyEvent ignores an event older than the payment's last applied one;

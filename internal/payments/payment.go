@@ -44,8 +44,9 @@ type Payment struct {
 	Description         *string
 	Metadata            map[string]string
 	Created             time.Time
-	// StripeEventAt is when the last Stripe webhook event applied to the
-	// payment happened; older events are stale. Not part of the API object.
+	// StripeEventAt is when the latest PaymentIntent event whose state the
+	// payment holds happened; older PaymentIntent events are stale (see
+	// ApplyIntentEventTx). Not part of the API object.
 	StripeEventAt *time.Time
 }
 

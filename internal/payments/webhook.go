@@ -20,7 +20,7 @@ type EventOutcome string
 const (
 	EventApplied   EventOutcome = "applied"   // it moved a payment (and staged the move's event)
 	EventNoChange  EventOutcome = "no_change" // we already knew: a flow or an earlier event got there first
-	EventStale     EventOutcome = "stale"     // it is older than the last event applied to the payment
+	EventStale     EventOutcome = "stale"     // it is older than the last PaymentIntent event applied to the payment
 	EventUnmatched EventOutcome = "unmatched" // no payment (or refund) of ours is its object's
 )
 
@@ -54,6 +54,17 @@ func HandlesIntentEvent(eventType string) bool { _, ok := intentMoves[eventType]
 // occurred to the payment it belongs to, inside tx. The payment is found by
 // its PaymentIntent, or by the "payment" metadata we put on every
 // PaymentIntent, for an event that outruns the flow recording it.
+//
+// The payment's staleness mark (stripe_event_at) is the time of the latest
+// PaymentIntent event whose state the payment holds: one that moved it, or
+// one that reports the status it already has. An event older than the mark
+// is stale and ignored. Only PaymentIntent events read or set the mark:
+// charge and refund events are about other objects (a refund's moves only
+// go forward, see refund_moves.go), and a newer one of them must not make a
+// PaymentIntent event stale. An event that could not apply (one the service
+// does not act on for this payment, such as an authorisation of a payment
+// made with capture=true) sets no mark either, so it cannot make an older
+// event that does apply stale.
 func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *stripe.PaymentIntent, occurred time.Time) (EventOutcome, error) {
 	move, ok := intentMoves[eventType]
 	if !ok {
@@ -63,10 +74,27 @@ func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *st
 	if err != nil || pay == nil {
 		return EventUnmatched, err
 	}
-	return applyEvent(ctx, tx, *pay, occurred, func() (bool, error) {
-		_, moved, err := transitionTx(ctx, tx, nil, *pay, move(pi))
-		return moved, err
-	})
+	if pay.StripeEventAt != nil && occurred.Before(*pay.StripeEventAt) {
+		return EventStale, nil
+	}
+	t := move(pi)
+	if t.to == StatusRequiresCapture && pay.Capture {
+		return EventNoChange, nil // capture=true: an authorisation is not acted on
+	}
+	_, moved, err := transitionTx(ctx, tx, nil, *pay, t)
+	if err != nil {
+		return "", err
+	}
+	if !moved && pay.Status != t.to {
+		return EventNoChange, nil
+	}
+	if err := queries.NoteStripeEvent(ctx, tx, dbsqlc.NoteStripeEventParams{ID: pay.ID, OccurredAt: occurred}); err != nil {
+		return "", err
+	}
+	if !moved {
+		return EventNoChange, nil
+	}
+	return EventApplied, nil
 }
 
 // ApplyChargeRefundedTx takes note of a charge.refunded event, and changes
@@ -83,25 +111,6 @@ func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge) (E
 		return EventUnmatched, err
 	}
 	return EventNoChange, nil
-}
-
-// applyEvent ignores an event older than the payment's last applied one;
-// otherwise it applies it and notes its time.
-func applyEvent(ctx context.Context, tx *db.Tx, pay Payment, occurred time.Time, apply func() (bool, error)) (EventOutcome, error) {
-	if pay.StripeEventAt != nil && occurred.Before(*pay.StripeEventAt) {
-		return EventStale, nil
-	}
-	moved, err := apply()
-	if err != nil {
-		return "", err
-	}
-	if err := queries.NoteStripeEvent(ctx, tx, dbsqlc.NoteStripeEventParams{ID: pay.ID, OccurredAt: occurred}); err != nil {
-		return "", err
-	}
-	if !moved {
-		return EventNoChange, nil
-	}
-	return EventApplied, nil
 }
 
 // lockByIntent locks the payment of a PaymentIntent; nil when it is not ours.

@@ -319,6 +319,8 @@ type NoteStripeEventParams struct {
 	ID         string
 }
 
+// The payment's staleness mark: only PaymentIntent events that the payment's
+// state reflects set it (ApplyIntentEventTx).
 func (q *Queries) NoteStripeEvent(ctx context.Context, db DBTX, arg NoteStripeEventParams) error {
 	_, err := db.Exec(ctx, noteStripeEvent, arg.OccurredAt, arg.ID)
 	return err

@@ -74,4 +74,6 @@ WITH moved AS (
 SELECT assert_unchanged(count(*), 'the payment') FROM moved;
 
 -- name: NoteStripeEvent :exec
+-- The payment's staleness mark: only PaymentIntent events that the payment's
+-- state reflects set it (ApplyIntentEventTx).
 UPDATE payments SET stripe_event_at = greatest(stripe_event_at, @occurred_at::timestamptz) WHERE id = @id;

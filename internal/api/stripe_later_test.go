@@ -8,6 +8,8 @@ import (
 
 	"github.com/jackc/pgx/v5"
 	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/payments"
 )
 
 // Tests of what Stripe decides after answering (API.md section 2, "Stripe
@@ -144,4 +146,38 @@ func TestRefund_succeededThenFailedGivesTheAmountBack(t *testing.T) {
 	first, firstBody := b.post(t, aliceKey, pathRefunds, "refund-1", refundBody(pay.ID, 1500))
 	require.Equal(t, http.StatusCreated, first.StatusCode)
 	require.Equal(t, "succeeded", decodeRefund(t, firstBody).Status)
+}
+
+// The webhook that settles a pending refund is lost (this simulator sends
+// none): the reconciler asks Stripe about refunds pending longer than its
+// threshold, and applies what Stripe says, as the webhook would have.
+func TestRefund_pendingRefundSettlesByTheReconcilerWhenTheWebhookIsLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pay := b.createPayment(t, aliceKey, "order-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_pendingRefund"}`)
+	re := b.refund(t, aliceKey, "refund-1", refundBody(pay.ID, 500))
+	require.Equal(t, "pending", re.Status)
+
+	run, err := b.payments.ReconcileRefunds(ctx, time.Now().Add(-time.Hour), 100)
+	require.NoError(t, err)
+	require.Zero(t, run.Checked, "not pending for an hour yet")
+	run, err = b.payments.ReconcileRefunds(ctx, time.Now().Add(time.Minute), 100)
+	require.NoError(t, err)
+	require.Equal(t, payments.RefundReconcileRun{Checked: 1}, run, "Stripe still says pending")
+	require.Equal(t, "pending", b.getRefund(t, aliceKey, re.ID).Status)
+
+	b.sim.Advance(2 * time.Second) // Stripe settles it; nobody hears
+	require.Equal(t, "pending", b.getRefund(t, aliceKey, re.ID).Status)
+	run, err = b.payments.ReconcileRefunds(ctx, time.Now().Add(time.Minute), 100)
+	require.NoError(t, err)
+	require.Equal(t, payments.RefundReconcileRun{Checked: 1, Moved: 1}, run)
+	require.Equal(t, "succeeded", b.getRefund(t, aliceKey, re.ID).Status)
+	require.EqualValues(t, 500, b.getPayment(t, aliceKey, pay.ID).AmountRefunded)
+	require.Equal(t, []string{"refund.succeeded"}, b.refundEvents(t, re.ID))
+
+	run, err = b.payments.ReconcileRefunds(ctx, time.Now().Add(time.Minute), 100)
+	require.NoError(t, err)
+	require.Zero(t, run.Checked, "a settled refund is not asked about again")
+	require.Len(t, b.simRequests(http.MethodGet, "/v1/refunds/"+*re.StripeRefund), 2)
 }

@@ -84,7 +84,9 @@
 //	POST   /_sim/reset           forget everything
 //	POST   /_sim/advance         {"seconds": N}: move the clock N seconds
 //	                             forward and apply what falls due (later
-//	                             refund outcomes, expired idempotency keys)
+//	                             refund outcomes, authorisations not
+//	                             captured within 7 days, expired
+//	                             idempotency keys)
 //
 // The same operations are available to Go tests as methods (AddFault,
 // Requests, Objects, Reset, Advance...).

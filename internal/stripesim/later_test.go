@@ -199,3 +199,33 @@ func TestAdvanceExpiresIdempotencyKeys(t *testing.T) {
 	require.NoError(t, err)
 	require.NotEqual(t, first.ID, second.ID)
 }
+
+// An authorisation nobody captures is canceled by Stripe after 7 days.
+func TestUncapturedAuthorisationExpiresAfterSevenDays(t *testing.T) {
+	t.Parallel()
+	f, rcv := setupWithReceiver(t, nil)
+	expiring, err := f.stripe.PaymentIntents.New(manualPaymentIntent("auth-1"))
+	require.NoError(t, err)
+	captured, err := f.stripe.PaymentIntents.New(manualPaymentIntent("auth-2"))
+	require.NoError(t, err)
+	_, err = f.stripe.PaymentIntents.Capture(captured.ID, nil)
+	require.NoError(t, err)
+
+	f.control(t, http.MethodPost, "/_sim/advance", map[string]any{"seconds": 7*24*3600 - 1}, http.StatusOK, nil)
+	got, err := f.stripe.PaymentIntents.Get(expiring.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.PaymentIntentStatusRequiresCapture, got.Status)
+
+	f.sim.Advance(time.Second)
+	got, err = f.stripe.PaymentIntents.Get(expiring.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.PaymentIntentStatusCanceled, got.Status)
+	require.Equal(t, stripe.PaymentIntentCancellationReasonAutomatic, got.CancellationReason)
+	require.Zero(t, got.AmountCapturable)
+	got, err = f.stripe.PaymentIntents.Get(captured.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.PaymentIntentStatusSucceeded, got.Status, "a captured payment stays captured")
+
+	types := waitForEvents(t, rcv, 9)
+	require.Equal(t, "payment_intent.canceled", types[8])
+}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 )
 
 // A payment intent moves through these statuses here:
@@ -17,7 +18,9 @@ import (
 //	                          requires_action, with a next_action; or, with
 //	                          error_on_requires_action=true, a 402
 //	                          authentication_required and requires_payment_method
-//	canceled:                 canceled, from any status but succeeded
+//	canceled:                 canceled, from any status but succeeded; an
+//	                          authorisation not captured within 7 days is
+//	                          canceled by Stripe (cancellation_reason automatic)
 //
 // A confirmation that reaches the card creates a charge: the approved one is
 // captured along with the payment intent, the declined one stays failed. One
@@ -172,6 +175,7 @@ func (s *Simulator) confirm(c *call, pi *paymentIntent, p paymentIntentParams) o
 		pi.Status = statusRequiresCapture
 		pi.AmountCapturable = pi.Amount
 		s.emit(c, "payment_intent.amount_capturable_updated", pi)
+		s.later(authorisationLifetime, func() { s.expireAuthorisation(pi) })
 		return succeeded(pi)
 	}
 	s.captureCharge(pi, ch, pi.Amount)
@@ -262,6 +266,19 @@ func (s *Simulator) getPaymentIntent(c *call) outcome {
 	return succeeded(pi)
 }
 
+// authorisationLifetime is how long Stripe keeps an uncaptured card
+// authorisation before canceling it.
+const authorisationLifetime = 7 * 24 * time.Hour
+
+// expireAuthorisation cancels an authorisation nobody captured or canceled
+// in time, as Stripe does (cancellation_reason automatic).
+func (s *Simulator) expireAuthorisation(pi *paymentIntent) {
+	if pi.Status != statusRequiresCapture {
+		return
+	}
+	s.cancel(nil, pi, "automatic")
+}
+
 // capturePaymentIntent is POST /v1/payment_intents/{id}/capture.
 func (s *Simulator) capturePaymentIntent(c *call) outcome {
 	if e := c.allowOnly("amount_to_capture", "final_capture", "metadata", "expand",
@@ -313,6 +330,12 @@ func (s *Simulator) cancelPaymentIntent(c *call) outcome {
 	if !slices.Contains(cancelableStatuses, pi.Status) {
 		return failed(unexpectedState(pi, "canceled", strings.Join(cancelableStatuses, ", ")))
 	}
+	s.cancel(c, pi, reason)
+	return succeeded(pi)
+}
+
+// cancel cancels pi; c is the request, nil when Stripe does it on its own.
+func (s *Simulator) cancel(c *call, pi *paymentIntent, reason string) {
 	canceledAt := s.now().Unix()
 	pi.Status = statusCanceled
 	pi.CanceledAt = &canceledAt
@@ -320,5 +343,4 @@ func (s *Simulator) cancelPaymentIntent(c *call) outcome {
 	pi.AmountCapturable = 0
 	pi.NextAction = nil
 	s.emit(c, "payment_intent.canceled", pi)
-	return succeeded(pi)
 }

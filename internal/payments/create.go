@@ -177,7 +177,8 @@ func declineOf(pi *stripe.PaymentIntent) *stripeclient.Decline {
 //	                          error_on_requires_action): failed, declined as
 //	                          authentication_required, like Stripe's 402
 //	requires_payment_method   the confirmation failed: failed, with the error
-//	canceled                  it will never be paid: failed
+//	canceled                  canceled (an authorisation Stripe let lapse, found
+//	                          by the completer's reconcile days later, say)
 //	processing                Stripe has not decided yet: not acted on
 //	requires_confirmation     the confirmation did not happen: not acted on
 //
@@ -191,6 +192,7 @@ const (
 	intentSucceeded
 	intentAuthorised
 	intentFailed
+	intentCanceled
 )
 
 func decideIntent(pi *stripe.PaymentIntent, capture bool) intentDecision {
@@ -203,9 +205,10 @@ func decideIntent(pi *stripe.PaymentIntent, capture bool) intentDecision {
 		}
 		return intentAuthorised
 	case stripe.PaymentIntentStatusRequiresAction,
-		stripe.PaymentIntentStatusRequiresPaymentMethod,
-		stripe.PaymentIntentStatusCanceled:
+		stripe.PaymentIntentStatusRequiresPaymentMethod:
 		return intentFailed
+	case stripe.PaymentIntentStatusCanceled:
+		return intentCanceled
 	case stripe.PaymentIntentStatusProcessing,
 		stripe.PaymentIntentStatusRequiresConfirmation:
 		return intentNotActedOn
@@ -221,8 +224,6 @@ func failureOf(pi *stripe.PaymentIntent) *stripeclient.Decline {
 	case stripe.PaymentIntentStatusRequiresAction:
 		return &stripeclient.Decline{Code: "authentication_required", DeclineCode: "authentication_required",
 			Message: "Your card was declined. This transaction requires authentication.", PaymentIntent: pi.ID}
-	case stripe.PaymentIntentStatusCanceled:
-		return &stripeclient.Decline{Code: "payment_intent_canceled", Message: "The payment was canceled at Stripe.", PaymentIntent: pi.ID}
 	default:
 		return declineOf(pi)
 	}
@@ -260,6 +261,8 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 		t = transition{to: StatusSucceeded, intent: res.intent.ID, amountCaptured: res.intent.AmountReceived}
 	case intentAuthorised:
 		t = transition{to: StatusRequiresCapture, intent: res.intent.ID}
+	case intentCanceled:
+		t = transition{to: StatusCanceled, intent: res.intent.ID}
 	case intentFailed:
 		return s.failPayment(ctx, tx, k, held, intentResult{decline: failureOf(res.intent)})
 	case intentNotActedOn:

@@ -10,6 +10,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/stripesim"
 )
 
 // Tests of what Stripe decides after answering (API.md section 2, "Stripe
@@ -180,4 +181,31 @@ func TestRefund_pendingRefundSettlesByTheReconcilerWhenTheWebhookIsLost(t *testi
 	require.NoError(t, err)
 	require.Zero(t, run.Checked, "a settled refund is not asked about again")
 	require.Len(t, b.simRequests(http.MethodGet, "/v1/refunds/"+*re.StripeRefund), 2)
+}
+
+// Stripe's answer to a pending refund is lost, and the webhook that settles
+// the refund arrives before the client retries: the webhook finds the
+// refund by its metadata and settles it; the retry replays Stripe's pending
+// answer, which does not undo that. One change, one event.
+func TestRefund_aWebhookThatSettlesTheRefundBeforeTheFlowRecordsIt(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{webhooks: true})
+	pay := b.createPayment(t, aliceKey, "order-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_pendingRefund"}`)
+	require.NoError(t, b.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/refunds", Method: http.MethodPost, Kind: stripesim.FaultLostResponse}))
+
+	resp, data := b.post(t, aliceKey, pathRefunds, "refund-1", refundBody(pay.ID, 500))
+	requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	var refundID string
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT id FROM refunds WHERE payment_id = $1", pay.ID).Scan(&refundID))
+
+	b.sim.Advance(2 * time.Second)
+	requireEventually(t, "the webhook settles the refund", func() bool { return b.getRefund(t, aliceKey, refundID).Status == "succeeded" })
+
+	re := b.refund(t, aliceKey, "refund-1", refundBody(pay.ID, 500))
+	require.Equal(t, refundID, re.ID)
+	require.Equal(t, "succeeded", re.Status, "the replayed pending answer does not undo the settlement")
+	require.NotNil(t, re.StripeRefund)
+	require.EqualValues(t, 500, b.getPayment(t, aliceKey, pay.ID).AmountRefunded)
+	require.Equal(t, []string{"refund.succeeded"}, b.refundEvents(t, re.ID))
+	require.Len(t, b.simRefundsFor(t, *pay.StripePaymentIntent), 1)
 }

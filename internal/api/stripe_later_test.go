@@ -209,3 +209,23 @@ func TestRefund_aWebhookThatSettlesTheRefundBeforeTheFlowRecordsIt(t *testing.T)
 	require.Equal(t, []string{"refund.succeeded"}, b.refundEvents(t, re.ID))
 	require.Len(t, b.simRefundsFor(t, *pay.StripePaymentIntent), 1)
 }
+
+// A refund Stripe will not show (here: its id is unknown to Stripe) is
+// reported and set aside; it does not hold up the refunds behind it.
+func TestRefund_theReconcilerSetsAsideARefundStripeWillNotShow(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	pay := b.createPayment(t, aliceKey, "order-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_pendingRefund"}`)
+	lost := b.refund(t, aliceKey, "refund-1", refundBody(pay.ID, 500))
+	good := b.refund(t, aliceKey, "refund-2", refundBody(pay.ID, 700))
+	_, err := b.pool.Exec(ctx, "UPDATE refunds SET stripe_refund = 're_unknown_to_stripe', updated_at = now() - interval '1 minute' WHERE id = $1", lost.ID)
+	require.NoError(t, err)
+	b.sim.Advance(2 * time.Second)
+
+	run, err := b.payments.ReconcileRefunds(ctx, time.Now().Add(time.Minute), 100)
+	require.NoError(t, err)
+	require.Equal(t, payments.RefundReconcileRun{Checked: 2, Moved: 1, Refused: []string{lost.ID}}, run)
+	require.Equal(t, "succeeded", b.getRefund(t, aliceKey, good.ID).Status)
+	require.Equal(t, "pending", b.getRefund(t, aliceKey, lost.ID).Status)
+}

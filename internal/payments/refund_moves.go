@@ -13,6 +13,7 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/stripeclient"
 )
 
 // A refund's life, and the event each move announces to the merchant:
@@ -146,16 +147,19 @@ func applyStripeRefundTx(ctx context.Context, tx *db.Tx, paymentID, refundID str
 
 // RefundReconcileRun is what one ReconcileRefunds run did.
 type RefundReconcileRun struct {
-	Checked int // refunds Stripe was asked about
-	Moved   int // of those, refunds Stripe had settled or failed
+	Checked int      // refunds Stripe was asked about
+	Moved   int      // of those, refunds Stripe had settled or failed
+	Refused []string // of those, our refunds Stripe refused to show (a person must look)
 }
 
 // ReconcileRefunds asks Stripe about up to limit refunds that have been
 // pending, unchanged, since before pendingSince, and applies what it says,
 // as a charge.refund.updated webhook would have: a lost webhook must not
 // leave a refund pending forever. A refund Stripe still reports pending
-// waits for the next run, behind the others. It stops at the first error
-// (Stripe unreachable, say); the next run takes up where it stopped.
+// waits for the next run, behind the others, and so does one Stripe refuses
+// to show (a 404, say: listed in Refused, so that one bad refund cannot
+// hold up the rest). It stops at the first other error (Stripe unreachable,
+// say); the next run takes up where it stopped.
 func (s *Service) ReconcileRefunds(ctx context.Context, pendingSince time.Time, limit int) (RefundReconcileRun, error) {
 	var run RefundReconcileRun
 	stale, err := queries.ListStalePendingRefunds(ctx, s.pool, dbsqlc.ListStalePendingRefundsParams{
@@ -166,10 +170,17 @@ func (s *Service) ReconcileRefunds(ctx context.Context, pendingSince time.Time, 
 	}
 	for _, row := range stale {
 		sr, err := s.stripe.GetRefund(ctx, row.StripeRefund.String)
-		if err != nil {
+		if err != nil && stripeclient.Classify(err) == stripeclient.Transient {
 			return run, fmt.Errorf("reconciling refund %s: %w", row.ID, err)
 		}
 		run.Checked++
+		if err != nil {
+			run.Refused = append(run.Refused, row.ID)
+			if err := queries.TouchRefund(ctx, s.pool, row.ID); err != nil {
+				return run, err
+			}
+			continue
+		}
 		var moved bool
 		err = db.WithPipelinedTx(ctx, s.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 			var err error

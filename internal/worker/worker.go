@@ -216,7 +216,8 @@ func (w *refundReconcilerWorker) Work(ctx context.Context, _ *river.Job[RefundRe
 	for {
 		run, err := w.payments.ReconcileRefunds(ctx, pendingSince, refundReconcileBatch)
 		if run.Checked > 0 {
-			w.log.InfoContext(ctx, "refund reconciler run", slog.Int("checked", run.Checked), slog.Int("moved", run.Moved))
+			w.log.InfoContext(ctx, "refund reconciler run", slog.Int("checked", run.Checked), slog.Int("moved", run.Moved),
+				slog.Any("refused", run.Refused))
 		}
 		if err != nil || run.Checked < refundReconcileBatch {
 			return err

@@ -229,3 +229,18 @@ func TestRefund_theReconcilerSetsAsideARefundStripeWillNotShow(t *testing.T) {
 	require.Equal(t, "succeeded", b.getRefund(t, aliceKey, good.ID).Status)
 	require.Equal(t, "pending", b.getRefund(t, aliceKey, lost.ID).Status)
 }
+
+// Stripe cancels an authorisation nobody captured within 7 days, and says
+// so: the payment is canceled, and a late capture is refused.
+func TestCapture_anAuthorisationStripeLetLapseIsCanceled(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{webhooks: true})
+	auth := b.createPayment(t, aliceKey, "auth-1", authoriseBody)
+	require.Equal(t, "requires_capture", auth.Status)
+
+	b.sim.Advance(7 * 24 * time.Hour)
+	requireEventually(t, "the payment is canceled", func() bool { return b.getPayment(t, aliceKey, auth.ID).Status == "canceled" })
+	resp, data := b.post(t, aliceKey, capturePath(auth.ID), "capture-1", "")
+	requireProblem(t, resp, data, http.StatusBadRequest, "payment_not_capturable")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.canceled'"))
+}

@@ -23,8 +23,14 @@ type laterChange struct {
 	apply func() // runs with s.mu held
 }
 
-// now is the simulator's clock: Config.Now plus what Advance added.
+// now is the simulator's clock: Config.Now plus what Advance added; while a
+// later change is applied, the time it fell due, so that its objects and
+// events say when it happened even when Advance jumped past it. It runs
+// with s.mu held.
 func (s *Simulator) now() time.Time {
+	if !s.applyingAt.IsZero() {
+		return s.applyingAt
+	}
 	return s.clock().Add(time.Duration(s.offset.Load()))
 }
 
@@ -62,7 +68,9 @@ func (s *Simulator) applyDue() {
 	for len(s.state.later) > 0 && !s.state.later[0].at.After(now) {
 		c := s.state.later[0]
 		s.state.later = s.state.later[1:]
+		s.applyingAt = c.at
 		c.apply()
+		s.applyingAt = time.Time{}
 	}
 	s.armTimer()
 }

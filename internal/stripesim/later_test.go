@@ -216,10 +216,11 @@ func TestUncapturedAuthorisationExpiresAfterSevenDays(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stripe.PaymentIntentStatusRequiresCapture, got.Status)
 
-	f.sim.Advance(time.Second)
+	f.sim.Advance(time.Hour) // past it: the cancel says when it happened
 	got, err = f.stripe.PaymentIntents.Get(expiring.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, stripe.PaymentIntentStatusCanceled, got.Status)
+	require.Equal(t, f.clock.Now().Add(7*24*time.Hour).Unix(), got.CanceledAt)
 	require.Equal(t, stripe.PaymentIntentCancellationReasonAutomatic, got.CancellationReason)
 	require.Zero(t, got.AmountCapturable)
 	got, err = f.stripe.PaymentIntents.Get(captured.ID, nil)

@@ -39,10 +39,11 @@ type Simulator struct {
 	closing  chan struct{}
 	close    sync.Once
 
-	mu     sync.Mutex
-	state  *state
-	timer  *time.Timer // fires when the next later change is due; nil until one is scheduled
-	closed bool        // Close ran: the timer is never armed again
+	mu         sync.Mutex
+	state      *state
+	timer      *time.Timer // fires when the next later change is due; nil until one is scheduled
+	applyingAt time.Time   // while applyDue applies a change: when it fell due (see now)
+	closed     bool        // Close ran: the timer is never armed again
 }
 
 // New returns a simulator with no objects. Call Close to stop its webhook

@@ -83,8 +83,9 @@ func (p *process) runWorker(ctx context.Context) error {
 	}
 	return worker.Run(ctx, worker.Config{
 		Pool: p.Pool, Logger: p.Log, Registry: p.Registry, Engine: p.Engine, Flows: p.Payments.Flows(), Mailer: mailer,
-		CompleterInterval: p.cfg.CompleterInterval, CompleterGrace: p.cfg.CompleterGrace,
+		Payments: p.Payments, CompleterInterval: p.cfg.CompleterInterval, CompleterGrace: p.cfg.CompleterGrace,
 		ReaperInterval: p.cfg.ReaperInterval, EnqueuerPollInterval: p.cfg.EnqueuerPollInterval,
+		RefundReconcileInterval: p.cfg.RefundReconcileInterval, RefundReconcileAfter: p.cfg.RefundReconcileAfter,
 	})
 }
 

@@ -49,6 +49,9 @@ type config struct {
 	CompleterGrace       time.Duration
 	ReaperInterval       time.Duration
 	EnqueuerPollInterval time.Duration
+
+	RefundReconcileInterval time.Duration
+	RefundReconcileAfter    time.Duration
 }
 
 // flags registers settings on a flag.FlagSet with their environment twins,
@@ -142,6 +145,10 @@ func (c *config) workerFlags(f *flags) {
 		"how often expired finished keys are deleted")
 	f.durationVar(&c.EnqueuerPollInterval, "enqueuer-poll-interval", "PAYMENTS_ENQUEUER_POLL_INTERVAL", stagedjobs.DefaultPollInterval,
 		"how often the enqueuer looks for staged jobs (the longest a job waits to be queued)")
+	f.durationVar(&c.RefundReconcileInterval, "refund-reconcile-interval", "PAYMENTS_REFUND_RECONCILE_INTERVAL", time.Minute,
+		"how often refunds left pending are checked at Stripe")
+	f.durationVar(&c.RefundReconcileAfter, "refund-reconcile-after", "PAYMENTS_REFUND_RECONCILE_AFTER", 10*time.Minute,
+		"how long a refund stays pending, with no word from Stripe, before it is checked at Stripe")
 }
 
 // stripeFlags are the settings of the connection to Stripe.
@@ -194,6 +201,8 @@ func (c config) LogValue() slog.Value {
 		slog.String("completer_grace", c.CompleterGrace.String()),
 		slog.String("reaper_interval", c.ReaperInterval.String()),
 		slog.String("enqueuer_poll_interval", c.EnqueuerPollInterval.String()),
+		slog.String("refund_reconcile_interval", c.RefundReconcileInterval.String()),
+		slog.String("refund_reconcile_after", c.RefundReconcileAfter.String()),
 	)
 }
 

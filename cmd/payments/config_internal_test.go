@@ -14,7 +14,8 @@ import (
 // reads a negative TTL as off, 0 as its default).
 func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	for _, env := range []string{"PAYMENTS_AUTH_CACHE_TTL", "PAYMENTS_ENQUEUER_POLL_INTERVAL", "PAYMENTS_KEYFILTER",
-		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_DB_MAX_CONNS"} {
+		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_DB_MAX_CONNS",
+		"PAYMENTS_REFUND_RECONCILE_INTERVAL", "PAYMENTS_REFUND_RECONCILE_AFTER"} {
 		if v, ok := os.LookupEnv(env); ok {
 			t.Setenv(env, v) // restored after the test
 			require.NoError(t, os.Unsetenv(env))
@@ -35,6 +36,8 @@ func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	require.Equal(t, 1048576, c.KeyFilterExpectedKeys)
 	require.Equal(t, 0.001, c.KeyFilterFPRate)
 	require.Zero(t, c.DBMaxConns, "0: db.Open's default, four per core")
+	require.Equal(t, time.Minute, c.RefundReconcileInterval)
+	require.Equal(t, 10*time.Minute, c.RefundReconcileAfter)
 
 	require.Negative(t, parse("--auth-cache-ttl", "0").apiAuthCacheTTL(), "0 turns the cache off")
 }

@@ -2,6 +2,7 @@ package main_test
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"net/http"
 	"regexp"
@@ -62,4 +63,47 @@ func TestWorker_finishesAPaymentWhoseClientVanished(t *testing.T) {
 		"payments_staged_jobs_backlog 0", "payments_reaper_keys_deleted_total 0"} {
 		require.Contains(t, string(body), m)
 	}
+}
+
+// The simulator here sends no webhooks, so the charge.refund.updated that
+// settles a pending refund is lost: the worker's refund reconciler asks
+// Stripe about it once it has been pending longer than
+// PAYMENTS_REFUND_RECONCILE_AFTER, and settles it.
+func TestWorker_settlesARefundWhoseWebhookWasLost(t *testing.T) {
+	t.Parallel()
+	simURL := startSimulator(t)
+	dbURL := dbtest.NewURL(t)
+	seedDemoUsers(t, dbURL)
+	_, base := startServe(t, dbURL, simURL)
+
+	status, data, err := postIdempotent(base, "/v1/payments", "order-1",
+		`{"amount":2000,"currency":"usd","payment_method":"pm_card_pendingRefund"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status, string(data))
+	var pay struct{ ID string }
+	require.NoError(t, json.Unmarshal(data, &pay))
+	status, data, err = postIdempotent(base, "/v1/refunds", "refund-1", `{"payment":"`+pay.ID+`","amount":500}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status, string(data))
+	var re struct{ ID, Status string }
+	require.NoError(t, json.Unmarshal(data, &re))
+	require.Equal(t, "pending", re.Status)
+
+	startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
+		"PAYMENTS_REFUND_RECONCILE_AFTER=1s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=200ms",
+		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0"}, "worker")
+	pool := dbtestPool(t, dbURL)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		var refundStatus string
+		var refunded int64
+		require.NoError(t, pool.QueryRow(ctx, `SELECT r.status, p.amount_refunded FROM refunds r JOIN payments p ON p.id = r.payment_id
+			WHERE r.id = $1`, re.ID).Scan(&refundStatus, &refunded))
+		return refundStatus == "succeeded" && refunded == 500
+	}, 30*time.Second, 50*time.Millisecond, "the reconciler settles the refund")
+	require.Eventually(t, func() bool {
+		var events int
+		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE type = 'refund.succeeded'").Scan(&events))
+		return events == 1
+	}, 30*time.Second, 50*time.Millisecond, "refund.succeeded is announced when it settles")
 }

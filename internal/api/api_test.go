@@ -38,15 +38,21 @@ const (
 )
 
 type testBundle struct {
-	pool   *pgxpool.Pool
-	server *httptest.Server
-	sim    *stripesim.Simulator
+	pool     *pgxpool.Pool
+	server   *httptest.Server
+	sim      *stripesim.Simulator
+	payments *payments.Service
 }
 
 type setupOpts struct {
 	engine    recovery.Config // Pool is filled in
 	rateLimit api.RateLimit
+	// webhooks: the simulator sends its events, signed, to the API's
+	// /v1/stripe/webhooks, as Stripe would.
+	webhooks bool
 }
+
+const webhookSecret = "whsec_api_test_0123456789"
 
 // setup serves the API on a fresh database, with the Stripe simulator
 // behind it over real HTTP.
@@ -59,7 +65,18 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
 
-	sim := stripesim.New(stripesim.Config{})
+	// The API's server starts first, so that the simulator can be told
+	// where to send webhooks; its handler is set once the rest exists.
+	var handler http.Handler
+	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	t.Cleanup(server.Close)
+
+	simCfg := stripesim.Config{}
+	if o.webhooks {
+		simCfg = stripesim.Config{WebhookURL: server.URL + "/v1/stripe/webhooks", WebhookSecret: webhookSecret,
+			WebhookBackoff: 10 * time.Millisecond}
+	}
+	sim := stripesim.New(simCfg)
 	simServer := httptest.NewServer(sim.Handler())
 	t.Cleanup(func() { simServer.Close(); sim.Close() })
 	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_api", APIBase: simServer.URL})
@@ -67,16 +84,14 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 
 	o.engine.Pool = pool
 	engine := recovery.New(o.engine)
+	svc := payments.NewService(pool, engine, stripe)
 	reg := prometheus.NewRegistry()
-	handler := api.NewHandler(api.Config{
-		Pool: pool, Engine: engine, Payments: payments.NewService(pool, engine, stripe),
-		// As in the service, with a secret no test signs with: deliveries are refused.
-		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: "whsec_test_api", Registry: reg}),
-		Logger:   slog.New(slog.DiscardHandler), Registry: reg, RateLimit: o.rateLimit,
+	handler = api.NewHandler(api.Config{
+		Pool: pool, Engine: engine, Payments: svc,
+		Logger: slog.New(slog.DiscardHandler), Registry: reg, RateLimit: o.rateLimit,
+		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
 	})
-	server := httptest.NewServer(handler)
-	t.Cleanup(server.Close)
-	return &testBundle{pool: pool, server: server, sim: sim}
+	return &testBundle{pool: pool, server: server, sim: sim, payments: svc}
 }
 
 // do sends a request and returns the response with its body read.

@@ -22,14 +22,15 @@ const pathRefunds = "/v1/refunds"
 
 // refundJSON is the API's Refund object.
 type refundJSON struct {
-	ID           string  `json:"id"`
-	Object       string  `json:"object"`
-	Payment      string  `json:"payment"`
-	Amount       int64   `json:"amount"`
-	Status       string  `json:"status"`
-	StripeRefund *string `json:"stripe_refund"`
-	Reason       *string `json:"reason"`
-	Created      int64   `json:"created"`
+	ID            string  `json:"id"`
+	Object        string  `json:"object"`
+	Payment       string  `json:"payment"`
+	Amount        int64   `json:"amount"`
+	Status        string  `json:"status"`
+	StripeRefund  *string `json:"stripe_refund"`
+	Reason        *string `json:"reason"`
+	FailureReason *string `json:"failure_reason"`
+	Created       int64   `json:"created"`
 }
 
 var refundID = regexp.MustCompile(`^re_[0-9a-f]{24}$`)

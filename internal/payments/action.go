@@ -77,9 +77,11 @@ func (s *Service) findActionResult(ctx context.Context, k *recovery.Key, done st
 }
 
 // recordAction locks the payment and makes the move Stripe reported (the
-// move stages its event), or answers a refusal.
+// move stages its event), or answers a refusal. move says which move the
+// PaymentIntent's status means, and false for a status the flow does not
+// act on: then the payment stays as it is.
 func recordAction(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionResult, action string, next recovery.RecoveryPoint,
-	move func(pi *stripe.PaymentIntent) transition) (recovery.Outcome, error) {
+	move func(pi *stripe.PaymentIntent) (transition, bool)) (recovery.Outcome, error) {
 	if res.intent == nil {
 		answer := problem.New(http.StatusBadRequest, problem.PaymentNotCapturable, "%s", res.refusal)
 		return recovery.Respond(answer.Status, answer.JSON()), nil
@@ -92,11 +94,18 @@ func recordAction(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionRes
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	// A webhook may have made the move already; then it staged the event.
-	if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, move(res.intent)); err != nil {
-		return recovery.Outcome{}, err
+	t, act := move(res.intent)
+	if !act {
+		action = "payment.not_acted_on"
 	}
-	if err := audit(ctx, tx, k, action, pay.ID, map[string]string{"payment_intent": res.intent.ID}); err != nil {
+	// A webhook may have made the move already; then it staged the event.
+	if act {
+		if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, t); err != nil {
+			return recovery.Outcome{}, err
+		}
+	}
+	if err := audit(ctx, tx, k, action, pay.ID, map[string]string{
+		"payment_intent": res.intent.ID, "payment_intent_status": string(res.intent.Status)}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Next(next), nil

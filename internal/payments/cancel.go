@@ -48,9 +48,21 @@ func (s *Service) cancelPaymentIntent(ctx context.Context, k *recovery.Key) (act
 }
 
 // recordCancel: started -> payment_canceled, or finished on a refusal.
+// Stripe answers a cancel with the PaymentIntent canceled, which the
+// payment follows; any other status is not acted on, and the answer shows
+// the payment as it stands.
 func (s *Service) recordCancel(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
-	return recordAction(ctx, tx, k, res, "payment.canceled", PaymentCanceled, func(*stripe.PaymentIntent) transition {
-		return transition{to: StatusCanceled}
+	return recordAction(ctx, tx, k, res, "payment.canceled", PaymentCanceled, func(pi *stripe.PaymentIntent) (transition, bool) {
+		switch pi.Status {
+		case stripe.PaymentIntentStatusCanceled:
+			return transition{to: StatusCanceled}, true
+		case stripe.PaymentIntentStatusSucceeded, stripe.PaymentIntentStatusProcessing,
+			stripe.PaymentIntentStatusRequiresCapture, stripe.PaymentIntentStatusRequiresAction,
+			stripe.PaymentIntentStatusRequiresConfirmation, stripe.PaymentIntentStatusRequiresPaymentMethod:
+			return transition{}, false
+		default:
+			return transition{}, false
+		}
 	})
 }
 

@@ -49,9 +49,23 @@ func (s *Service) capturePaymentIntent(ctx context.Context, k *recovery.Key) (ac
 }
 
 // recordCapture: started -> payment_captured, or finished on a refusal.
+// Stripe answers a capture with the PaymentIntent succeeded, which the
+// payment follows; any other status (processing, say) is not acted on, and
+// the answer shows the payment as it stands.
 func (s *Service) recordCapture(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionResult) (recovery.Outcome, error) {
-	return recordAction(ctx, tx, k, res, "payment.captured", PaymentCaptured, func(pi *stripe.PaymentIntent) transition {
-		return transition{to: StatusSucceeded, amountCaptured: pi.AmountReceived}
+	return recordAction(ctx, tx, k, res, "payment.captured", PaymentCaptured, func(pi *stripe.PaymentIntent) (transition, bool) {
+		switch pi.Status {
+		case stripe.PaymentIntentStatusSucceeded:
+			return transition{to: StatusSucceeded, amountCaptured: pi.AmountReceived}, true
+		case stripe.PaymentIntentStatusCanceled:
+			return transition{to: StatusCanceled}, true
+		case stripe.PaymentIntentStatusProcessing, stripe.PaymentIntentStatusRequiresCapture,
+			stripe.PaymentIntentStatusRequiresAction, stripe.PaymentIntentStatusRequiresConfirmation,
+			stripe.PaymentIntentStatusRequiresPaymentMethod:
+			return transition{}, false
+		default:
+			return transition{}, false
+		}
 	})
 }
 

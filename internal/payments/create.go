@@ -23,9 +23,12 @@ import (
 //	  ▼
 //	payment_created
 //	  │ Stripe: create and confirm a PaymentIntent, child key "payment_intent"
-//	  │ tx: record it (succeeded, with payment.succeeded and the receipt
-//	  │     staged; or requires_capture); a decline is final: the payment is
-//	  │     failed, payment.failed is staged, 402 is stored. The payment is
+//	  │ tx: record it as intentDecision says (succeeded, with payment.succeeded
+//	  │     and the receipt staged; or requires_capture; or, for a status the
+//	  │     service does not act on, nothing: the payment stays processing
+//	  │     until a webhook settles it); a decline, 3-D Secure included, is
+//	  │     final: the payment is failed, payment.failed is staged, 402 is
+//	  │     stored. The payment is
 //	  │     the one the claim carried, moved only if it is unchanged, or
 //	  │     (resumed, or changed meanwhile) read under a lock: heldPayment
 //	  ▼
@@ -75,7 +78,7 @@ func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key)
 	}
 	pay := Payment{
 		ID: newPaymentID(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Status: StatusProcessing,
-		PaymentMethod: p.PaymentMethod, Description: p.Description, Metadata: nonNil(p.Metadata),
+		PaymentMethod: p.PaymentMethod, Capture: p.Capture, Description: p.Description, Metadata: nonNil(p.Metadata),
 		// Created when its request was claimed, to the microsecond that
 		// PostgreSQL keeps, so that the carried payment is the stored one.
 		Created: k.Created.Truncate(time.Microsecond),
@@ -141,16 +144,89 @@ func (s *Service) findPaymentIntent(ctx context.Context, k *recovery.Key) (inten
 	}
 	for _, pi := range found {
 		switch {
-		case pi.Status == stripe.PaymentIntentStatusSucceeded || pi.Status == stripe.PaymentIntentStatusRequiresCapture:
-			return intentResult{intent: pi}, true, nil
-		case pi.LastPaymentError != nil:
-			e := pi.LastPaymentError
-			return intentResult{decline: &stripeclient.Decline{
-				Code: string(e.Code), DeclineCode: string(e.DeclineCode), Message: e.Msg, PaymentIntent: pi.ID,
-			}}, true, nil
+		case pi.Status == stripe.PaymentIntentStatusRequiresPaymentMethod && pi.LastPaymentError != nil:
+			return intentResult{decline: declineOf(pi)}, true, nil
+		case pi.Status == stripe.PaymentIntentStatusRequiresPaymentMethod:
+			continue // never confirmed: not what this key's call made
+		default:
+			return intentResult{intent: pi}, true, nil // recordPaymentIntent decides
 		}
 	}
 	return intentResult{}, false, nil
+}
+
+// declineOf is the decline a PaymentIntent's last_payment_error reports.
+func declineOf(pi *stripe.PaymentIntent) *stripeclient.Decline {
+	d := &stripeclient.Decline{Code: "payment_failed", Message: "The payment failed.", PaymentIntent: pi.ID}
+	if e := pi.LastPaymentError; e != nil {
+		d.Code, d.DeclineCode, d.Message = string(e.Code), string(e.DeclineCode), e.Msg
+	}
+	return d
+}
+
+// Stripe answers with a PaymentIntent in one of these statuses; what the
+// create flow does with each (intentDecision):
+//
+//	succeeded                 the payment succeeded, with what Stripe received
+//	requires_capture          authorised: requires_capture, if the client
+//	                          asked for capture=false; with capture=true the
+//	                          service does not act on it (see below), since
+//	                          Stripe never answers so for an automatic capture
+//	requires_action           the card needs 3-D Secure, which this API cannot
+//	                          carry out (Stripe answers this only if it ignored
+//	                          error_on_requires_action): failed, declined as
+//	                          authentication_required, like Stripe's 402
+//	requires_payment_method   the confirmation failed: failed, with the error
+//	canceled                  canceled (an authorisation Stripe let lapse, found
+//	                          by the completer's reconcile days later, say)
+//	processing                Stripe has not decided yet: not acted on
+//	requires_confirmation     the confirmation did not happen: not acted on
+//
+// A status the service does not act on is never recorded as another: the
+// payment stays processing (the answer says so), and the webhook that
+// reports where the PaymentIntent ends up moves it.
+type intentDecision int
+
+const (
+	intentNotActedOn intentDecision = iota
+	intentSucceeded
+	intentAuthorised
+	intentFailed
+	intentCanceled
+)
+
+func decideIntent(pi *stripe.PaymentIntent, capture bool) intentDecision {
+	switch pi.Status {
+	case stripe.PaymentIntentStatusSucceeded:
+		return intentSucceeded
+	case stripe.PaymentIntentStatusRequiresCapture:
+		if capture {
+			return intentNotActedOn
+		}
+		return intentAuthorised
+	case stripe.PaymentIntentStatusRequiresAction,
+		stripe.PaymentIntentStatusRequiresPaymentMethod:
+		return intentFailed
+	case stripe.PaymentIntentStatusCanceled:
+		return intentCanceled
+	case stripe.PaymentIntentStatusProcessing,
+		stripe.PaymentIntentStatusRequiresConfirmation:
+		return intentNotActedOn
+	default: // a status newer than this code
+		return intentNotActedOn
+	}
+}
+
+// failureOf is the decline recordPaymentIntent answers for a PaymentIntent
+// it decided is failed.
+func failureOf(pi *stripe.PaymentIntent) *stripeclient.Decline {
+	switch pi.Status {
+	case stripe.PaymentIntentStatusRequiresAction:
+		return &stripeclient.Decline{Code: "authentication_required", DeclineCode: "authentication_required",
+			Message: "Your card was declined. This transaction requires authentication.", PaymentIntent: pi.ID}
+	default:
+		return declineOf(pi)
+	}
 }
 
 func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
@@ -175,9 +251,22 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 	if res.intent == nil {
 		return s.failPayment(ctx, tx, k, held, res)
 	}
-	t := transition{to: StatusRequiresCapture, intent: res.intent.ID}
-	if res.intent.Status == stripe.PaymentIntentStatusSucceeded {
+	var p CreateParams
+	if err := k.DecodeParams(&p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	var t transition
+	switch decideIntent(res.intent, p.Capture) {
+	case intentSucceeded:
 		t = transition{to: StatusSucceeded, intent: res.intent.ID, amountCaptured: res.intent.AmountReceived}
+	case intentAuthorised:
+		t = transition{to: StatusRequiresCapture, intent: res.intent.ID}
+	case intentCanceled:
+		t = transition{to: StatusCanceled, intent: res.intent.ID}
+	case intentFailed:
+		return s.failPayment(ctx, tx, k, held, intentResult{decline: failureOf(res.intent)})
+	case intentNotActedOn:
+		return s.leavePayment(ctx, tx, k, held, res.intent)
 	}
 	// A webhook may have made the move already; then it staged the event.
 	pay, err := held.move(ctx, tx, k, t)
@@ -185,6 +274,28 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 		return recovery.Outcome{}, err
 	}
 	if err := audit(ctx, tx, k, "payment."+string(t.to), pay.ID, map[string]string{"payment_intent": res.intent.ID}); err != nil {
+		return recovery.Outcome{}, err
+	}
+	k.Carry = pay
+	return recovery.Next(PaymentIntentCreated), nil
+}
+
+// leavePayment records that Stripe answered a status the service does not
+// act on: the payment is not moved (it stays processing, unless a webhook
+// moved it meanwhile), and the answer shows it as it stands.
+func (s *Service) leavePayment(ctx context.Context, tx *db.Tx, k *recovery.Key, h held, pi *stripe.PaymentIntent) (recovery.Outcome, error) {
+	pay := h.pay
+	if h.carried { // the copy may be stale: read it under the lock
+		row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
+		if err != nil {
+			return recovery.Outcome{}, err
+		}
+		if pay, err = fromRow(row); err != nil {
+			return recovery.Outcome{}, err
+		}
+	}
+	if err := audit(ctx, tx, k, "payment.not_acted_on", pay.ID,
+		map[string]string{"payment_intent": pi.ID, "payment_intent_status": string(pi.Status)}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	k.Carry = pay

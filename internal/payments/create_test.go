@@ -3,8 +3,11 @@ package payments_test
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"io"
 	"net/http"
 	"net/http/httptest"
+	"strings"
 	"testing"
 	"time"
 
@@ -71,4 +74,53 @@ func TestCreate_aWebhookThatMovesThePaymentFirstLeavesOneEvent(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx,
 		"SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.succeeded'").Scan(&events))
 	require.Equal(t, 1, events, "one change, one event")
+}
+
+// Were Stripe to answer a 3-D Secure card with a PaymentIntent waiting in
+// requires_action (it ignored error_on_requires_action, which a proxy here
+// strips), the payment is failed as authentication_required: never
+// requires_capture, whatever capture asked.
+func TestCreate_aPaymentIntentRequiringActionIsFailedNotAuthorised(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	strip := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents" {
+			require.NoError(t, r.ParseForm())
+			r.PostForm.Del("error_on_requires_action")
+			body := r.PostForm.Encode()
+			r.Body, r.ContentLength = io.NopCloser(strings.NewReader(body)), int64(len(body))
+			r.Form, r.PostForm = nil, nil
+		}
+		b.sim.Handler().ServeHTTP(w, r)
+	}))
+	t.Cleanup(strip.Close)
+	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_strip", APIBase: strip.URL})
+	require.NoError(t, err)
+	b.stripe = stripe
+	svc, _ := b.service(t, "")
+
+	for i, capture := range []bool{true, false} {
+		body := []byte(fmt.Sprintf(`{"amount":1500,"currency":"usd","payment_method":"pm_card_authenticationRequired","capture":%t}`, capture))
+		resp, err := svc.Create(ctx, payments.Idempotent{UserID: b.userID, Key: fmt.Sprintf("3ds-%d", i), Method: "POST", Path: "/v1/payments", Body: body},
+			payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_authenticationRequired", Capture: capture})
+		require.NoError(t, err)
+		require.Equal(t, http.StatusPaymentRequired, resp.Status, string(resp.Body))
+		var answer struct {
+			DeclineCode string `json:"decline_code"`
+			Payment     string `json:"payment"`
+		}
+		require.NoError(t, json.Unmarshal(resp.Body, &answer))
+		require.Equal(t, "authentication_required", answer.DeclineCode)
+		var status string
+		require.NoError(t, b.pool.QueryRow(ctx, "SELECT status FROM payments WHERE id = $1", answer.Payment).Scan(&status))
+		require.Equal(t, "failed", status, "capture=%t", capture)
+	}
+	objects, err := b.sim.Objects("payment_intent")
+	require.NoError(t, err)
+	for _, raw := range objects {
+		var pi struct{ Status string }
+		require.NoError(t, json.Unmarshal(raw, &pi))
+		require.Equal(t, "requires_action", pi.Status, "the proxy did strip the parameter")
+	}
 }

@@ -37,14 +37,16 @@ type Payment struct {
 	AmountCaptured      int64
 	AmountRefunded      int64
 	PaymentMethod       string
+	Capture             bool // capture=true: never requires_capture; not part of the API object
 	StripePaymentIntent *string
 	FailureCode         *string
 	FailureMessage      *string
 	Description         *string
 	Metadata            map[string]string
 	Created             time.Time
-	// StripeEventAt is when the last Stripe webhook event applied to the
-	// payment happened; older events are stale. Not part of the API object.
+	// StripeEventAt is when the latest PaymentIntent event whose state the
+	// payment holds happened; older PaymentIntent events are stale (see
+	// ApplyIntentEventTx). Not part of the API object.
 	StripeEventAt *time.Time
 }
 
@@ -149,6 +151,7 @@ func fromRow(row dbsqlc.Payment) (Payment, error) {
 		AmountCaptured:      row.AmountCaptured,
 		AmountRefunded:      row.AmountRefunded,
 		PaymentMethod:       row.PaymentMethod,
+		Capture:             row.Capture,
 		StripePaymentIntent: fromText(row.StripePaymentIntent),
 		FailureCode:         fromText(row.FailureCode),
 		FailureMessage:      fromText(row.FailureMessage),

@@ -26,10 +26,11 @@ import (
 //	  ▼
 //	refund_created
 //	  │ Stripe: refund the PaymentIntent, child key "refund"
-//	  │ tx: record it (succeeded: the payment's amount_refunded catches up,
-//	  │     refund.succeeded and the receipt staged; or pending); a refusal
-//	  │     is final: the refund is failed, refund.failed is staged, 400
-//	  │     refund_not_allowed stored
+//	  │ tx: record it (succeeded: the payment's amount_refunded follows,
+//	  │     refund.succeeded and the receipt staged; or pending, settled
+//	  │     later by charge.refund.updated or the reconciler: see
+//	  │     refund_moves.go); a refusal is final: the refund is failed,
+//	  │     refund.failed is staged, 400 refund_not_allowed stored
 //	  ▼
 //	stripe_refund_created
 //	  │ tx: store 201 with the refund
@@ -38,10 +39,12 @@ import (
 //
 // What is left to refund is what was captured less the greater of the
 // payment's amount_refunded and the sum of its pending and succeeded
-// refunds. Both are read under the payment's row lock, and the new refund
+// refunds (the latter, since amount_refunded is the sum of the succeeded
+// ones). Both are read under the payment's row lock, and the new refund
 // is inserted under it, so two refunds with different keys racing for the
 // last of a payment can never both get it: the second waits for the lock
-// and then counts the first.
+// and then counts the first. A failed refund, even one that had succeeded,
+// holds nothing.
 const (
 	RefundCreated       recovery.RecoveryPoint = "refund_created"
 	StripeRefundCreated recovery.RecoveryPoint = "stripe_refund_created"
@@ -174,33 +177,22 @@ func (s *Service) recordStripeRefund(ctx context.Context, tx *db.Tx, k *recovery
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if res.refund == nil {
-		return failRefund(ctx, tx, k, re, res.refusal)
-	}
-	status, failure := fromStripeRefundStatus(res.refund)
-	row, err := queries.RecordStripeRefund(ctx, tx, dbsqlc.RecordStripeRefundParams{
-		ID: re.ID, Status: string(status), StripeRefund: textOrNull(res.refund.ID), FailureReason: textOrNull(failure),
-	})
+	row, err := queries.LockRefund(ctx, tx, re.ID)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
 	re = fromRefundRow(row)
-	switch status {
-	case RefundSucceeded:
-		// Never add the amount blindly: a charge.refunded webhook may
-		// already have raised amount_refunded for this very refund.
-		if _, err := queries.CatchUpAmountRefunded(ctx, tx, pay.ID); err != nil {
-			return recovery.Outcome{}, err
-		}
-		err = stage(ctx, tx, keyID(k), eventJob(k.UserID, "refund.succeeded", re), refundReceiptJob(pay, re))
-	case RefundFailed:
-		err = stage(ctx, tx, keyID(k), eventJob(k.UserID, "refund.failed", re))
+	if res.refund == nil {
+		return failRefund(ctx, tx, k, pay, re, res.refusal)
 	}
-	// A pending refund is announced when Stripe settles it, not now.
+	// A webhook may have made the move already (then it staged the event),
+	// or a later one: a pending answer does not undo a settled refund. A
+	// pending refund is announced when Stripe settles it, not now.
+	re, _, err = moveRefundTx(ctx, tx, keyID(k), pay, re, fromStripeRefund(res.refund))
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := auditRefund(ctx, tx, k, "refund."+string(status), re, map[string]string{"stripe_refund": res.refund.ID}); err != nil {
+	if err := auditRefund(ctx, tx, k, "refund."+string(re.Status), re, map[string]string{"stripe_refund": res.refund.ID}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Next(StripeRefundCreated), nil
@@ -208,13 +200,9 @@ func (s *Service) recordStripeRefund(ctx context.Context, tx *db.Tx, k *recovery
 
 // failRefund records Stripe's final refusal: the refund is failed, which
 // frees its amount, and the answer is 400 refund_not_allowed.
-func failRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, re Refund, refusal string) (recovery.Outcome, error) {
-	row, err := queries.RecordRefundRefusal(ctx, tx, dbsqlc.RecordRefundRefusalParams{ID: re.ID, FailureReason: textOrNull(refusal)})
+func failRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, pay Payment, re Refund, refusal string) (recovery.Outcome, error) {
+	re, _, err := moveRefundTx(ctx, tx, keyID(k), pay, re, refundMove{to: RefundFailed, failureReason: refusal})
 	if err != nil {
-		return recovery.Outcome{}, err
-	}
-	re = fromRefundRow(row)
-	if err := stage(ctx, tx, keyID(k), eventJob(k.UserID, "refund.failed", re)); err != nil {
 		return recovery.Outcome{}, err
 	}
 	if err := auditRefund(ctx, tx, k, "refund.failed", re, map[string]string{"failure_reason": refusal}); err != nil {
@@ -235,23 +223,6 @@ func (s *Service) finishRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 		return recovery.Outcome{}, fmt.Errorf("rendering refund %s: %w", re.ID, err)
 	}
 	return recovery.Respond(http.StatusCreated, body), nil
-}
-
-// fromStripeRefundStatus maps Stripe's refund status to ours, with Stripe's
-// failure reason for a failed one. requires_action waits like pending.
-func fromStripeRefundStatus(sr *stripe.Refund) (RefundStatus, string) {
-	switch sr.Status {
-	case stripe.RefundStatusSucceeded:
-		return RefundSucceeded, ""
-	case stripe.RefundStatusFailed, stripe.RefundStatusCanceled:
-		reason := string(sr.FailureReason)
-		if reason == "" {
-			reason = string(sr.Status)
-		}
-		return RefundFailed, reason
-	default:
-		return RefundPending, ""
-	}
 }
 
 // refundNotAllowed is the final answer to a refund the payment's state, or

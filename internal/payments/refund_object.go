@@ -34,22 +34,23 @@ type Refund struct {
 	Status       RefundStatus
 	StripeRefund *string // Stripe's re_... once Stripe made it
 	Reason       *string
-	// FailureReason says why Stripe refused or failed it. Not part of the
-	// API object: Stripe's wording is for people, and is in the audit trail.
+	// FailureReason says why Stripe refused the refund (its message) or
+	// failed it later (its failure_reason, such as expired_or_canceled_card).
 	FailureReason *string
 	Created       time.Time
 }
 
 // refundObject is the Refund object of the API, as clients see it.
 type refundObject struct {
-	ID           string       `json:"id"`
-	Object       string       `json:"object"`
-	Payment      string       `json:"payment"`
-	Amount       int64        `json:"amount"`
-	Status       RefundStatus `json:"status"`
-	StripeRefund *string      `json:"stripe_refund"`
-	Reason       *string      `json:"reason"`
-	Created      int64        `json:"created"`
+	ID            string       `json:"id"`
+	Object        string       `json:"object"`
+	Payment       string       `json:"payment"`
+	Amount        int64        `json:"amount"`
+	Status        RefundStatus `json:"status"`
+	StripeRefund  *string      `json:"stripe_refund"`
+	Reason        *string      `json:"reason"`
+	FailureReason *string      `json:"failure_reason"`
+	Created       int64        `json:"created"`
 }
 
 // MarshalJSON renders the refund as the API's Refund object. The refund
@@ -57,7 +58,7 @@ type refundObject struct {
 func (r Refund) MarshalJSON() ([]byte, error) {
 	return json.Marshal(refundObject{
 		ID: r.ID, Object: "refund", Payment: r.Payment, Amount: r.Amount, Status: r.Status,
-		StripeRefund: r.StripeRefund, Reason: r.Reason, Created: r.Created.Unix(),
+		StripeRefund: r.StripeRefund, Reason: r.Reason, FailureReason: r.FailureReason, Created: r.Created.Unix(),
 	})
 }
 

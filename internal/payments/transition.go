@@ -16,7 +16,9 @@ import (
 // A payment's life, and the event each move announces to the merchant:
 //
 //	processing ──────────────> succeeded          payment.succeeded (+ receipt)
-//	    │  └─────────────────> failed             payment.failed
+//	    │  ├─────────────────> failed             payment.failed
+//	    │  └─────────────────> canceled           payment.canceled (Stripe canceled it
+//	    │                                           before the flow recorded it)
 //	    └──> requires_capture ─> succeeded        payment.captured (+ receipt)
 //	                  │  └─────> canceled         payment.canceled
 //	                  └────────> failed           payment.failed (the authorisation lapsed)
@@ -30,6 +32,7 @@ var moves = map[[2]Status]string{
 	{StatusProcessing, StatusSucceeded}:       "payment.succeeded",
 	{StatusProcessing, StatusFailed}:          "payment.failed",
 	{StatusProcessing, StatusRequiresCapture}: "",
+	{StatusProcessing, StatusCanceled}:        "payment.canceled",
 	{StatusRequiresCapture, StatusSucceeded}:  "payment.captured",
 	{StatusRequiresCapture, StatusCanceled}:   "payment.canceled",
 	{StatusRequiresCapture, StatusFailed}:     "payment.failed",

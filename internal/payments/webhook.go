@@ -20,8 +20,8 @@ type EventOutcome string
 const (
 	EventApplied   EventOutcome = "applied"   // it moved a payment (and staged the move's event)
 	EventNoChange  EventOutcome = "no_change" // we already knew: a flow or an earlier event got there first
-	EventStale     EventOutcome = "stale"     // it is older than the last event applied to the payment
-	EventUnmatched EventOutcome = "unmatched" // no payment of ours carries its PaymentIntent
+	EventStale     EventOutcome = "stale"     // it is older than the last PaymentIntent event applied to the payment
+	EventUnmatched EventOutcome = "unmatched" // no payment (or refund) of ours is its object's
 )
 
 // intentMoves says which move each PaymentIntent event reports.
@@ -54,6 +54,17 @@ func HandlesIntentEvent(eventType string) bool { _, ok := intentMoves[eventType]
 // occurred to the payment it belongs to, inside tx. The payment is found by
 // its PaymentIntent, or by the "payment" metadata we put on every
 // PaymentIntent, for an event that outruns the flow recording it.
+//
+// The payment's staleness mark (stripe_event_at) is the time of the latest
+// PaymentIntent event whose state the payment holds: one that moved it, or
+// one that reports the status it already has. An event older than the mark
+// is stale and ignored. Only PaymentIntent events read or set the mark:
+// charge and refund events are about other objects (a refund's moves only
+// go forward, see refund_moves.go), and a newer one of them must not make a
+// PaymentIntent event stale. An event that could not apply (one the service
+// does not act on for this payment, such as an authorisation of a payment
+// made with capture=true) sets no mark either, so it cannot make an older
+// event that does apply stale.
 func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *stripe.PaymentIntent, occurred time.Time) (EventOutcome, error) {
 	move, ok := intentMoves[eventType]
 	if !ok {
@@ -63,38 +74,19 @@ func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *st
 	if err != nil || pay == nil {
 		return EventUnmatched, err
 	}
-	return applyEvent(ctx, tx, *pay, occurred, func() (bool, error) {
-		_, moved, err := transitionTx(ctx, tx, nil, *pay, move(pi))
-		return moved, err
-	})
-}
-
-// ApplyChargeRefundedTx applies a charge.refunded event: the payment's
-// amount_refunded rises to the charge's, never falls (our own refund flow
-// may have raised it already, and events come in any order).
-func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge, occurred time.Time) (EventOutcome, error) {
-	if ch.PaymentIntent == nil {
-		return EventUnmatched, nil
-	}
-	pay, err := lockByIntent(ctx, tx, ch.PaymentIntent.ID, ch.Metadata["payment"])
-	if err != nil || pay == nil {
-		return EventUnmatched, err
-	}
-	return applyEvent(ctx, tx, *pay, occurred, func() (bool, error) {
-		row, err := queries.RaiseAmountRefunded(ctx, tx, dbsqlc.RaiseAmountRefundedParams{ID: pay.ID, AmountRefunded: ch.AmountRefunded})
-		return err == nil && row.AmountRefunded != pay.AmountRefunded, err
-	})
-}
-
-// applyEvent ignores an event older than the payment's last applied one;
-// otherwise it applies it and notes its time.
-func applyEvent(ctx context.Context, tx *db.Tx, pay Payment, occurred time.Time, apply func() (bool, error)) (EventOutcome, error) {
 	if pay.StripeEventAt != nil && occurred.Before(*pay.StripeEventAt) {
 		return EventStale, nil
 	}
-	moved, err := apply()
+	t := move(pi)
+	if t.to == StatusRequiresCapture && pay.Capture {
+		return EventNoChange, nil // capture=true: an authorisation is not acted on
+	}
+	_, moved, err := transitionTx(ctx, tx, nil, *pay, t)
 	if err != nil {
 		return "", err
+	}
+	if !moved && pay.Status != t.to {
+		return EventNoChange, nil
 	}
 	if err := queries.NoteStripeEvent(ctx, tx, dbsqlc.NoteStripeEventParams{ID: pay.ID, OccurredAt: occurred}); err != nil {
 		return "", err
@@ -103,6 +95,22 @@ func applyEvent(ctx context.Context, tx *db.Tx, pay Payment, occurred time.Time,
 		return EventNoChange, nil
 	}
 	return EventApplied, nil
+}
+
+// ApplyChargeRefundedTx takes note of a charge.refunded event, and changes
+// nothing: a payment's amount_refunded is the sum of its succeeded refunds
+// (see refund_moves.go), which our refund flow and charge.refund.updated
+// keep. The charge's amount_refunded is no measure of it: it counts pending
+// refunds and released authorisations too, and drops when a refund fails.
+func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge) (EventOutcome, error) {
+	if ch.PaymentIntent == nil {
+		return EventUnmatched, nil
+	}
+	pay, err := lockByIntent(ctx, tx, ch.PaymentIntent.ID, ch.Metadata["payment"])
+	if err != nil || pay == nil {
+		return EventUnmatched, err
+	}
+	return EventNoChange, nil
 }
 
 // lockByIntent locks the payment of a PaymentIntent; nil when it is not ours.

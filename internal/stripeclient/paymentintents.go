@@ -20,7 +20,12 @@ type PaymentIntentRequest struct {
 
 // CreatePaymentIntent creates and confirms a payment intent. A declined card
 // is a Terminal error (see AsDecline); an approved one comes back succeeded,
-// or requires_capture when CaptureManually is set.
+// or requires_capture when CaptureManually is set. A card that needs the
+// customer to authenticate (3-D Secure) is a decline too, with the code
+// authentication_required: the service has no customer at hand to send
+// through the challenge, so it asks Stripe for the error
+// (error_on_requires_action) rather than a payment intent stuck in
+// requires_action.
 func (c *Client) CreatePaymentIntent(ctx context.Context, idempotencyKey string, req PaymentIntentRequest) (*stripe.PaymentIntent, error) {
 	captureMethod := stripe.PaymentIntentCaptureMethodAutomatic
 	if req.CaptureManually {
@@ -32,10 +37,11 @@ func (c *Client) CreatePaymentIntent(ctx context.Context, idempotencyKey string,
 		PaymentMethod: stripe.String(req.PaymentMethod),
 		// Naming the card type keeps API 2023-10-16 from turning on
 		// automatic payment methods, which would require a return_url.
-		PaymentMethodTypes: stripe.StringSlice([]string{"card"}),
-		CaptureMethod:      stripe.String(string(captureMethod)),
-		Confirm:            stripe.Bool(true),
-		Metadata:           req.Metadata,
+		PaymentMethodTypes:    stripe.StringSlice([]string{"card"}),
+		CaptureMethod:         stripe.String(string(captureMethod)),
+		Confirm:               stripe.Bool(true),
+		ErrorOnRequiresAction: stripe.Bool(true),
+		Metadata:              req.Metadata,
 	}
 	if req.Description != "" {
 		params.Description = stripe.String(req.Description)

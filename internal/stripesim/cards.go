@@ -8,7 +8,19 @@ type testCard struct {
 	last4       string
 	declineCode string // empty: the card is approved
 	message     string // the decline message Stripe shows
+	// needsAuthentication: confirming needs 3-D Secure (requires_action).
+	needsAuthentication bool
+	refunds             refundBehaviour
 }
+
+// refundBehaviour is what becomes of a refund of a card's charge.
+type refundBehaviour int
+
+const (
+	refundSucceeds          refundBehaviour = iota // succeeded at once, for good
+	refundFailsLater                               // succeeded, then failed laterDelay later
+	refundPendsThenSucceeds                        // pending, then succeeded laterDelay later
+)
 
 // testCards are the test payment methods the simulator knows, with Stripe's
 // card numbers and decline messages.
@@ -27,6 +39,9 @@ var testCards = map[string]testCard{
 		brand: "visa", last4: "9987",
 		declineCode: "lost_card", message: "Your card was declined.",
 	},
+	"pm_card_authenticationRequired": {brand: "visa", last4: "3184", needsAuthentication: true},
+	"pm_card_refundFail":             {brand: "visa", last4: "5126", refunds: refundFailsLater},
+	"pm_card_pendingRefund":          {brand: "visa", last4: "7726", refunds: refundPendsThenSucceeds},
 }
 
 // paymentMethod describes the card as Stripe embeds it in a decline.
@@ -35,6 +50,21 @@ func (tc testCard) paymentMethod(id string) *paymentMethod {
 	pm.Card.Brand = tc.brand
 	pm.Card.Last4 = tc.last4
 	return pm
+}
+
+// authenticationRequired is the card_error Stripe reports when a payment
+// that needs 3-D Secure is confirmed with error_on_requires_action=true.
+// No charge was attempted, so none is named.
+func (tc testCard) authenticationRequired(pmID string) *apiError {
+	return &apiError{
+		status:        http.StatusPaymentRequired,
+		Type:          typeCard,
+		Code:          "authentication_required",
+		DeclineCode:   "authentication_required",
+		DocURL:        "https://stripe.com/docs/error-codes/authentication-required",
+		Message:       "Your card was declined. This transaction requires authentication.",
+		PaymentMethod: tc.paymentMethod(pmID),
+	}
 }
 
 // decline is the card_error Stripe reports for a declined charge.

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 )
 
 // The control surface, /_sim/..., lets tests and developers look inside the
@@ -28,6 +29,7 @@ func loopbackOnly(next http.Handler) http.Handler {
 func (s *Simulator) Objects(typ string) ([]json.RawMessage, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
+	s.applyDue()
 	switch typ {
 	case "payment_intent":
 		return snapshots(s.state.paymentIntents.order), nil
@@ -102,6 +104,28 @@ func (s *Simulator) serveClearFaults(w http.ResponseWriter, _ *http.Request) {
 func (s *Simulator) serveReset(w http.ResponseWriter, _ *http.Request) {
 	s.Reset()
 	writeControl(w, http.StatusOK, map[string]bool{"reset": true})
+}
+
+// serveAdvance is POST /_sim/advance {"seconds": N}: the clock moves N
+// seconds forward (N may have a fraction) and what falls due meanwhile
+// happens. It answers the new time, in Unix seconds.
+func (s *Simulator) serveAdvance(w http.ResponseWriter, r *http.Request) {
+	var req struct {
+		Seconds *float64 `json:"seconds"`
+	}
+	dec := json.NewDecoder(http.MaxBytesReader(w, r.Body, 64<<10))
+	dec.DisallowUnknownFields()
+	if err := dec.Decode(&req); err != nil {
+		writeControlError(w, http.StatusBadRequest, "invalid advance: "+err.Error())
+		return
+	}
+	// At most ten years, so that the duration cannot overflow.
+	if req.Seconds == nil || !(*req.Seconds >= 0 && *req.Seconds <= 10*365*24*3600) {
+		writeControlError(w, http.StatusBadRequest, `invalid advance: want {"seconds": N} with N from 0 to 315360000`)
+		return
+	}
+	now := s.Advance(time.Duration(*req.Seconds * float64(time.Second)))
+	writeControl(w, http.StatusOK, map[string]int64{"now": now.Unix()})
 }
 
 func serveControlNotFound(w http.ResponseWriter, r *http.Request) {

@@ -25,7 +25,23 @@
 // pm_card_chargeDeclined, pm_card_chargeDeclinedInsufficientFunds and
 // pm_card_chargeDeclinedLostCard are declined with a 402 card_error whose
 // decline_code is generic_decline, insufficient_funds and lost_card. Any other
-// payment method is 400 resource_missing.
+// payment method is 400 resource_missing. As in Stripe's test mode, some
+// outcomes come later:
+//
+//   - pm_card_authenticationRequired needs 3-D Secure: confirming it leaves
+//     the payment intent requires_action, with a next_action; with
+//     error_on_requires_action=true it is a 402 card_error
+//     authentication_required and the intent is requires_payment_method.
+//   - A refund of pm_card_refundFail answers succeeded, and about two seconds
+//     later fails (failure_reason expired_or_canceled_card).
+//   - A refund of pm_card_pendingRefund answers pending, and about two
+//     seconds later succeeds.
+//
+// Each later change sends charge.refund.updated. "Later" is on the
+// simulator's clock (Config.Now plus what Advance added): due changes are
+// applied before every request, by Advance and POST /_sim/advance, and by a
+// wall-clock timer, so tests need not sleep and `payments dev` behaves like
+// Stripe.
 //
 // # Idempotency
 //
@@ -66,9 +82,14 @@
 //	                             "count": 1, "delay_ms": 0}
 //	DELETE /_sim/faults          disarm every fault
 //	POST   /_sim/reset           forget everything
+//	POST   /_sim/advance         {"seconds": N}: move the clock N seconds
+//	                             forward and apply what falls due (later
+//	                             refund outcomes, authorisations not
+//	                             captured within 7 days, expired
+//	                             idempotency keys)
 //
 // The same operations are available to Go tests as methods (AddFault,
-// Requests, Objects, Reset...).
+// Requests, Objects, Reset, Advance...).
 //
 // # Webhooks
 //

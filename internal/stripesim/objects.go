@@ -14,6 +14,8 @@ type state struct {
 	refunds        table[refund]
 	events         table[event]
 
+	later []laterChange // Stripe's outcomes still to come, by due time
+
 	keys     map[keyScope]*keyEntry
 	keyOrder []claimedKey // keys' claims, oldest first, for forgetExpiredKeys
 	faults   []*Fault
@@ -82,6 +84,7 @@ type paymentIntent struct {
 	LatestCharge       *string           `json:"latest_charge"`
 	Livemode           bool              `json:"livemode"`
 	Metadata           map[string]string `json:"metadata"`
+	NextAction         json.RawMessage   `json:"next_action"` // nil encodes as null
 	PaymentMethod      *string           `json:"payment_method"`
 	PaymentMethodTypes []string          `json:"payment_method_types"`
 	Status             string            `json:"status"`
@@ -91,6 +94,7 @@ type paymentIntent struct {
 const (
 	statusRequiresPaymentMethod = "requires_payment_method"
 	statusRequiresConfirmation  = "requires_confirmation"
+	statusRequiresAction        = "requires_action"
 	statusRequiresCapture       = "requires_capture"
 	statusSucceeded             = "succeeded"
 	statusCanceled              = "canceled"
@@ -133,7 +137,8 @@ type refund struct {
 	Metadata      map[string]string `json:"metadata"`
 	PaymentIntent string            `json:"payment_intent"`
 	Reason        *string           `json:"reason"`
-	Status        string            `json:"status"`
+	Status        string            `json:"status"` // pending, succeeded or failed
+	FailureReason *string           `json:"failure_reason"`
 }
 
 // paymentMethod is the card behind a test payment method, as Stripe embeds

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"slices"
 	"strings"
+	"time"
 )
 
 // A payment intent moves through these statuses here:
@@ -13,16 +14,24 @@ import (
 //	confirmed, approved:      succeeded (capture_method automatic)
 //	                          requires_capture (capture_method manual) --capture--> succeeded
 //	confirmed, declined:      requires_payment_method, with last_payment_error
-//	canceled:                 canceled, from any status but succeeded
+//	confirmed, needs 3-D Secure (pm_card_authenticationRequired):
+//	                          requires_action, with a next_action; or, with
+//	                          error_on_requires_action=true, a 402
+//	                          authentication_required and requires_payment_method
+//	canceled:                 canceled, from any status but succeeded; an
+//	                          authorisation not captured within 7 days is
+//	                          canceled by Stripe (cancellation_reason automatic)
 //
-// Every confirmation creates a charge: the approved one is captured along
-// with the payment intent, the declined one stays failed.
+// A confirmation that reaches the card creates a charge: the approved one is
+// captured along with the payment intent, the declined one stays failed. One
+// that stops for authentication creates none, as at Stripe: the customer has
+// not authenticated, so nothing was sent to the card's issuer.
 
 // cancelableStatuses are the statuses Stripe lets a payment intent be
 // canceled from.
 var cancelableStatuses = []string{
 	statusRequiresPaymentMethod, statusRequiresCapture, statusRequiresConfirmation,
-	"requires_action", "processing",
+	statusRequiresAction, "processing",
 }
 
 // createPaymentIntent is POST /v1/payment_intents.
@@ -38,7 +47,7 @@ func (s *Simulator) createPaymentIntent(c *call) outcome {
 	if !p.confirm {
 		return succeeded(pi)
 	}
-	return s.confirm(c, pi, p.card)
+	return s.confirm(c, pi, p)
 }
 
 // paymentIntentParams are the validated parameters of a new payment intent.
@@ -47,9 +56,12 @@ type paymentIntentParams struct {
 	currency      string
 	captureMethod string
 	confirm       bool
-	paymentMethod string
-	card          testCard // the card behind paymentMethod
-	customer      string
+	// errorOnRequiresAction: a payment that needs the customer (3-D Secure)
+	// fails with a 402 instead of waiting in requires_action.
+	errorOnRequiresAction bool
+	paymentMethod         string
+	card                  testCard // the card behind paymentMethod
+	customer              string
 }
 
 func (s *Simulator) paymentIntentParams(c *call) (p paymentIntentParams, e *apiError) {
@@ -72,6 +84,9 @@ func (s *Simulator) paymentIntentParams(c *call) (p paymentIntentParams, e *apiE
 		return p, e
 	}
 	if p.confirm, e = c.boolean("confirm"); e != nil {
+		return p, e
+	}
+	if p.errorOnRequiresAction, e = c.boolean("error_on_requires_action"); e != nil {
 		return p, e
 	}
 	if p.paymentMethod, p.card, e = s.paymentMethodParam(c, p.confirm); e != nil {
@@ -139,8 +154,13 @@ func (c *call) currency() (string, *apiError) {
 }
 
 // confirm charges the payment intent's card: the decline is a stored 402,
-// an approval succeeds or waits for capture.
-func (s *Simulator) confirm(c *call, pi *paymentIntent, card testCard) outcome {
+// an approval succeeds or waits for capture; a card that needs 3-D Secure
+// stops before the charge.
+func (s *Simulator) confirm(c *call, pi *paymentIntent, p paymentIntentParams) outcome {
+	card := p.card
+	if card.needsAuthentication {
+		return s.requireAction(c, pi, card, p.errorOnRequiresAction)
+	}
 	ch := s.newCharge(pi)
 	pi.LatestCharge = &ch.ID
 
@@ -155,10 +175,41 @@ func (s *Simulator) confirm(c *call, pi *paymentIntent, card testCard) outcome {
 		pi.Status = statusRequiresCapture
 		pi.AmountCapturable = pi.Amount
 		s.emit(c, "payment_intent.amount_capturable_updated", pi)
+		s.later(authorisationLifetime, func() { s.expireAuthorisation(pi) })
 		return succeeded(pi)
 	}
 	s.captureCharge(pi, ch, pi.Amount)
 	s.emit(c, "payment_intent.succeeded", pi)
+	return succeeded(pi)
+}
+
+// requireAction stops a confirmation that needs the customer to
+// authenticate: the payment intent waits in requires_action, with the
+// next_action Stripe.js would carry out, or, when the request asked for an
+// error instead, goes back to requires_payment_method with a stored 402
+// authentication_required, as Stripe does.
+func (s *Simulator) requireAction(c *call, pi *paymentIntent, card testCard, errorOnRequiresAction bool) outcome {
+	if errorOnRequiresAction {
+		lastError := card.authenticationRequired(*pi.PaymentMethod)
+		pi.Status = statusRequiresPaymentMethod
+		pi.PaymentMethod = nil
+		pi.LastPaymentError = lastError
+		s.emit(c, "payment_intent.payment_failed", pi)
+		response := *lastError
+		response.PaymentIntent = snapshot(pi)
+		return failed(&response)
+	}
+	source := newID("src")
+	pi.Status = statusRequiresAction
+	pi.NextAction = snapshot(map[string]any{
+		"type": "use_stripe_sdk",
+		"use_stripe_sdk": map[string]string{
+			"type":      "three_d_secure_redirect",
+			"source":    source,
+			"stripe_js": "https://hooks.stripe.com/redirect/authenticate/" + source,
+		},
+	})
+	s.emit(c, "payment_intent.requires_action", pi)
 	return succeeded(pi)
 }
 
@@ -215,6 +266,19 @@ func (s *Simulator) getPaymentIntent(c *call) outcome {
 	return succeeded(pi)
 }
 
+// authorisationLifetime is how long Stripe keeps an uncaptured card
+// authorisation before canceling it.
+const authorisationLifetime = 7 * 24 * time.Hour
+
+// expireAuthorisation cancels an authorisation nobody captured or canceled
+// in time, as Stripe does (cancellation_reason automatic).
+func (s *Simulator) expireAuthorisation(pi *paymentIntent) {
+	if pi.Status != statusRequiresCapture {
+		return
+	}
+	s.cancel(nil, pi, "automatic")
+}
+
 // capturePaymentIntent is POST /v1/payment_intents/{id}/capture.
 func (s *Simulator) capturePaymentIntent(c *call) outcome {
 	if e := c.allowOnly("amount_to_capture", "final_capture", "metadata", "expand",
@@ -266,11 +330,17 @@ func (s *Simulator) cancelPaymentIntent(c *call) outcome {
 	if !slices.Contains(cancelableStatuses, pi.Status) {
 		return failed(unexpectedState(pi, "canceled", strings.Join(cancelableStatuses, ", ")))
 	}
+	s.cancel(c, pi, reason)
+	return succeeded(pi)
+}
+
+// cancel cancels pi; c is the request, nil when Stripe does it on its own.
+func (s *Simulator) cancel(c *call, pi *paymentIntent, reason string) {
 	canceledAt := s.now().Unix()
 	pi.Status = statusCanceled
 	pi.CanceledAt = &canceledAt
 	pi.CancellationReason = nullable(reason)
 	pi.AmountCapturable = 0
+	pi.NextAction = nil
 	s.emit(c, "payment_intent.canceled", pi)
-	return succeeded(pi)
 }

@@ -98,6 +98,7 @@ func (s *Simulator) execute(c *call, op operation) response {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 
+	s.applyDue() // what Stripe decided meanwhile is in place before the request reads it
 	out := op(c)
 	res := response{status: out.status, body: out.body, requestID: c.requestID}
 	if c.claim != nil {

@@ -11,6 +11,14 @@ import "net/http"
 //
 // These are decided against the charge's state, so they are stored under the
 // idempotency key like a success.
+//
+// Most refunds succeed at once. As in Stripe's test mode, a refund of
+// pm_card_pendingRefund answers pending and succeeds laterDelay later, and one
+// of pm_card_refundFail answers succeeded and fails laterDelay later
+// (failure_reason expired_or_canceled_card); each later change sends
+// charge.refund.updated. The charge's amount_refunded counts every refund
+// that has not failed, pending ones included, as Stripe's does: a refund
+// that fails gives its amount back to the charge.
 func (s *Simulator) createRefund(c *call) outcome {
 	pi, amount, reason, e := s.refundParams(c)
 	if e != nil {
@@ -40,13 +48,49 @@ func (s *Simulator) createRefund(c *call) outcome {
 		Metadata:      c.metadata(),
 		PaymentIntent: pi.ID,
 		Reason:        nullable(reason),
-		Status:        "succeeded",
+		Status:        refundSucceeded,
 	}
 	s.state.refunds.add(re.ID, re)
 	ch.AmountRefunded += amount
 	ch.Refunded = ch.refundable() == 0
+	switch testCards[ch.PaymentMethod].refunds {
+	case refundPendsThenSucceeds:
+		re.Status = refundPending
+		s.later(laterDelay, func() { s.settleRefund(re) })
+	case refundFailsLater:
+		s.later(laterDelay, func() { s.failRefund(re, ch, "expired_or_canceled_card") })
+	}
 	s.emit(c, "charge.refunded", ch)
 	return succeeded(re)
+}
+
+// Refund statuses used by the simulator.
+const (
+	refundPending   = "pending"
+	refundSucceeded = "succeeded"
+	refundFailed    = "failed"
+)
+
+// settleRefund is the later success of a pending refund.
+func (s *Simulator) settleRefund(re *refund) {
+	if re.Status != refundPending {
+		return
+	}
+	re.Status = refundSucceeded
+	s.emit(nil, "charge.refund.updated", re)
+}
+
+// failRefund is the later failure of a refund: its amount goes back to the
+// charge, which may be refunded again.
+func (s *Simulator) failRefund(re *refund, ch *charge, reason string) {
+	if re.Status == refundFailed {
+		return
+	}
+	re.Status = refundFailed
+	re.FailureReason = &reason
+	ch.AmountRefunded -= re.Amount
+	ch.Refunded = ch.refundable() == 0
+	s.emit(nil, "charge.refund.updated", re)
 }
 
 // refundParams validates a refund's parameters and finds its payment intent,

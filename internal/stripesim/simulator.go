@@ -5,6 +5,7 @@ import (
 	"log/slog"
 	"net/http"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -18,7 +19,7 @@ type Config struct {
 	WebhookURL    string           // empty: no delivery
 	WebhookSecret string           // whsec_...; signs every delivery
 	Logger        *slog.Logger     // nil: discard
-	Now           func() time.Time // nil: time.Now (inject for tests of 24h key retention)
+	Now           func() time.Time // nil: time.Now (inject for tests of 24h key retention); Advance moves it on
 
 	// WebhookMaxAttempts bounds the deliveries of one event (default 8).
 	WebhookMaxAttempts int
@@ -31,27 +32,31 @@ type Config struct {
 // guards all state; it is never held while a request sleeps or while a
 // webhook is delivered.
 type Simulator struct {
-	now      func() time.Time
+	clock    func() time.Time
+	offset   atomic.Int64 // nanoseconds Advance added to clock
 	logger   *slog.Logger
 	webhooks *deliverer // nil without Config.WebhookURL
 	closing  chan struct{}
 	close    sync.Once
 
-	mu    sync.Mutex
-	state *state
+	mu         sync.Mutex
+	state      *state
+	timer      *time.Timer // fires when the next later change is due; nil until one is scheduled
+	applyingAt time.Time   // while applyDue applies a change: when it fell due (see now)
+	closed     bool        // Close ran: the timer is never armed again
 }
 
 // New returns a simulator with no objects. Call Close to stop its webhook
 // delivery.
 func New(cfg Config) *Simulator {
 	s := &Simulator{
-		now:     cfg.Now,
+		clock:   cfg.Now,
 		logger:  cmp.Or(cfg.Logger, slog.New(slog.DiscardHandler)),
 		closing: make(chan struct{}),
 		state:   newState(),
 	}
-	if s.now == nil {
-		s.now = time.Now
+	if s.clock == nil {
+		s.clock = time.Now
 	}
 	if cfg.WebhookURL != "" {
 		s.webhooks = newDeliverer(cfg, s.logger)
@@ -81,16 +86,23 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("POST /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveAddFault)))
 	mux.Handle("DELETE /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveClearFaults)))
 	mux.Handle("POST /_sim/reset", loopbackOnly(http.HandlerFunc(s.serveReset)))
+	mux.Handle("POST /_sim/advance", loopbackOnly(http.HandlerFunc(s.serveAdvance)))
 	mux.Handle("/_sim/", loopbackOnly(http.HandlerFunc(serveControlNotFound)))
 
 	return mux
 }
 
-// Close stops webhook delivery, waits for its goroutine and wakes requests
-// sleeping in a delay fault. Events not yet delivered are dropped. Close is
-// safe to call more than once.
+// Close stops webhook delivery, waits for its goroutine, stops the timer of
+// later changes and wakes requests sleeping in a delay fault. Events not yet
+// delivered are dropped. Close is safe to call more than once.
 func (s *Simulator) Close() {
 	s.close.Do(func() {
+		s.mu.Lock()
+		s.closed = true
+		if s.timer != nil {
+			s.timer.Stop()
+		}
+		s.mu.Unlock()
 		close(s.closing)
 		if s.webhooks != nil {
 			s.webhooks.close()
@@ -98,12 +110,14 @@ func (s *Simulator) Close() {
 	})
 }
 
-// Reset forgets every object, idempotency key, fault, recorded request and
-// undelivered event.
+// Reset forgets every object, idempotency key, fault, recorded request,
+// undelivered event and later change, and the time Advance added.
 func (s *Simulator) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	s.state = newState()
+	s.offset.Store(0)
+	s.armTimer()
 	if s.webhooks != nil {
 		s.webhooks.clear() // under s.mu, so no event of the old state slips in after
 	}

@@ -41,7 +41,8 @@ type eventRequest struct {
 }
 
 // emit records that obj changed, as an event of the given type, and queues it
-// for delivery. It runs with s.mu held and never blocks.
+// for delivery; c is the request that changed it, nil for a later change.
+// It runs with s.mu held and never blocks.
 func (s *Simulator) emit(c *call, typ string, obj any) {
 	ev := &event{
 		ID:         newID("evt"),
@@ -49,8 +50,10 @@ func (s *Simulator) emit(c *call, typ string, obj any) {
 		APIVersion: APIVersion,
 		Created:    s.now().Unix(),
 		Data:       eventData{Object: snapshot(obj)},
-		Request:    eventRequest{ID: &c.requestID, IdempotencyKey: nullable(c.idempotencyKey)},
 		Type:       typ,
+	}
+	if c != nil { // nil: a change Stripe made on its own, with no request behind it
+		ev.Request = eventRequest{ID: &c.requestID, IdempotencyKey: nullable(c.idempotencyKey)}
 	}
 	if s.webhooks != nil {
 		ev.PendingWebhooks = 1

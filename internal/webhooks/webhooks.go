@@ -5,7 +5,8 @@
 // within a tolerance window), then, in one SERIALIZABLE transaction, its id
 // goes into the stripe_events inbox and its effect is applied; a repeat finds
 // the id and changes nothing. What an event does to a payment is package
-// payments' business (ApplyIntentEventTx, ApplyChargeRefundedTx); event
+// payments' business (ApplyIntentEventTx, ApplyChargeRefundedTx,
+// ApplyRefundEventTx for charge.refund.updated); event
 // types it does not apply are acknowledged and recorded.
 package webhooks
 
@@ -137,7 +138,13 @@ func apply(ctx context.Context, tx *db.Tx, event stripe.Event, occurred time.Tim
 		if err := json.Unmarshal(event.Data.Raw, &ch); err != nil {
 			return "", fmt.Errorf("decoding %s: %w", event.Type, err)
 		}
-		return payments.ApplyChargeRefundedTx(ctx, tx, &ch, occurred)
+		return payments.ApplyChargeRefundedTx(ctx, tx, &ch)
+	case payments.HandlesRefundEvent(string(event.Type)):
+		var re stripe.Refund
+		if err := json.Unmarshal(event.Data.Raw, &re); err != nil {
+			return "", fmt.Errorf("decoding %s: %w", event.Type, err)
+		}
+		return payments.ApplyRefundEventTx(ctx, tx, &re)
 	default:
 		return OutcomeIgnored, nil
 	}

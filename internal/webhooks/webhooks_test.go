@@ -164,21 +164,63 @@ func TestWebhook_aStaleEventDoesNotOverwriteNewerState(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM stripe_events WHERE id = 'evt_old' AND outcome = 'stale'"))
 }
 
-func TestWebhook_chargeRefundedRaisesAmountRefunded(t *testing.T) {
+// charge.refunded changes nothing: a payment's amount_refunded is the sum of
+// its succeeded refunds, and the charge's amount_refunded (which counts
+// pending refunds, and drops when one fails) is no measure of it.
+func TestWebhook_chargeRefundedLeavesAmountRefundedToTheRefunds(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	now := time.Now().Unix()
 	b.deliver(t, event("evt_cap", "payment_intent.succeeded", now, intent("pi_w", "succeeded", 2000)), secret, time.Now())
-	charge := func(refunded int64) map[string]any {
-		return map[string]any{"id": "ch_w", "object": "charge", "amount": 2000, "amount_captured": 2000,
-			"amount_refunded": refunded, "refunded": refunded == 2000, "payment_intent": "pi_w"}
-	}
-	_, out := b.deliver(t, event("evt_r1", "charge.refunded", now+1, charge(500)), secret, time.Now())
-	require.Equal(t, "applied", out["outcome"])
-	_, out = b.deliver(t, event("evt_r2", "charge.refunded", now+2, charge(500)), secret, time.Now())
-	require.Equal(t, "no_change", out["outcome"], "our own refund may have raised it already")
+	charge := map[string]any{"id": "ch_w", "object": "charge", "amount": 2000, "amount_captured": 2000,
+		"amount_refunded": 500, "refunded": false, "payment_intent": "pi_w"}
+	_, out := b.deliver(t, event("evt_r1", "charge.refunded", now+1, charge), secret, time.Now())
+	require.Equal(t, "no_change", out["outcome"])
 	_, _, refunded := b.payment(t)
-	require.EqualValues(t, 500, refunded)
+	require.Zero(t, refunded)
+}
+
+// charge.refund.updated moves our refund, found by Stripe's id or by the
+// "refund" metadata, forward only; amount_refunded follows the refunds.
+func TestWebhook_chargeRefundUpdatedMovesTheRefundForwardOnly(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `UPDATE payments SET status = 'succeeded', amount_captured = 2000, amount_refunded = 500;
+		INSERT INTO refunds (id, user_id, payment_id, amount, status, stripe_refund)
+		SELECT 're_000000000000000000000001', user_id, id, 500, 'succeeded', 're_s1' FROM payments;
+		INSERT INTO refunds (id, user_id, payment_id, amount, status)
+		SELECT 're_000000000000000000000002', user_id, id, 700, 'pending' FROM payments`)
+	require.NoError(t, err)
+	now := time.Now().Unix()
+	refund := func(id, status, ours string) map[string]any {
+		re := map[string]any{"id": id, "object": "refund", "amount": 500, "status": status, "payment_intent": "pi_w",
+			"metadata": map[string]string{"refund": ours}}
+		if status == "failed" {
+			re["failure_reason"] = "expired_or_canceled_card"
+		}
+		return re
+	}
+
+	_, out := b.deliver(t, event("evt_f", "charge.refund.updated", now, refund("re_s1", "failed", "")), secret, time.Now())
+	require.Equal(t, "applied", out["outcome"])
+	_, out = b.deliver(t, event("evt_s", "charge.refund.updated", now+1, refund("re_s1", "succeeded", "")), secret, time.Now())
+	require.Equal(t, "no_change", out["outcome"], "a failed refund stays failed")
+	_, _, refunded := b.payment(t)
+	require.Zero(t, refunded, "the failed refund's amount is given back")
+
+	// Found by its metadata: the refund flow has not recorded Stripe's id yet.
+	_, out = b.deliver(t, event("evt_p", "charge.refund.updated", now, refund("re_s2", "succeeded", "re_000000000000000000000002")), secret, time.Now())
+	require.Equal(t, "applied", out["outcome"])
+	_, _, refunded = b.payment(t)
+	require.EqualValues(t, 700, refunded)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM refunds WHERE stripe_refund = 're_s2' AND status = 'succeeded'"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM refunds WHERE stripe_refund = 're_s1' AND failure_reason = 'expired_or_canceled_card'"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'refund.failed'"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'refund.succeeded'"))
+
+	_, out = b.deliver(t, event("evt_x", "charge.refund.updated", now, refund("re_elsewhere", "succeeded", "")), secret, time.Now())
+	require.Equal(t, "unmatched", out["outcome"])
 }
 
 func TestWebhook_aBadOrOldSignatureIs400AndChangesNothing(t *testing.T) {

@@ -1,8 +1,8 @@
 // Package worker assembles the background work of the service on River:
 // the staged-job enqueuer, the job workers (receipts, merchant events), and
-// the completer and the reaper as River periodic jobs. River elects one
-// leader among all running workers and only the leader inserts periodic
-// jobs, so one completer run and one reaper run happen at a time across
+// the completer, the reaper and the refund reconciler as River periodic
+// jobs. River elects one leader among all running workers and only the
+// leader inserts periodic jobs, so one run of each happens at a time across
 // every instance. Any number of workers may run at once.
 package worker
 
@@ -18,6 +18,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
 )
@@ -30,6 +31,8 @@ type Config struct {
 	Engine   *recovery.Engine
 	Flows    []*recovery.Flow
 	Mailer   stagedjobs.Mailer
+	// Payments reconciles refunds left pending (nil: no refund reconciler).
+	Payments *payments.Service
 
 	// CompleterInterval is how often the completer runs. Default 10s.
 	CompleterInterval time.Duration
@@ -37,6 +40,12 @@ type Config struct {
 	CompleterGrace time.Duration
 	// ReaperInterval is how often the reaper runs. Default 1m.
 	ReaperInterval time.Duration
+	// RefundReconcileInterval is how often the refund reconciler runs. Default 1m.
+	RefundReconcileInterval time.Duration
+	// RefundReconcileAfter is how long a refund stays pending, with no word
+	// from Stripe, before the reconciler asks Stripe about it: its
+	// charge.refund.updated may have been lost. Default 10m.
+	RefundReconcileAfter time.Duration
 	// EnqueuerPollInterval is how often the enqueuer looks for staged
 	// jobs. Default stagedjobs.DefaultPollInterval.
 	EnqueuerPollInterval time.Duration
@@ -57,6 +66,14 @@ func Run(ctx context.Context, cfg Config) error {
 	stagedjobs.AddWorkers(workers, cfg.Pool, cfg.Mailer)
 	river.AddWorker(workers, &completerWorker{completer: completer, log: cfg.Logger})
 	river.AddWorker(workers, &reaperWorker{reaper: reaper, log: cfg.Logger})
+	periodicJobs := []*river.PeriodicJob{
+		periodic(cfg.CompleterInterval, CompleterArgs{}),
+		periodic(cfg.ReaperInterval, ReaperArgs{}),
+	}
+	if cfg.Payments != nil {
+		river.AddWorker(workers, &refundReconcilerWorker{payments: cfg.Payments, after: cfg.RefundReconcileAfter, log: cfg.Logger})
+		periodicJobs = append(periodicJobs, periodic(cfg.RefundReconcileInterval, RefundReconcilerArgs{}))
+	}
 
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
 		Logger:  cfg.Logger.With(slog.String("component", "river")),
@@ -67,10 +84,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// River's default hour.
 		JobTimeout:           30 * time.Second,
 		RescueStuckJobsAfter: time.Minute,
-		PeriodicJobs: []*river.PeriodicJob{
-			periodic(cfg.CompleterInterval, CompleterArgs{}),
-			periodic(cfg.ReaperInterval, ReaperArgs{}),
-		},
+		PeriodicJobs:         periodicJobs,
 	})
 	if err != nil {
 		return fmt.Errorf("creating the River client: %w", err)
@@ -86,7 +100,9 @@ func Run(ctx context.Context, cfg Config) error {
 		PollInterval: cfg.EnqueuerPollInterval, Registry: cfg.Registry,
 	})
 	cfg.Logger.Info("worker started", slog.String("completer_interval", cfg.CompleterInterval.String()),
-		slog.String("completer_grace", cfg.CompleterGrace.String()), slog.String("reaper_interval", cfg.ReaperInterval.String()))
+		slog.String("completer_grace", cfg.CompleterGrace.String()), slog.String("reaper_interval", cfg.ReaperInterval.String()),
+		slog.String("refund_reconcile_interval", cfg.RefundReconcileInterval.String()),
+		slog.String("refund_reconcile_after", cfg.RefundReconcileAfter.String()))
 	runErr := enqueuer.Run(ctx)
 
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
@@ -103,6 +119,12 @@ func (cfg *Config) defaults() {
 	}
 	if cfg.ReaperInterval <= 0 {
 		cfg.ReaperInterval = time.Minute
+	}
+	if cfg.RefundReconcileInterval <= 0 {
+		cfg.RefundReconcileInterval = time.Minute
+	}
+	if cfg.RefundReconcileAfter <= 0 {
+		cfg.RefundReconcileAfter = 10 * time.Minute
 	}
 	if cfg.EnqueuerPollInterval <= 0 {
 		cfg.EnqueuerPollInterval = stagedjobs.DefaultPollInterval
@@ -166,4 +188,37 @@ func (w *reaperWorker) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error
 		w.log.InfoContext(ctx, "reaper run", slog.Int64("deleted", n))
 	}
 	return err
+}
+
+// RefundReconcilerArgs is the refund reconciler's periodic job.
+type RefundReconcilerArgs struct{}
+
+// Kind names the job for River.
+func (RefundReconcilerArgs) Kind() string { return "refund_reconciler" }
+
+// refundReconcileBatch bounds the Stripe calls of one pass.
+const refundReconcileBatch = 100
+
+type refundReconcilerWorker struct {
+	river.WorkerDefaults[RefundReconcilerArgs]
+	payments *payments.Service
+	after    time.Duration
+	log      *slog.Logger
+}
+
+// Work asks Stripe about the refunds pending longer than after, a batch at
+// a time, until a pass finds fewer than a batch (the ones Stripe still
+// reports pending wait for the next run, see ReconcileRefunds).
+func (w *refundReconcilerWorker) Work(ctx context.Context, _ *river.Job[RefundReconcilerArgs]) error {
+	pendingSince := time.Now().Add(-w.after)
+	for {
+		run, err := w.payments.ReconcileRefunds(ctx, pendingSince, refundReconcileBatch)
+		if run.Checked > 0 {
+			w.log.InfoContext(ctx, "refund reconciler run", slog.Int("checked", run.Checked), slog.Int("moved", run.Moved),
+				slog.Any("refused", run.Refused))
+		}
+		if err != nil || run.Checked < refundReconcileBatch {
+			return err
+		}
+	}
 }

@@ -319,48 +319,11 @@ type NoteStripeEventParams struct {
 	ID         string
 }
 
+// The payment's staleness mark: only PaymentIntent events that the payment's
+// state reflects set it (ApplyIntentEventTx).
 func (q *Queries) NoteStripeEvent(ctx context.Context, db DBTX, arg NoteStripeEventParams) error {
 	_, err := db.Exec(ctx, noteStripeEvent, arg.OccurredAt, arg.ID)
 	return err
-}
-
-const raiseAmountRefunded = `-- name: RaiseAmountRefunded :one
-UPDATE payments
-SET amount_refunded = greatest(amount_refunded, least($1::bigint, amount_captured)), updated_at = now()
-WHERE id = $2
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at
-`
-
-type RaiseAmountRefundedParams struct {
-	AmountRefunded int64
-	ID             string
-}
-
-// Never lowers it: our refunds and Stripe's charge.refunded may arrive in any order.
-func (q *Queries) RaiseAmountRefunded(ctx context.Context, db DBTX, arg RaiseAmountRefundedParams) (Payment, error) {
-	row := db.QueryRow(ctx, raiseAmountRefunded, arg.AmountRefunded, arg.ID)
-	var i Payment
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.Amount,
-		&i.Currency,
-		&i.Status,
-		&i.Capture,
-		&i.AmountCaptured,
-		&i.AmountRefunded,
-		&i.PaymentMethod,
-		&i.StripePaymentIntent,
-		&i.FailureCode,
-		&i.FailureMessage,
-		&i.Description,
-		&i.Metadata,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.IdempotencyKeyID,
-		&i.StripeEventAt,
-	)
-	return i, err
 }
 
 const transitionCarriedPayment = `-- name: TransitionCarriedPayment :exec

@@ -7,48 +7,11 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
 )
-
-const catchUpAmountRefunded = `-- name: CatchUpAmountRefunded :one
-UPDATE payments
-SET amount_refunded = greatest(amount_refunded,
-        (SELECT coalesce(sum(r.amount), 0) FROM refunds r WHERE r.payment_id = payments.id AND r.status = 'succeeded')),
-    updated_at = now()
-WHERE payments.id = $1
-RETURNING id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at
-`
-
-// The payment's amount_refunded catches up with its succeeded refunds. It
-// never goes down and is never added to blindly: a Stripe webhook may
-// already have raised it for the same refund.
-func (q *Queries) CatchUpAmountRefunded(ctx context.Context, db DBTX, id string) (Payment, error) {
-	row := db.QueryRow(ctx, catchUpAmountRefunded, id)
-	var i Payment
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.Amount,
-		&i.Currency,
-		&i.Status,
-		&i.Capture,
-		&i.AmountCaptured,
-		&i.AmountRefunded,
-		&i.PaymentMethod,
-		&i.StripePaymentIntent,
-		&i.FailureCode,
-		&i.FailureMessage,
-		&i.Description,
-		&i.Metadata,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.IdempotencyKeyID,
-		&i.StripeEventAt,
-	)
-	return i, err
-}
 
 const getRefund = `-- name: GetRefund :one
 SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds
@@ -80,6 +43,31 @@ func (q *Queries) GetRefund(ctx context.Context, db DBTX, arg GetRefundParams) (
 	return i, err
 }
 
+const getRefundByID = `-- name: GetRefundByID :one
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE id = $1
+`
+
+// Any user's refund: for Stripe's webhooks, which name refunds by our id in
+// their metadata.
+func (q *Queries) GetRefundByID(ctx context.Context, db DBTX, id string) (Refund, error) {
+	row := db.QueryRow(ctx, getRefundByID, id)
+	var i Refund
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.PaymentID,
+		&i.Amount,
+		&i.Status,
+		&i.StripeRefund,
+		&i.Reason,
+		&i.FailureReason,
+		&i.IdempotencyKeyID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
 const getRefundByIdempotencyKey = `-- name: GetRefundByIdempotencyKey :one
 SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE idempotency_key_id = $1
 `
@@ -87,6 +75,29 @@ SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_r
 // The refund a refund request made, found again after a crash.
 func (q *Queries) GetRefundByIdempotencyKey(ctx context.Context, db DBTX, idempotencyKeyID *uuid.UUID) (Refund, error) {
 	row := db.QueryRow(ctx, getRefundByIdempotencyKey, idempotencyKeyID)
+	var i Refund
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.PaymentID,
+		&i.Amount,
+		&i.Status,
+		&i.StripeRefund,
+		&i.Reason,
+		&i.FailureReason,
+		&i.IdempotencyKeyID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+	)
+	return i, err
+}
+
+const getRefundByStripeRefund = `-- name: GetRefundByStripeRefund :one
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE stripe_refund = $1
+`
+
+func (q *Queries) GetRefundByStripeRefund(ctx context.Context, db DBTX, stripeRefund pgtype.Text) (Refund, error) {
+	row := db.QueryRow(ctx, getRefundByStripeRefund, stripeRefund)
 	var i Refund
 	err := row.Scan(
 		&i.ID,
@@ -147,21 +158,62 @@ func (q *Queries) InsertRefund(ctx context.Context, db DBTX, arg InsertRefundPar
 	return i, err
 }
 
-const recordRefundRefusal = `-- name: RecordRefundRefusal :one
-UPDATE refunds
-SET status = 'failed', failure_reason = $1, updated_at = now()
-WHERE id = $2
-RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at
+const listStalePendingRefunds = `-- name: ListStalePendingRefunds :many
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds
+WHERE status = 'pending' AND stripe_refund IS NOT NULL AND updated_at < $1::timestamptz
+ORDER BY updated_at
+LIMIT $2
 `
 
-type RecordRefundRefusalParams struct {
-	FailureReason pgtype.Text
-	ID            string
+type ListStalePendingRefundsParams struct {
+	PendingSince time.Time
+	RowLimit     int32
 }
 
-// Stripe refused the refund: it is failed, and its amount is free again.
-func (q *Queries) RecordRefundRefusal(ctx context.Context, db DBTX, arg RecordRefundRefusalParams) (Refund, error) {
-	row := db.QueryRow(ctx, recordRefundRefusal, arg.FailureReason, arg.ID)
+// Refunds Stripe made and reported pending, unchanged since before
+// @pending_since: the reconciler asks Stripe about them, oldest first, in
+// case their charge.refund.updated was lost. Refunds Stripe never answered
+// for (no stripe_refund) are their flow's, and the completer's.
+func (q *Queries) ListStalePendingRefunds(ctx context.Context, db DBTX, arg ListStalePendingRefundsParams) ([]Refund, error) {
+	rows, err := db.Query(ctx, listStalePendingRefunds, arg.PendingSince, arg.RowLimit)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []Refund
+	for rows.Next() {
+		var i Refund
+		if err := rows.Scan(
+			&i.ID,
+			&i.UserID,
+			&i.PaymentID,
+			&i.Amount,
+			&i.Status,
+			&i.StripeRefund,
+			&i.Reason,
+			&i.FailureReason,
+			&i.IdempotencyKeyID,
+			&i.CreatedAt,
+			&i.UpdatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const lockRefund = `-- name: LockRefund :one
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE id = $1 FOR UPDATE
+`
+
+// The refund under a row lock. Its payment is locked first, always: the
+// order every refund change takes them in.
+func (q *Queries) LockRefund(ctx context.Context, db DBTX, id string) (Refund, error) {
+	row := db.QueryRow(ctx, lockRefund, id)
 	var i Refund
 	err := row.Scan(
 		&i.ID,
@@ -179,23 +231,26 @@ func (q *Queries) RecordRefundRefusal(ctx context.Context, db DBTX, arg RecordRe
 	return i, err
 }
 
-const recordStripeRefund = `-- name: RecordStripeRefund :one
+const moveRefund = `-- name: MoveRefund :one
 UPDATE refunds
-SET status = $1, stripe_refund = $2, failure_reason = $3, updated_at = now()
+SET status = $1, stripe_refund = coalesce(stripe_refund, $2), failure_reason = $3,
+    updated_at = now()
 WHERE id = $4
 RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at
 `
 
-type RecordStripeRefundParams struct {
+type MoveRefundParams struct {
 	Status        string
 	StripeRefund  pgtype.Text
 	FailureReason pgtype.Text
 	ID            string
 }
 
-// Stripe made the refund: its id and its status (succeeded, pending, or failed).
-func (q *Queries) RecordStripeRefund(ctx context.Context, db DBTX, arg RecordStripeRefundParams) (Refund, error) {
-	row := db.QueryRow(ctx, recordStripeRefund,
+// A refund's new status, with what Stripe said (its id, once known, never
+// changes). Only moveRefundTx calls it, with the refund locked, after
+// checking the move is allowed (or to record Stripe's id without a move).
+func (q *Queries) MoveRefund(ctx context.Context, db DBTX, arg MoveRefundParams) (Refund, error) {
+	row := db.QueryRow(ctx, moveRefund,
 		arg.Status,
 		arg.StripeRefund,
 		arg.FailureReason,
@@ -230,4 +285,32 @@ func (q *Queries) ReservedRefundAmount(ctx context.Context, db DBTX, paymentID s
 	var column_1 int64
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const syncAmountRefunded = `-- name: SyncAmountRefunded :exec
+UPDATE payments
+SET amount_refunded = (SELECT coalesce(sum(r.amount), 0) FROM refunds r
+                       WHERE r.payment_id = payments.id AND r.status = 'succeeded'),
+    updated_at = now()
+WHERE payments.id = $1
+`
+
+// The payment's amount_refunded is the sum of its succeeded refunds: our
+// refunds are its source of truth, so it rises when one succeeds and drops
+// when one fails after succeeding. Run under the payment's row lock after
+// every refund move.
+func (q *Queries) SyncAmountRefunded(ctx context.Context, db DBTX, id string) error {
+	_, err := db.Exec(ctx, syncAmountRefunded, id)
+	return err
+}
+
+const touchRefund = `-- name: TouchRefund :exec
+UPDATE refunds SET updated_at = now() WHERE id = $1
+`
+
+// Stripe still says pending: the refund goes to the back of the
+// reconciler's queue.
+func (q *Queries) TouchRefund(ctx context.Context, db DBTX, id string) error {
+	_, err := db.Exec(ctx, touchRefund, id)
+	return err
 }

@@ -73,12 +73,7 @@ WITH moved AS (
 )
 SELECT assert_unchanged(count(*), 'the payment') FROM moved;
 
--- name: RaiseAmountRefunded :one
--- Never lowers it: our refunds and Stripe's charge.refunded may arrive in any order.
-UPDATE payments
-SET amount_refunded = greatest(amount_refunded, least(@amount_refunded::bigint, amount_captured)), updated_at = now()
-WHERE id = @id
-RETURNING *;
-
 -- name: NoteStripeEvent :exec
+-- The payment's staleness mark: only PaymentIntent events that the payment's
+-- state reflects set it (ApplyIntentEventTx).
 UPDATE payments SET stripe_event_at = greatest(stripe_event_at, @occurred_at::timestamptz) WHERE id = @id;

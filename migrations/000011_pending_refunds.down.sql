@@ -1,0 +1,1 @@
+DROP INDEX refunds_pending_since_idx;

@@ -138,6 +138,21 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 		rule, key  string
 		additional bool // other rules may fire too
 	}{
+		{"a refund left pending after Stripe decided it", func(s *Snapshot, r []Record) []Record {
+			s.Refunds[0].Status = "pending"
+			return r
+		}, "refund", "re_1", true},
+		{"a refund that failed at Stripe still succeeded here", func(s *Snapshot, r []Record) []Record {
+			s.Sim.Refunds[0].Status = "failed"
+			return r
+		}, "refund", "re_1", true},
+		{"a failed refund whose amount was not given back", func(s *Snapshot, r []Record) []Record {
+			s.Refunds[0].Status, s.Sim.Refunds[0].Status = "failed", "failed"
+			s.Events[3].Type = "refund.failed"
+			s.Receipts = s.Receipts[:1]
+			s.RiverJobs = s.RiverJobs[:5]
+			return r
+		}, "refund", "pay_A", false},
 		{"a hostile body answered 500", func(s *Snapshot, r []Record) []Record {
 			r[0].Hostile = []Answer{{Status: 500, Body: []byte(`{"status":500,"code":"internal"}`)}}
 			return r

@@ -92,7 +92,10 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 	}
 	c.Worker = &Instance{Name: "worker", cluster: c, args: []string{"worker"}, ready: metricsListening, env: append(common,
 		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_COMPLETER_GRACE="+completerGrace.String(),
-		"PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms")}
+		"PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms",
+		// A refund whose charge.refund.updated was lost (every instance
+		// down when Stripe sent it) is settled by the reconciler.
+		"PAYMENTS_REFUND_RECONCILE_AFTER=5s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=1s")}
 	if err := c.Worker.Start(ctx, ""); err != nil {
 		return nil, err
 	}

@@ -13,23 +13,27 @@ type backlog struct {
 	unfinishedKeys int // idempotency keys not finished (the completer's work)
 	stagedJobs     int // jobs not yet moved into River (the enqueuer's)
 	pendingJobs    int // River jobs of the staged kinds not yet finalized (the workers')
+	pendingRefunds int // refunds Stripe has not decided yet (it does within seconds)
 	webhooks       int // 1 while the simulator may still have events to deliver
 }
 
 func (b backlog) empty() bool { return b == backlog{} }
 
-func (b backlog) size() int { return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.webhooks }
+func (b backlog) size() int {
+	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.webhooks
+}
 
 func (b backlog) String() string {
-	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, webhooks drained: %v",
-		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.webhooks == 0)
+	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, %d refunds pending, webhooks drained: %v",
+		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.webhooks == 0)
 }
 
 const backlogQuery = `SELECT
 	(SELECT count(*) FROM idempotency_keys WHERE recovery_point <> 'finished' AND needs_attention_at IS NULL),
 	(SELECT count(*) FROM staged_jobs),
 	(SELECT count(*) FROM river_job WHERE kind IN ('merchant_event', 'receipt_email')
-		AND state NOT IN ('completed', 'discarded', 'cancelled'))`
+		AND state NOT IN ('completed', 'discarded', 'cancelled')),
+	(SELECT count(*) FROM refunds WHERE status = 'pending')`
 
 // webhookQuiet is how long the relay must have been idle after a failed
 // delivery before the simulator has surely given up on it (after about 13 s
@@ -84,7 +88,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall 
 
 func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay) (backlog, error) {
 	var b backlog
-	if err := pool.QueryRow(ctx, backlogQuery).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs); err != nil {
+	if err := pool.QueryRow(ctx, backlogQuery).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds); err != nil {
 		return b, fmt.Errorf("chaos: measuring the backlog: %w", err)
 	}
 	if !relay.drained() {

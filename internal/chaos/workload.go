@@ -5,7 +5,9 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"maps"
 	"math/rand/v2"
+	"slices"
 	"sync"
 	"time"
 )
@@ -16,15 +18,25 @@ type user struct {
 	apiKey string
 }
 
-// The cards: two that pay, three that are declined, with their decline codes.
+// The cards: four that pay (two whose refunds Stripe decides later: one
+// pending, then succeeded; one succeeded, then failed), four that are
+// declined, with their decline codes (a card that needs 3-D Secure cannot be
+// completed server to server).
 var (
-	goodCards    = []string{"pm_card_visa", "pm_card_mastercard"}
+	goodCards    = []string{"pm_card_visa", "pm_card_mastercard", cardPendingRefund, cardRefundFail}
 	declineCards = map[string]string{
 		"pm_card_chargeDeclined":                  "generic_decline",
 		"pm_card_chargeDeclinedInsufficientFunds": "insufficient_funds",
 		"pm_card_chargeDeclinedLostCard":          "lost_card",
+		"pm_card_authenticationRequired":          "authentication_required",
 	}
-	declineCardNames = []string{"pm_card_chargeDeclined", "pm_card_chargeDeclinedInsufficientFunds", "pm_card_chargeDeclinedLostCard"}
+	declineCardNames = slices.Sorted(maps.Keys(declineCards))
+)
+
+// The cards whose refunds Stripe decides about two seconds later.
+const (
+	cardPendingRefund = "pm_card_pendingRefund" // answered pending, then succeeded
+	cardRefundFail    = "pm_card_refundFail"    // answered succeeded, then failed
 )
 
 // client is one customer-facing program: it runs chains of logical
@@ -94,9 +106,9 @@ func (c *client) chain(ctx context.Context) {
 	case a.Status == 402:
 		c.afterDecline(ctx, u, field(a.Body, "payment"))
 	case a.Status == 201 && capture:
-		c.refunds(ctx, u, field(a.Body, "id"), amount)
+		c.refunds(ctx, u, field(a.Body, "id"), card, amount)
 	case a.Status == 201:
-		c.authorised(ctx, u, field(a.Body, "id"), amount)
+		c.authorised(ctx, u, field(a.Body, "id"), card, amount)
 	}
 	c.replayOrReuse(ctx)
 }
@@ -115,17 +127,17 @@ func (c *client) afterDecline(ctx context.Context, u user, pay string) {
 
 // authorised finishes a payment made with capture=false: capture it (all or
 // part), cancel it, or race a capture against a cancel.
-func (c *client) authorised(ctx context.Context, u user, pay string, amount int64) {
+func (c *client) authorised(ctx context.Context, u user, pay, card string, amount int64) {
 	notCapturable := &Outcome{Status: 400, Code: "payment_not_capturable"}
 	switch r := c.rng.Float64(); {
 	case r < 0.45:
 		if c.capture(ctx, u, pay, 0, amount) {
-			c.refunds(ctx, u, pay, amount)
+			c.refunds(ctx, u, pay, card, amount)
 		}
 	case r < 0.6:
 		part := 1 + c.rng.Int64N(amount)
 		if c.capture(ctx, u, pay, part, part) {
-			c.refunds(ctx, u, pay, part)
+			c.refunds(ctx, u, pay, card, part)
 		}
 	case r < 0.85:
 		a, ok := c.send(ctx, u, c.actionRecord(u, pay, OpCancel, 0, Expect{Want: Outcome{Status: 200, ObjectStatus: "canceled"}}))
@@ -139,7 +151,7 @@ func (c *client) authorised(ctx context.Context, u user, pay string, amount int6
 		c.d.stats.Add("races: capture vs cancel", 1)
 		answers := c.sendAll(ctx, u, capture, cancel)
 		if answers[0].Status == 200 {
-			c.refunds(ctx, u, pay, amount)
+			c.refunds(ctx, u, pay, card, amount)
 		}
 	}
 }
@@ -151,10 +163,21 @@ func (c *client) capture(ctx context.Context, u user, pay string, amount, captur
 }
 
 // refunds refunds a captured payment in one of several ways; the client
-// knows what is left, so it knows every answer to expect.
-func (c *client) refunds(ctx context.Context, u user, pay string, captured int64) {
+// knows what is left, so it knows every answer to expect. A card whose
+// refund Stripe decides later gets one refund, whose answer is pending or
+// succeeded: what is left after it changes later, out of the client's view.
+func (c *client) refunds(ctx context.Context, u user, pay, card string, captured int64) {
 	left := captured
 	refused := Outcome{Status: 400, Code: "refund_not_allowed"}
+	if card == cardPendingRefund || card == cardRefundFail {
+		if c.rng.Float64() < 0.7 {
+			amount := 1 + c.rng.Int64N(captured)
+			status := map[string]string{cardPendingRefund: "pending", cardRefundFail: "succeeded"}[card]
+			c.d.stats.Add("refunds Stripe decides later", 1)
+			c.send(ctx, u, c.refundRecord(u, pay, amount, Expect{Want: Outcome{Status: 201, ObjectStatus: status, Amount: amount}}))
+		}
+		return
+	}
 	refund := func(amount int64) {
 		want := Outcome{Status: 201, ObjectStatus: "succeeded", Amount: cmp.Or(amount, left)}
 		if amount > left || left == 0 {

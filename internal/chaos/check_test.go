@@ -148,11 +148,17 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 		}, "refund", "re_1", true},
 		{"a failed refund whose amount was not given back", func(s *Snapshot, r []Record) []Record {
 			s.Refunds[0].Status, s.Sim.Refunds[0].Status = "failed", "failed"
-			s.Events[3].Type = "refund.failed"
-			s.Receipts = s.Receipts[:1]
-			s.RiverJobs = s.RiverJobs[:5]
+			s.Events = append(s.Events, Event{ID: "evt_5", UserID: 1, Type: "refund.failed", ObjectID: "re_1"})
+			s.RiverJobs = append(s.RiverJobs, RiverJob{ID: 7, Kind: kindMerchantEvent, State: "completed", Attempt: 1, EventID: "evt_5"})
 			return r
 		}, "refund", "pay_A", false},
+		{"a refund its client was told succeeded, failed later without refund.succeeded", func(s *Snapshot, r []Record) []Record {
+			s.Refunds[0].Status, s.Sim.Refunds[0].Status = "failed", "failed"
+			s.Payments[0].AmountRefunded = 0
+			s.Sim.Charges[0].AmountRefunded = 0
+			s.Events[3].Type = "refund.failed"
+			return r
+		}, "event", "re_1", false},
 		{"a hostile body answered 500", func(s *Snapshot, r []Record) []Record {
 			r[0].Hostile = []Answer{{Status: 500, Body: []byte(`{"status":500,"code":"internal"}`)}}
 			return r

@@ -175,6 +175,9 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 		"assembled by the same code (`internal/app`): its pool (%s), the key filter on, stripeclient calling the simulator over loopback HTTP "+
 		"(no added latency, no faults; %s), request logs formatted as JSON and discarded, rate limit off. The load is "+
 		"spread over %d users.\n", connsText(o.serviceConns), stripeConnsText(o.stripeIdleConns), o.users)
+	p("- **B-young**: B on a database that holds only the users, as a new deployment's does, whatever `-preload` says: " +
+		"the young database where new keys got 409 (issue 14). No client may get a 409; the retries that resolve the " +
+		"page-level conflicts inside each request (`db.TxOptions.RetryFor`) are in its *retries* column.\n")
 	p("- **C**: the same request replayed: %d finished keys were created once through the service (at 16 clients, in "+
 		"%s; %d of those requests were answered 409 or 503 and sent again with their key), on a clone of the same "+
 		"template; each request replays a random one (201 with `Idempotent-Replayed: true`).\n",

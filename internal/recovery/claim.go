@@ -72,7 +72,7 @@ func (e *Engine) claimAndCommit(ctx context.Context, req Request, fingerprint, p
 	for attempt := 0; attempt < 2; attempt++ {
 		careful := attempt > 0 || !definitelyNew
 		filterSaidMaybe := careful && attempt == 0 && e.cfg.KeyFilter != nil
-		err = db.WithPipelinedTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		err = db.WithPipelinedTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
 			var err error
 			c, err = e.claimInTx(ctx, tx, req, fingerprint, params, careful, filterSaidMaybe)
 			return err

@@ -144,7 +144,7 @@ func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) 
 	}
 	var reached []RecoveryPoint
 	var out Outcome
-	err := db.WithPipelinedTx(ctx, e.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+	err := db.WithPipelinedTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
 		first, err := phase.commit(ctx, tx, k, called)
 		if err != nil {
 			return err
@@ -252,6 +252,18 @@ func (e *Engine) unlock(ctx context.Context, log *slog.Logger, k *Key) {
 // pastExternalWindow tells whether k is too old to repeat its external call.
 func (e *Engine) pastExternalWindow(k *Key) bool {
 	return k.Created.Before(e.clock().Add(-e.cfg.ExternalWindow))
+}
+
+// txOptions is how the engine runs a phase's transaction: SERIALIZABLE,
+// and retried after a serialization failure for at most a third of the lock
+// timeout (and db's 5 s). The key's lock is refreshed only by a commit and
+// by the heartbeat during an external call, so an attempt that went on
+// retrying for longer could see its lock lapse and be taken over (the
+// completer, another request), and then answer 409 for a key that nobody
+// else was executing when it began. A third after the last heartbeat's
+// third leaves a third of the timeout to spare.
+func (e *Engine) txOptions() db.TxOptions {
+	return db.TxOptions{RetryFor: min(5*time.Second, e.cfg.LockTimeout/3)}
 }
 
 // clock is the injected clock, or the process's.

@@ -55,7 +55,8 @@ type Record struct {
 	// GaveUp is set when a sender ran out of its retry budget.
 	GaveUp bool
 	// FreshGot409 is set when the very first attempt with the key, by its
-	// only sender, was answered 409: no other request held the key.
+	// only sender, was answered 409: no other request held the key (unless
+	// the crasher stalled that attempt's instance past the lock timeout).
 	FreshGot409 bool
 	// CameBackLate is set when the client, answered 503, waited past the
 	// key's TTL (since its claim) before it tried again: a late finish.

@@ -498,24 +498,26 @@ func TestIdempotency_serializationFailuresAreNeverA500(t *testing.T) {
 	close(start)
 	wg.Wait()
 
-	conflicts := 0
+	// Different keys: never 409 (rule 5). Conflicts that outlast the
+	// transaction's retry budget would be 503 with Retry-After, and resumable.
+	unavailable := 0
 	for i, a := range answers {
 		require.NoError(t, a.err)
 		if a.resp.StatusCode == http.StatusCreated {
 			require.EqualValues(t, 1000+i, decodePayment(t, a.body).Amount)
 			continue
 		}
-		conflicts++
-		requireProblem(t, a.resp, a.body, http.StatusConflict, "idempotency_key_in_use")
+		unavailable++
+		requireProblem(t, a.resp, a.body, http.StatusServiceUnavailable, "payment_processor_unavailable")
 		requireRetryAfter(t, a.resp)
 		body := fmt.Sprintf(`{"amount":%d,"currency":"usd","payment_method":"pm_card_visa"}`, 1000+i)
 		requireEventually(t, "a retry finishes", func() bool {
 			resp, data := b.post(t, aliceKey, pathPayments, fmt.Sprintf("k-%d", i), body)
-			require.Contains(t, []int{http.StatusCreated, http.StatusConflict}, resp.StatusCode, string(data))
+			require.Contains(t, []int{http.StatusCreated, http.StatusServiceUnavailable}, resp.StatusCode, string(data))
 			return resp.StatusCode == http.StatusCreated
 		})
 	}
-	t.Logf("%d of %d answered 409 first", conflicts, n)
+	t.Logf("%d of %d answered 503 first", unavailable, n)
 	require.Equal(t, n, b.count(t, "SELECT count(*) FROM payments WHERE status = 'succeeded'"))
 	require.Equal(t, n, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE recovery_point = 'finished'"))
 	require.Len(t, b.simIntents(t), n)

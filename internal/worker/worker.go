@@ -196,8 +196,14 @@ type RefundReconcilerArgs struct{}
 // Kind names the job for River.
 func (RefundReconcilerArgs) Kind() string { return "refund_reconciler" }
 
-// refundReconcileBatch bounds the Stripe calls of one pass.
-const refundReconcileBatch = 100
+// refundReconcileBatch bounds the Stripe calls of one pass, and
+// refundReconcileBudget how long a run starts passes: like the completer's,
+// a run fits inside its job's 30 s and leaves the rest to the next one
+// (nothing is claimed or counted for a refund it did not reach).
+const (
+	refundReconcileBatch  = 100
+	refundReconcileBudget = 15 * time.Second
+)
 
 type refundReconcilerWorker struct {
 	river.WorkerDefaults[RefundReconcilerArgs]
@@ -208,10 +214,11 @@ type refundReconcilerWorker struct {
 
 // Work asks Stripe about the refunds pending longer than after, a batch at
 // a time, until a pass finds fewer than a batch (the ones Stripe still
-// reports pending wait for the next run, see ReconcileRefunds).
+// reports pending wait for the next run, see ReconcileRefunds) or the run's
+// budget is spent.
 func (w *refundReconcilerWorker) Work(ctx context.Context, _ *river.Job[RefundReconcilerArgs]) error {
 	pendingSince := time.Now().Add(-w.after)
-	for {
+	for stop := time.Now().Add(refundReconcileBudget); time.Now().Before(stop); {
 		run, err := w.payments.ReconcileRefunds(ctx, pendingSince, refundReconcileBatch)
 		if run.Checked > 0 {
 			w.log.InfoContext(ctx, "refund reconciler run", slog.Int("checked", run.Checked), slog.Int("moved", run.Moved),
@@ -221,4 +228,5 @@ func (w *refundReconcilerWorker) Work(ctx context.Context, _ *river.Job[RefundRe
 			return err
 		}
 	}
+	return nil
 }

@@ -34,7 +34,7 @@ func (c *Client) CreateRefund(ctx context.Context, idempotencyKey string, req Re
 	}
 	re, err := c.api.Refunds.New(params)
 	if err != nil {
-		return nil, fmt.Errorf("stripe: refund payment intent %s: %w", req.PaymentIntent, err)
+		return nil, fmt.Errorf("stripe: refund payment intent %s: %w", req.PaymentIntent, callError(err))
 	}
 	return re, nil
 }

@@ -15,6 +15,7 @@
 //	POST /v1/payment_intents/{id}/capture    GET /v1/payment_intents/search
 //	POST /v1/payment_intents/{id}/cancel
 //	POST /v1/refunds                         GET /v1/refunds/{id}
+//	                                         GET /v1/refunds?payment_intent=pi_...
 //
 // and answers with Stripe's JSON objects and Stripe's error shape
 // (`{"error": {"type": ..., "code": ..., "message": ...}}` plus a

@@ -30,7 +30,9 @@ var ErrChildKeySpent = errors.New("child key spent: the remote side replays a st
 // side's stored answer for the call's child key. It is transient to the
 // client (503, resumable); the engine reconciles, and moves the step on to
 // a new generation of its child key once the spent one provably did nothing.
-func ChildKeySpent(err error) error { return &TransientError{Err: fmt.Errorf("%w: %w", ErrChildKeySpent, err)} }
+func ChildKeySpent(err error) error {
+	return &TransientError{Err: fmt.Errorf("%w: %w", ErrChildKeySpent, err)}
+}
 
 // TransientError is a failure that a later attempt may not have: the remote
 // side was unreachable, overloaded or busy. The key stays resumable.

@@ -52,14 +52,16 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 	case err == nil:
 		return actionResult{intent: pi}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return actionResult{}, recovery.Transient(err)
+		return actionResult{}, unfinishedCall(err)
 	default:
 		return actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, stripeMessage(err))}, nil
 	}
 }
 
-// findActionResult: for a key too old to call Stripe again, whether the
-// payment's PaymentIntent already reached the status the action leads to.
+// findActionResult: for a key too old to call Stripe again, or whose child
+// key Stripe reports spent, whether the payment's PaymentIntent already
+// reached the status the action leads to. It reads the PaymentIntent
+// itself, which shows the action at once.
 func (s *Service) findActionResult(ctx context.Context, k *recovery.Key, done stripe.PaymentIntentStatus) (actionResult, bool, error) {
 	var p ActionParams
 	if err := k.DecodeParams(&p); err != nil {
@@ -122,6 +124,17 @@ func finishAction(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Out
 		return recovery.Outcome{}, err
 	}
 	return respond(http.StatusOK, pay)
+}
+
+// unfinishedCall is what a failed Stripe call that is not Stripe's final
+// answer means to the engine: a spent child key (Stripe replays a 5xx it
+// stored under it), which the engine must move on from, or a transient
+// failure, which a retry with the same key may get past.
+func unfinishedCall(err error) error {
+	if errors.Is(err, stripeclient.ErrChildKeySpent) {
+		return recovery.ChildKeySpent(err)
+	}
+	return recovery.Transient(err)
 }
 
 // stripeMessage is Stripe's own message for a refusal, else the error text.

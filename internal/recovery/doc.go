@@ -30,6 +30,9 @@
 //     Transient (say, Stripe unreachable) is reported as such, for a 503.
 //   - External calls carry a child key (Key.ChildKey) derived from the key
 //     row's random id and the step name, so the remote side deduplicates too.
+//     A child key the remote side reports spent (it replays a stored 500:
+//     ChildKeySpent) is reconciled and then replaced by its next generation,
+//     recorded in the database so that every process agrees (childkeys.go).
 //
 // What it costs: a request needs one commit before its first external call
 // (the claim, which also commits the local phases that follow it) and one

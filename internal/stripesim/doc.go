@@ -15,6 +15,7 @@
 //	POST /v1/payment_intents/{id}/capture    GET /v1/payment_intents/search
 //	POST /v1/payment_intents/{id}/cancel
 //	POST /v1/refunds                         GET /v1/refunds/{id}
+//	                                         GET /v1/refunds?payment_intent=pi_...
 //
 // and answers with Stripe's JSON objects and Stripe's error shape
 // (`{"error": {"type": ..., "code": ..., "message": ...}}` plus a
@@ -64,6 +65,9 @@
 //     the key, as Stripe does; any other outcome is stored, including card
 //     declines (402) and state errors such as capturing a succeeded payment
 //     intent or over-refunding (400).
+//     A `stored_error_500` fault acts here instead: nothing executes, and a
+//     500 is stored under the key as the request's result, so every retry
+//     with the key gets that 500 again, replayed, as at Stripe.
 //  5. `lost_response` and `drop_connection` faults act on the way out: the
 //     operation executed and its result is stored, but the client sees a 500
 //     or a closed connection. A retry with the same key gets the real result.

@@ -77,6 +77,7 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("POST /v1/payment_intents/{id}/capture", s.api(s.capturePaymentIntent))
 	mux.Handle("POST /v1/payment_intents/{id}/cancel", s.api(s.cancelPaymentIntent))
 	mux.Handle("POST /v1/refunds", s.api(s.createRefund))
+	mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
 	mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
 	mux.Handle("/v1/", s.api(unrecognizedURL))
 

@@ -31,6 +31,13 @@ type AuditRecord struct {
 	CreatedAt        time.Time
 }
 
+type ChildKeyGeneration struct {
+	IdempotencyKeyID uuid.UUID
+	Step             string
+	Generation       int32
+	SpentAt          pgtype.Timestamptz
+}
+
 type Event struct {
 	ID        string
 	UserID    int64

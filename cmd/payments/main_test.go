@@ -322,6 +322,7 @@ func TestCommands_refuseSettingsThatMakeNoSense(t *testing.T) {
 		{"PAYMENTS_REFUND_RECONCILE_AFTER=-1m", "PAYMENTS_REFUND_RECONCILE_AFTER"},
 		{"PAYMENTS_KEYFILTER_FP_RATE=1.5", "PAYMENTS_KEYFILTER_FP_RATE"},
 		{"PAYMENTS_KEYFILTER_EXPECTED_KEYS=0", "PAYMENTS_KEYFILTER_EXPECTED_KEYS"},
+		{"PAYMENTS_STRIPE_SEARCH_LAG=0s", "PAYMENTS_STRIPE_SEARCH_LAG"},
 	} {
 		for _, command := range []string{"serve", "worker"} {
 			cmd := exec.Command(binary, command)

@@ -106,4 +106,11 @@
 // it, releases the rest without modelling the release as a refund (Stripe
 // counts it in the charge's amount_refunded). Search is immediately consistent, whereas
 // Stripe's search index lags by up to a minute.
+//
+// # Stripe's rules on amounts
+//
+// A payment intent's currency must be one Stripe charges in, and its amount
+// at least the currency's minimum charge (400 amount_too_small), from the
+// table in package currency, which the API shares. Captures and refunds
+// have no minimum.
 package stripesim

@@ -6,6 +6,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/example/payments/internal/currency"
 )
 
 // A payment intent moves through these statuses here:
@@ -80,6 +82,9 @@ func (s *Simulator) paymentIntentParams(c *call) (p paymentIntentParams, e *apiE
 	if p.currency, e = c.currency(); e != nil {
 		return p, e
 	}
+	if e = minimumCharge(p.currency, p.amount); e != nil {
+		return p, e
+	}
 	if p.captureMethod, e = c.oneOf("capture_method", "automatic", "automatic", "automatic_async", "manual"); e != nil {
 		return p, e
 	}
@@ -141,16 +146,29 @@ func (s *Simulator) paymentMethodParam(c *call, confirm bool) (string, testCard,
 	return pmID, card, nil
 }
 
-// currency returns the lower-cased currency parameter, which is required.
+// currency returns the lower-cased currency parameter, which is required
+// and must be one Stripe charges in (package currency's table).
 func (c *call) currency() (string, *apiError) {
 	cur := strings.ToLower(c.str("currency"))
 	if cur == "" {
 		return "", missingParameter("currency")
 	}
-	if len(cur) != 3 || strings.Trim(cur, "abcdefghijklmnopqrstuvwxyz") != "" {
-		return "", invalidParameter("currency", "Invalid currency: %s.", cur)
+	if _, ok := currency.Lookup(cur); !ok {
+		return "", invalidParameter("currency", "Invalid currency: %s. Stripe currently supports the currencies listed "+
+			"at https://stripe.com/docs/currencies.", cur)
 	}
 	return cur, nil
+}
+
+// minimumCharge refuses an amount under the currency's minimum charge, as
+// Stripe does; cur is a supported currency.
+func minimumCharge(cur string, amount int64) *apiError {
+	c, _ := currency.Lookup(cur)
+	if amount >= c.MinCharge {
+		return nil
+	}
+	return invalidRequest(http.StatusBadRequest, "amount_too_small", "amount",
+		"Amount must be at least %s", c.Format(c.MinCharge))
 }
 
 // confirm charges the payment intent's card: the decline is a stored 402,

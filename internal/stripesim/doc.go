@@ -102,10 +102,10 @@
 // # Known simplifications
 //
 // Payment methods keep their test id (Stripe would clone pm_card_visa into a
-// fresh pm_ id). Canceling an authorised payment intent, or capturing part of
-// it, releases the rest without modelling the release as a refund (Stripe
-// counts it in the charge's amount_refunded). Search is immediately consistent, whereas
-// Stripe's search index lags by up to a minute.
+// fresh pm_ id). Capturing part of an authorisation, or canceling it,
+// releases the rest, which the charge's amount_refunded counts as Stripe's
+// does; the simulator makes no refund object for it. Search is immediately
+// consistent, whereas Stripe's search index lags by up to a minute.
 //
 // # Stripe's rules on amounts
 //

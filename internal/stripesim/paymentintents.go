@@ -267,9 +267,15 @@ func (s *Simulator) decline(c *call, pi *paymentIntent, ch *charge, card testCar
 	return failed(&response)
 }
 
+// captureCharge captures amount of the charge and releases the rest of the
+// authorisation. Stripe counts a release in the charge's amount_refunded
+// ("any additional amount is automatically refunded"), though no money went
+// back to anyone: a partial capture of 4,000 out of 10,000 shows 6,000
+// refunded.
 func (s *Simulator) captureCharge(pi *paymentIntent, ch *charge, amount int64) {
 	ch.Captured = true
 	ch.AmountCaptured = amount
+	ch.release(ch.Amount - amount)
 	pi.Status = statusSucceeded
 	pi.AmountCapturable = 0
 	pi.AmountReceived = amount
@@ -354,6 +360,12 @@ func (s *Simulator) cancelPaymentIntent(c *call) outcome {
 
 // cancel cancels pi; c is the request, nil when Stripe does it on its own.
 func (s *Simulator) cancel(c *call, pi *paymentIntent, reason string) {
+	if pi.Status == statusRequiresCapture {
+		// The authorisation is released whole: Stripe shows the uncaptured
+		// charge as refunded.
+		ch, _ := s.state.charges.get(*pi.LatestCharge)
+		ch.release(ch.Amount)
+	}
 	canceledAt := s.now().Unix()
 	pi.Status = statusCanceled
 	pi.CanceledAt = &canceledAt

@@ -1,6 +1,7 @@
 package stripesim_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 
@@ -47,4 +48,66 @@ func TestChargeUnderTheMinimumOrInAnUnsupportedCurrencyIsRefused(t *testing.T) {
 	pi, err = f.stripe.PaymentIntents.New(odd)
 	require.NoError(t, err)
 	require.Equal(t, stripe.PaymentIntentStatusSucceeded, pi.Status)
+}
+
+// Issue 20, item 1: capturing part of an authorisation releases the rest,
+// and Stripe counts the release in the charge's amount_refunded ("any
+// additional amount is automatically refunded"), though no money went back
+// to anyone. What may still be refunded is what was captured, less real
+// refunds. Authorise 10,000, capture 4,000, refund 1,000: the charge shows
+// 7,000 refunded, and 3,000 may still be refunded.
+func TestPartialCaptureReleasesTheRestAsStripeCountsIt(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	auth := manualPaymentIntent("")
+	auth.Amount = stripe.Int64(10000)
+	pi, err := f.stripe.PaymentIntents.New(auth)
+	require.NoError(t, err)
+	_, err = f.stripe.PaymentIntents.Capture(pi.ID, &stripe.PaymentIntentCaptureParams{AmountToCapture: stripe.Int64(4000)})
+	require.NoError(t, err)
+	requireCharge(t, f, 4000, 6000, false)
+
+	_, err = f.stripe.Refunds.New(refundParams(pi.ID, 1000, ""))
+	require.NoError(t, err)
+	requireCharge(t, f, 4000, 7000, false)
+	events := f.objects(t, "event")
+	last := events[len(events)-1]
+	require.Equal(t, "charge.refunded", last["type"])
+	require.EqualValues(t, 7000, last["data"].(map[string]any)["object"].(map[string]any)["amount_refunded"],
+		"charge.refunded reports the release in its total")
+
+	_, err = f.stripe.Refunds.New(refundParams(pi.ID, 3001, ""))
+	requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeAmountTooLarge)
+	re, err := f.stripe.Refunds.New(refundParams(pi.ID, 0, ""))
+	require.NoError(t, err)
+	require.EqualValues(t, 3000, re.Amount, "what is left is the capture less real refunds")
+	requireCharge(t, f, 4000, 10000, true)
+	_, err = f.stripe.Refunds.New(refundParams(pi.ID, 0, ""))
+	requireStripeError(t, err, http.StatusBadRequest, stripe.ErrorTypeInvalidRequest, stripe.ErrorCodeChargeAlreadyRefunded)
+}
+
+// Canceling an authorisation releases all of it: the uncaptured charge is
+// refunded in full, as Stripe marks it.
+func TestCancelReleasesTheWholeAuthorisation(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	pi, err := f.stripe.PaymentIntents.New(manualPaymentIntent(""))
+	require.NoError(t, err)
+	_, err = f.stripe.PaymentIntents.Cancel(pi.ID, nil)
+	require.NoError(t, err)
+	requireCharge(t, f, 0, 2000, true)
+}
+
+// requireCharge checks the simulator's only charge.
+func requireCharge(t *testing.T, f *fixture, captured, refunded int64, fully bool) {
+	t.Helper()
+	charges := f.objects(t, "charge")
+	require.Len(t, charges, 1)
+	raw, err := json.Marshal(charges[0])
+	require.NoError(t, err)
+	var ch stripe.Charge
+	require.NoError(t, json.Unmarshal(raw, &ch))
+	require.Equal(t, captured, ch.AmountCaptured)
+	require.Equal(t, refunded, ch.AmountRefunded)
+	require.Equal(t, fully, ch.Refunded)
 }

@@ -3,6 +3,7 @@ package api_test
 import (
 	"net/http"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -47,4 +48,53 @@ func (b *testBundle) requireChargeRefundedApplied(t *testing.T, n int) {
 	requireEventually(t, "charge.refunded delivered", func() bool {
 		return b.count(t, "SELECT count(*) FROM stripe_events WHERE type = 'charge.refunded'") == n
 	})
+}
+
+// Item 5: Stripe cancels an authorisation nobody captured within 7 days,
+// and its payment_intent.canceled webhook is lost. A capture then is
+// refused by Stripe, and Stripe's refusal carries the PaymentIntent,
+// canceled: the service records that (the payment canceled, with its one
+// payment.canceled event) and answers 400 payment_not_capturable, stored
+// like any terminal answer.
+func TestCapture_afterTheAuthorisationExpiredWithItsWebhookLost(t *testing.T) {
+	t.Parallel()
+	b := setup(t) // no webhooks: Stripe's cancel is never heard of
+	auth := b.createPayment(t, aliceKey, "auth-1", authoriseBody)
+
+	b.sim.Advance(7*24*time.Hour + time.Second)
+	require.Equal(t, "requires_capture", b.getPayment(t, aliceKey, auth.ID).Status, "nobody told the service")
+
+	first, body := b.post(t, aliceKey, capturePath(auth.ID), "capture-1", "")
+	requireRefusal(t, first, body, http.StatusBadRequest, "payment_not_capturable", "canceled")
+	pay := b.getPayment(t, aliceKey, auth.ID)
+	require.Equal(t, "canceled", pay.Status)
+	require.False(t, pay.Captured)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.canceled'"))
+
+	again, againBody := b.post(t, aliceKey, capturePath(auth.ID), "capture-1", "")
+	requireReplayOf(t, first, body, again, againBody)
+	resp, data := b.post(t, aliceKey, capturePath(auth.ID), "capture-2", "")
+	requireProblem(t, resp, data, http.StatusBadRequest, "payment_not_capturable")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.canceled'"),
+		"one change, one event")
+}
+
+// Item 5, with the webhook: the payment is canceled by it, with one
+// payment.canceled; a capture is refused and its answer stored.
+func TestCapture_afterTheAuthorisationExpiredIsRefusedAndStored(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{webhooks: true})
+	auth := b.createPayment(t, aliceKey, "auth-1", authoriseBody)
+
+	b.sim.Advance(7 * 24 * time.Hour)
+	requireEventually(t, "the payment is canceled", func() bool { return b.getPayment(t, aliceKey, auth.ID).Status == "canceled" })
+	intents := b.simIntentsFor(t, auth.ID)
+	require.Equal(t, "canceled", intents[0].Status)
+
+	first, body := b.post(t, aliceKey, capturePath(auth.ID), "capture-1", "")
+	requireRefusal(t, first, body, http.StatusBadRequest, "payment_not_capturable", "canceled")
+	again, againBody := b.post(t, aliceKey, capturePath(auth.ID), "capture-1", "")
+	requireReplayOf(t, first, body, again, againBody)
+	require.Equal(t, "canceled", b.getPayment(t, aliceKey, auth.ID).Status)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.canceled'"))
 }

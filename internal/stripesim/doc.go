@@ -87,6 +87,11 @@
 //	                             refund outcomes, authorisations not
 //	                             captured within 7 days, expired
 //	                             idempotency keys)
+//	GET    /_sim/webhook_faults  the webhook faults still armed
+//	POST   /_sim/webhook_faults  garble the next webhooks: {"kind": "duplicate"
+//	                             | "reorder" | "delay", "count": 1,
+//	                             "delay_ms": 0, "type": "optional event type"}
+//	DELETE /_sim/webhook_faults  disarm them, and send what reorder held back
 //
 // The same operations are available to Go tests as methods (AddFault,
 // Requests, Objects, Reset, Advance...).
@@ -97,7 +102,11 @@
 // (api_version 2023-10-16, so stripe-go's webhook.ConstructEvent accepts it),
 // delivered asynchronously, signed in Stripe's `Stripe-Signature` format, one
 // at a time in order of creation, and retried with exponential backoff a
-// bounded number of times. Delivery never blocks an API request.
+// bounded number of times. Delivery never blocks an API request. Stripe
+// promises neither order nor a single delivery; webhook faults
+// (webhook_faults.go) make the simulator send an event twice (duplicate),
+// after the next event about the same object (reorder), or delay_ms late
+// (delay), so that receivers can be tested against that.
 //
 // # Known simplifications
 //

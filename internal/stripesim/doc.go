@@ -91,6 +91,11 @@
 //	                             refund outcomes, authorisations not
 //	                             captured within 7 days, expired
 //	                             idempotency keys)
+//	GET    /_sim/webhook_faults  the webhook faults still armed
+//	POST   /_sim/webhook_faults  garble the next webhooks: {"kind": "duplicate"
+//	                             | "reorder" | "delay", "count": 1,
+//	                             "delay_ms": 0, "type": "optional event type"}
+//	DELETE /_sim/webhook_faults  disarm them, and send what reorder held back
 //
 // The same operations are available to Go tests as methods (AddFault,
 // Requests, Objects, Reset, Advance...).
@@ -101,13 +106,24 @@
 // (api_version 2023-10-16, so stripe-go's webhook.ConstructEvent accepts it),
 // delivered asynchronously, signed in Stripe's `Stripe-Signature` format, one
 // at a time in order of creation, and retried with exponential backoff a
-// bounded number of times. Delivery never blocks an API request.
+// bounded number of times. Delivery never blocks an API request. Stripe
+// promises neither order nor a single delivery; webhook faults
+// (webhook_faults.go) make the simulator send an event twice (duplicate),
+// after the next event about the same object (reorder), or delay_ms late
+// (delay), so that receivers can be tested against that.
 //
 // # Known simplifications
 //
 // Payment methods keep their test id (Stripe would clone pm_card_visa into a
-// fresh pm_ id). Canceling an authorised payment intent, or capturing part of
-// it, releases the rest without modelling the release as a refund (Stripe
-// counts it in the charge's amount_refunded). Search is immediately consistent, whereas
-// Stripe's search index lags by up to a minute.
+// fresh pm_ id). Capturing part of an authorisation, or canceling it,
+// releases the rest, which the charge's amount_refunded counts as Stripe's
+// does; the simulator makes no refund object for it. Search is immediately
+// consistent, whereas Stripe's search index lags by up to a minute.
+//
+// # Stripe's rules on amounts
+//
+// A payment intent's currency must be one Stripe charges in, and its amount
+// at least the currency's minimum charge (400 amount_too_small), from the
+// table in package currency, which the API shares. Captures and refunds
+// have no minimum.
 package stripesim

@@ -52,6 +52,12 @@ type Config struct {
 	// MaxWorkers is how many jobs run at once in this process. Default 50:
 	// the jobs are short database writes (and an email).
 	MaxWorkers int
+	// JobTimeout is how long a job may run before its context ends.
+	// Default 30s.
+	JobTimeout time.Duration
+	// RetryPolicy says when a failed job runs again. Default River's
+	// (attempt^4 seconds, with jitter); tests make it short.
+	RetryPolicy river.ClientRetryPolicy
 }
 
 // Run does the background work until ctx ends, then stops River gracefully.
@@ -82,7 +88,8 @@ func Run(ctx context.Context, cfg Config) error {
 		// Every job here is safe to run twice, so a job left "running" by a
 		// worker that was killed is taken up again after a minute, not after
 		// River's default hour.
-		JobTimeout:           30 * time.Second,
+		JobTimeout:           cfg.JobTimeout,
+		RetryPolicy:          cfg.RetryPolicy,
 		RescueStuckJobsAfter: time.Minute,
 		PeriodicJobs:         periodicJobs,
 	})
@@ -131,6 +138,9 @@ func (cfg *Config) defaults() {
 	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = 30 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

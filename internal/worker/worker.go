@@ -4,6 +4,11 @@
 // jobs. River elects one leader among all running workers and only the
 // leader inserts periodic jobs, so one run of each happens at a time across
 // every instance. Any number of workers may run at once.
+//
+// Receipts run on a queue of their own (stagedjobs.ReceiptQueue) with a few
+// workers, fewer than the pool has connections, so a slow or hung mail
+// server cannot take the workers of the other jobs nor, since a receipt
+// holds no connection while it sends, the connections of anything else.
 package worker
 
 import (

@@ -89,11 +89,12 @@ type Payment struct {
 }
 
 type Receipt struct {
-	PaymentID string
-	Kind      string
-	Recipient string
-	SentAt    pgtype.Timestamptz
-	CreatedAt time.Time
+	PaymentID    string
+	Kind         string
+	Recipient    string
+	SentAt       pgtype.Timestamptz
+	CreatedAt    time.Time
+	SendingUntil pgtype.Timestamptz
 }
 
 type Refund struct {

@@ -86,6 +86,7 @@ func (p *process) runWorker(ctx context.Context) error {
 		Payments: p.Payments, CompleterInterval: p.cfg.CompleterInterval, CompleterGrace: p.cfg.CompleterGrace,
 		ReaperInterval: p.cfg.ReaperInterval, EnqueuerPollInterval: p.cfg.EnqueuerPollInterval,
 		RefundReconcileInterval: p.cfg.RefundReconcileInterval, RefundReconcileAfter: p.cfg.RefundReconcileAfter,
+		ShutdownTimeout: p.cfg.ShutdownTimeout,
 	})
 }
 

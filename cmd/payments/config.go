@@ -145,7 +145,7 @@ func (c *config) commonFlags(f *flags) {
 
 // workerFlags are the settings of the background work.
 func (c *config) workerFlags(f *flags) {
-	f.stringVar(&c.SMTPURL, "smtp-url", "SMTP_URL", "", "SMTP server for receipts, smtp://user:pass@host:port?from=addr (empty: receipts are logged)")
+	f.stringVar(&c.SMTPURL, "smtp-url", "SMTP_URL", "", "SMTP server for receipts, smtp://user:pass@host:port?from=addr (STARTTLS when offered) or smtps:// (implicit TLS); empty: receipts are logged")
 	f.durationVar(&c.CompleterInterval, "completer-interval", "PAYMENTS_COMPLETER_INTERVAL", 10*time.Second,
 		"how often the completer looks for abandoned requests")
 	f.durationVar(&c.CompleterGrace, "completer-grace", "PAYMENTS_COMPLETER_GRACE", 30*time.Second,
@@ -291,7 +291,7 @@ func (c config) validate() error {
 	if c.DBMaxConns < 0 {
 		bad("PAYMENTS_DB_MAX_CONNS", "db-max-conns", "is %d: give a pool size, or 0 for four per core", c.DBMaxConns)
 	}
-	notNegative("PAYMENTS_SHUTDOWN_TIMEOUT", "shutdown-timeout", c.ShutdownTimeout)
+	positive("PAYMENTS_SHUTDOWN_TIMEOUT", "shutdown-timeout", c.ShutdownTimeout)
 	switch {
 	case c.RateLimit < 0:
 		bad("PAYMENTS_RATE_LIMIT", "rate-limit", "is %v: give requests per second, or 0 for no limit", c.RateLimit)

@@ -116,3 +116,61 @@ func sigtermWhileStuck(t *testing.T, fault, failpoints string) {
 	require.Equal(t, http.StatusCreated, status, string(data))
 	require.Len(t, simPaymentIntents(t, simURL, paymentID(t, data)), 1, "one PaymentIntent")
 }
+
+// The worker's side of item 9: SIGTERM while the completer waits on
+// Stripe. River lets running jobs finish for --shutdown-timeout, then
+// cancels them; the completer's attempt unlocks its key, so the next
+// process resumes it at once instead of after the lock timeout.
+func TestWorker_SIGTERMCancelsACompleterStuckAtStripeAndUnlocksTheKey(t *testing.T) {
+	t.Parallel()
+	simURL := startSimulator(t)
+	dbURL := dbtest.NewURL(t)
+	seedDemoUsers(t, dbURL)
+	doomed, base := startServe(t, dbURL, simURL, "PAYMENTS_FAILPOINTS=after_commit:payment_created=crash")
+	_, _, err := createPayment(base, "worker-sigterm")
+	require.Error(t, err)
+	<-doomed.exited
+
+	addSimFault(t, simURL, `{"path_prefix":"/v1/payment_intents","method":"POST","kind":"delay","delay_ms":8000,"count":1}`)
+	worker := startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
+		"PAYMENTS_LOCK_TIMEOUT=90s", "PAYMENTS_COMPLETER_INTERVAL=200ms", "PAYMENTS_COMPLETER_GRACE=100ms",
+		"PAYMENTS_SHUTDOWN_TIMEOUT=1s", "PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0"}, "worker")
+	worker.waitFor(t, &worker.stderr, metricsListening)
+
+	pool := dbtestPool(t, dbURL)
+	locked := func() bool {
+		var locked bool
+		require.NoError(t, pool.QueryRow(t.Context(),
+			"SELECT locked_at IS NOT NULL FROM idempotency_keys WHERE idempotency_key = 'worker-sigterm'").Scan(&locked))
+		return locked
+	}
+	// The crashed request left the key locked for 1 s (startServe's lock
+	// timeout); wait for the completer to take it and call Stripe.
+	require.Eventually(t, func() bool {
+		for _, r := range simRequests(t, simURL) {
+			if r.Path == "/v1/payment_intents" && r.Method == http.MethodPost {
+				return locked()
+			}
+		}
+		return false
+	}, 30*time.Second, 20*time.Millisecond, "the completer is at Stripe")
+
+	require.Zero(t, worker.signalAndWait(t, syscall.SIGTERM), "a clean exit")
+	require.False(t, locked(), "the cancelled completer unlocked the key")
+}
+
+// simRequest is one entry of the simulator's request log, logged on arrival.
+type simRequest struct {
+	Method string `json:"method"`
+	Path   string `json:"path"`
+}
+
+func simRequests(t *testing.T, simURL string) []simRequest {
+	t.Helper()
+	resp, err := http.Get(simURL + "/_sim/requests")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var log []simRequest
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&log))
+	return log
+}

@@ -20,6 +20,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/jackc/pgx/v5"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
@@ -71,6 +72,9 @@ type Config struct {
 	// Default 30s. The receipt job has its own, longer than its send
 	// (stagedjobs.ReceiptWorker.Timeout).
 	JobTimeout time.Duration
+	// ShutdownTimeout is how long running jobs may take to finish once ctx
+	// ends; those still running then are cancelled. Default 35s.
+	ShutdownTimeout time.Duration
 	// RetryPolicy says when a failed job runs again. Default River's
 	// (attempt^4 seconds, with jitter); tests make it short.
 	RetryPolicy river.ClientRetryPolicy
@@ -134,11 +138,29 @@ func Run(ctx context.Context, cfg Config) error {
 		slog.String("refund_reconcile_after", cfg.RefundReconcileAfter.String()),
 		slog.Int("receipt_workers", cfg.ReceiptWorkers))
 	runErr := enqueuer.Run(ctx)
-
-	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
-	defer cancel()
-	return errors.Join(runErr, client.Stop(stopCtx))
+	return errors.Join(runErr, stop(ctx, client, cfg.ShutdownTimeout, cfg.Logger))
 }
+
+// stop lets River's running jobs finish for timeout, then cancels those
+// still running: a completer attempt stuck at Stripe unlocks its key, a
+// receipt gives back its reservation, so nothing stays locked by a process
+// that is gone (a job left running when the process exits would hold its
+// key for the lock timeout, with nobody heartbeating it).
+func stop(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Duration, log *slog.Logger) error {
+	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
+	defer cancel()
+	err := client.Stop(stopCtx)
+	if !errors.Is(err, context.DeadlineExceeded) {
+		return err
+	}
+	log.Warn("shutdown timeout reached: cancelling the jobs still running")
+	cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelledJobsTimeout)
+	defer cancel()
+	return client.StopAndCancel(cancelCtx)
+}
+
+// cancelledJobsTimeout bounds how long cancelled jobs take to return.
+const cancelledJobsTimeout = 10 * time.Second
 
 func (cfg *Config) defaults() {
 	if cfg.CompleterInterval <= 0 {
@@ -158,6 +180,9 @@ func (cfg *Config) defaults() {
 	}
 	if cfg.EnqueuerPollInterval <= 0 {
 		cfg.EnqueuerPollInterval = stagedjobs.DefaultPollInterval
+	}
+	if cfg.ShutdownTimeout <= 0 {
+		cfg.ShutdownTimeout = 35 * time.Second
 	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50

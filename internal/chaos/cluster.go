@@ -137,7 +137,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 }
 
 // Instances are the service's processes: the API instances and the workers.
-func (c *Cluster) Instances() []*Instance { return append(append([]*Instance{}, c.Serve...), c.Workers...) }
+func (c *Cluster) Instances() []*Instance {
+	return append(append([]*Instance{}, c.Serve...), c.Workers...)
+}
 
 // IsWorker tells whether in is one of the workers.
 func (c *Cluster) IsWorker(in *Instance) bool { return slices.Contains(c.Workers, in) }
@@ -166,10 +168,10 @@ type Instance struct {
 	// LockTimeout is the process's PAYMENTS_LOCK_TIMEOUT.
 	LockTimeout time.Duration
 	cluster     *Cluster
-	args    []string
-	env     []string
-	ready   *regexp.Regexp // the log line that says it serves, with its address
-	api     bool           // an API instance, which keeps its address
+	args        []string
+	env         []string
+	ready       *regexp.Regexp // the log line that says it serves, with its address
+	api         bool           // an API instance, which keeps its address
 
 	mu          sync.Mutex
 	proc        *process

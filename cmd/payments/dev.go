@@ -50,7 +50,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if cfg.StripeAPIBase == "" && cfg.StripeSecretKey == "" {
 		webhookURL := "http://" + ln.Addr().String() + "/v1/stripe/webhooks"
-		sim, err := startSimulator(cfg.StripesimAddr, webhookURL, cfg.StripeWebhookSecret, log)
+		sim, err := startSimulator(cfg.StripesimAddr, webhookURL, cfg.StripeWebhookSecret, 0, log)
 		if err != nil {
 			return err
 		}

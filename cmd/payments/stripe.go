@@ -42,13 +42,14 @@ type embeddedSimulator struct {
 
 // startSimulator serves a Stripe simulator on addr, delivering webhooks to
 // webhookURL when it is set.
-func startSimulator(addr, webhookURL, webhookSecret string, log *slog.Logger) (*embeddedSimulator, error) {
+func startSimulator(addr, webhookURL, webhookSecret string, authorisationLifetime time.Duration, log *slog.Logger) (*embeddedSimulator, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("starting the Stripe simulator: %w", err)
 	}
 	sim := stripesim.New(stripesim.Config{
-		WebhookURL: webhookURL, WebhookSecret: webhookSecret, Logger: log.With(slog.String("component", "stripesim")),
+		WebhookURL: webhookURL, WebhookSecret: webhookSecret, AuthorisationLifetime: authorisationLifetime,
+		Logger: log.With(slog.String("component", "stripesim")),
 	})
 	srv := &http.Server{
 		Handler:           sim.Handler(),

@@ -230,3 +230,20 @@ func TestUncapturedAuthorisationExpiresAfterSevenDays(t *testing.T) {
 	types := waitForEvents(t, rcv, 9)
 	require.Equal(t, "payment_intent.canceled", types[8])
 }
+
+// Config.AuthorisationLifetime shortens the 7 days, for chaos runs.
+func TestAuthorisationLifetimeIsConfigurable(t *testing.T) {
+	t.Parallel()
+	f := setup(t, func(c *stripesim.Config) { c.AuthorisationLifetime = time.Minute })
+	pi, err := f.stripe.PaymentIntents.New(manualPaymentIntent("auth-short"))
+	require.NoError(t, err)
+	f.sim.Advance(time.Minute - time.Second)
+	got, err := f.stripe.PaymentIntents.Get(pi.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.PaymentIntentStatusRequiresCapture, got.Status)
+	f.sim.Advance(time.Second)
+	got, err = f.stripe.PaymentIntents.Get(pi.ID, nil)
+	require.NoError(t, err)
+	require.Equal(t, stripe.PaymentIntentStatusCanceled, got.Status)
+	require.Equal(t, stripe.PaymentIntentCancellationReasonAutomatic, got.CancellationReason)
+}

@@ -193,7 +193,7 @@ func (s *Simulator) confirm(c *call, pi *paymentIntent, p paymentIntentParams) o
 		pi.Status = statusRequiresCapture
 		pi.AmountCapturable = pi.Amount
 		s.emit(c, "payment_intent.amount_capturable_updated", pi)
-		s.later(authorisationLifetime, func() { s.expireAuthorisation(pi) })
+		s.later(s.authorisationLifetime, func() { s.expireAuthorisation(pi) })
 		return succeeded(pi)
 	}
 	s.captureCharge(pi, ch, pi.Amount)
@@ -290,9 +290,9 @@ func (s *Simulator) getPaymentIntent(c *call) outcome {
 	return succeeded(pi)
 }
 
-// authorisationLifetime is how long Stripe keeps an uncaptured card
+// defaultAuthorisationLifetime is how long Stripe keeps an uncaptured card
 // authorisation before canceling it.
-const authorisationLifetime = 7 * 24 * time.Hour
+const defaultAuthorisationLifetime = 7 * 24 * time.Hour
 
 // expireAuthorisation cancels an authorisation nobody captured or canceled
 // in time, as Stripe does (cancellation_reason automatic).

@@ -21,6 +21,13 @@ type Config struct {
 	Logger        *slog.Logger     // nil: discard
 	Now           func() time.Time // nil: time.Now (inject for tests of 24h key retention); Advance moves it on
 
+	// AuthorisationLifetime is how long an uncaptured authorisation lives
+	// before the simulator cancels it (cancellation_reason automatic).
+	// Default 7 days, as at Stripe; a chaos run makes it seconds, so that
+	// expiries happen while it runs, without moving the clock (which would
+	// also expire the idempotency keys of requests still retrying).
+	AuthorisationLifetime time.Duration
+
 	// WebhookMaxAttempts bounds the deliveries of one event (default 8).
 	WebhookMaxAttempts int
 	// WebhookBackoff is the wait after the first failed delivery; it doubles
@@ -32,12 +39,14 @@ type Config struct {
 // guards all state; it is never held while a request sleeps or while a
 // webhook is delivered.
 type Simulator struct {
-	clock    func() time.Time
-	offset   atomic.Int64 // nanoseconds Advance added to clock
-	logger   *slog.Logger
-	webhooks *deliverer // nil without Config.WebhookURL
-	closing  chan struct{}
-	close    sync.Once
+	clock func() time.Time
+	// authorisationLifetime is Config.AuthorisationLifetime or its default.
+	authorisationLifetime time.Duration
+	offset                atomic.Int64 // nanoseconds Advance added to clock
+	logger                *slog.Logger
+	webhooks              *deliverer // nil without Config.WebhookURL
+	closing               chan struct{}
+	close                 sync.Once
 
 	mu         sync.Mutex
 	state      *state
@@ -58,6 +67,7 @@ func New(cfg Config) *Simulator {
 	if s.clock == nil {
 		s.clock = time.Now
 	}
+	s.authorisationLifetime = cmp.Or(cfg.AuthorisationLifetime, defaultAuthorisationLifetime)
 	if cfg.WebhookURL != "" {
 		s.webhooks = newDeliverer(cfg, s.logger)
 	}

@@ -141,7 +141,7 @@ func (e *Engine) findFinished(ctx context.Context, req Request, fingerprint []by
 // here, so a key that turns out new is one of its false positives.
 func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
 	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
-		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
+		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(),
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -171,7 +171,9 @@ func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, finge
 	if row.LockLive {
 		return nil, nil, ErrKeyInUse
 	}
-	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{ID: existing.ID, Now: e.now()})
+	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{
+		ID: existing.ID, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+	})
 	if err != nil {
 		return nil, nil, err
 	}
@@ -197,7 +199,7 @@ func (e *Engine) writeNewKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome
 	params := dbsqlc.InsertIdempotencyKeyParams{
 		ID: k.ID, UserID: k.UserID, IdempotencyKey: k.Key, Flow: k.Flow,
 		RequestMethod: k.Method, RequestPath: k.Path, RequestParams: k.Params, RequestFingerprint: k.fingerprint,
-		RecoveryPoint: string(out.next), Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
+		RecoveryPoint: string(out.next), Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(), LockLifetimeSeconds: e.lockLifetime(),
 	}
 	if out.response != nil {
 		params.ResponseCode = pgtype.Int4{Int32: int32(out.response.Status), Valid: true}

@@ -27,7 +27,12 @@ type Config struct {
 	// final answer was stored; after it the key is new again. An unfinished
 	// key is never forgotten. Default 24h.
 	KeyTTL time.Duration
-	// LockTimeout is how long a lock lasts without a heartbeat. Default 90s.
+	// LockTimeout is the lifetime this engine gives the locks it takes: a
+	// lock it holds lasts that long after its claim, its last move or its
+	// last heartbeat (one every third of it). Every process judges a lock
+	// by the lifetime its holder gave it (lock_expires_at), never by its
+	// own LockTimeout, so processes configured differently never take over
+	// each other's live requests. Default 90s.
 	LockTimeout time.Duration
 	// ExternalWindow is how long the remote side (Stripe) surely remembers a
 	// child key. Past it, an external phase is reconciled, never re-sent.
@@ -196,7 +201,7 @@ func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) er
 		})
 	}
 	return queries.SetRecoveryPoint(ctx, tx.Queued(), dbsqlc.SetRecoveryPointParams{
-		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(),
+		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
 	})
 }
 
@@ -223,7 +228,7 @@ func (e *Engine) callWithHeartbeat(ctx context.Context, k *Key, call func(contex
 				return
 			case <-tick.C:
 				n, err := queries.HeartbeatIdempotencyKey(callCtx, e.cfg.Pool, dbsqlc.HeartbeatIdempotencyKeyParams{
-					ID: k.ID, LockToken: k.lockToken, Now: e.now(),
+					ID: k.ID, LockToken: k.lockToken, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
 				})
 				if err == nil && n == 0 {
 					cancel(ErrLockLost)
@@ -265,6 +270,10 @@ func (e *Engine) pastExternalWindow(k *Key) bool {
 func (e *Engine) txOptions() db.TxOptions {
 	return db.TxOptions{RetryFor: min(5*time.Second, e.cfg.LockTimeout/3)}
 }
+
+// lockLifetime is how long a lock this engine takes or renews lasts, in
+// seconds: its holder's own LockTimeout, written with the lock.
+func (e *Engine) lockLifetime() float64 { return e.cfg.LockTimeout.Seconds() }
 
 // clock is the injected clock, or the process's.
 func (e *Engine) clock() time.Time {
@@ -328,7 +337,7 @@ var ErrKeyNotFound = errors.New("idempotency key not found")
 // only while the lock is live.
 func (e *Engine) Lookup(ctx context.Context, userID int64, key string) (*Key, error) {
 	row, err := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
-		UserID: userID, IdempotencyKey: key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
+		UserID: userID, IdempotencyKey: key, Now: e.now(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrKeyNotFound

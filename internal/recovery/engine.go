@@ -185,14 +185,11 @@ func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) erro
 // if another attempt has taken the key over, the update matches no row and
 // the database raises (assert_lock_held), failing the transaction, which
 // runPhase reports as ErrLockLost. So the move needs no answer and is
-// queued with the COMMIT. A key the transaction claims new has no row yet:
-// it is written, as out leaves it, the same way.
+// queued with the COMMIT. A key the transaction claims new is moved the
+// same way: its row went ahead of the phase's work (insertKey).
 func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
 	if out.response == nil && (out.next == "" || out.next == Started) {
 		return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
-	}
-	if k.inserting {
-		return e.writeNewKey(ctx, tx, k, out)
 	}
 	if out.response != nil {
 		return queries.FinishIdempotencyKey(ctx, tx.Queued(), dbsqlc.FinishIdempotencyKeyParams{

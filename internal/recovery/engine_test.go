@@ -89,7 +89,7 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, cfg recovery.Config) *testBundle 
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `
 		CREATE TABLE things (id bigint GENERATED ALWAYS AS IDENTITY, name text, remote_id text,
-			key_id uuid UNIQUE REFERENCES idempotency_keys (id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED);
+			key_id uuid UNIQUE REFERENCES idempotency_keys (id) ON DELETE SET NULL);
 		INSERT INTO users (email) VALUES ('one@example.com'), ('two@example.com');`)
 	require.NoError(t, err)
 	b := &testBundle{pool: pool, remote: &remote{byKey: map[string]string{}}}

@@ -123,11 +123,6 @@ type Key struct {
 
 	lockToken    int64
 	responseBody []byte
-	// inserting is true while the transaction that claims the key new
-	// runs: the key's row does not exist yet; that transaction writes it
-	// once, where it leaves the key (Engine.writeNewKey).
-	inserting   bool
-	fingerprint []byte // for that insert
 }
 
 // ChildKey is the idempotency key for the external call step of this

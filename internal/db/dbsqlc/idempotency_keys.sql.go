@@ -322,20 +322,36 @@ func (q *Queries) HeartbeatIdempotencyKey(ctx context.Context, db DBTX, arg Hear
 	return result.RowsAffected(), nil
 }
 
+const idempotencyKeyExists = `-- name: IdempotencyKeyExists :one
+SELECT EXISTS (
+    SELECT 1 FROM idempotency_keys WHERE user_id = $1 AND idempotency_key = $2
+)::bool
+`
+
+type IdempotencyKeyExistsParams struct {
+	UserID         int64
+	IdempotencyKey string
+}
+
+// Whether the user's key has a row, finished or not: after a claim that
+// took the key filter's "new" failed, it tells whether the key is another
+// request's, to be answered by the careful claim.
+func (q *Queries) IdempotencyKeyExists(ctx context.Context, db DBTX, arg IdempotencyKeyExistsParams) (bool, error) {
+	row := db.QueryRow(ctx, idempotencyKeyExists, arg.UserID, arg.IdempotencyKey)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, response_code, response_body, locked_at, lock_expires_at, lock_token, last_run_at, created_at, expires_at
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11,
-    CASE WHEN $10::integer IS NULL THEN coalesce($12::timestamptz, now()) END,
-    CASE WHEN $10::integer IS NULL
-        THEN coalesce($12::timestamptz, now()) + make_interval(secs => $13::float8) END,
-    1, coalesce($12::timestamptz, now()),
-    coalesce($12::timestamptz, now()),
-    CASE WHEN $10::integer IS NOT NULL
-        THEN coalesce($12::timestamptz, now()) + make_interval(secs => $14::float8) END
+    'started', coalesce($9::timestamptz, now()),
+    coalesce($9::timestamptz, now()) + make_interval(secs => $10::float8),
+    1, coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now())
 )
 `
 
@@ -348,18 +364,15 @@ type InsertIdempotencyKeyParams struct {
 	RequestPath         string
 	RequestParams       []byte
 	RequestFingerprint  []byte
-	RecoveryPoint       string
-	ResponseCode        pgtype.Int4
-	ResponseBody        []byte
 	Now                 pgtype.Timestamptz
 	LockLifetimeSeconds float64
-	TtlSeconds          float64
 }
 
-// A new key, claimed (lock token 1) by the request that creates it, written
-// once, at the end of the claim's transaction, where that transaction leaves
-// it: at a recovery point and still locked (no expiry), or finished with its
-// response (expiring a TTL from now).
+// A new key, at started and locked (lock token 1, for the caller's lock
+// lifetime) by the request that creates it. The claim sends it ahead of
+// the first phase's statements, in the same round trip: a key that exists
+// already fails it on the unique index, which aborts the transaction before
+// any of the phase's work runs, and the claim takes the careful path.
 // The caller chooses the id and knows every column, so nothing is returned
 // and the insert can be queued (db.Tx.Queued).
 func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertIdempotencyKeyParams) error {
@@ -372,12 +385,8 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		arg.RequestPath,
 		arg.RequestParams,
 		arg.RequestFingerprint,
-		arg.RecoveryPoint,
-		arg.ResponseCode,
-		arg.ResponseBody,
 		arg.Now,
 		arg.LockLifetimeSeconds,
-		arg.TtlSeconds,
 	)
 	return err
 }

@@ -28,26 +28,30 @@ WHERE user_id = @user_id AND idempotency_key = @idempotency_key
   AND recovery_point = 'finished' AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
 
 -- name: InsertIdempotencyKey :exec
--- A new key, claimed (lock token 1) by the request that creates it, written
--- once, at the end of the claim's transaction, where that transaction leaves
--- it: at a recovery point and still locked (no expiry), or finished with its
--- response (expiring a TTL from now).
+-- A new key, at started and locked (lock token 1, for the caller's lock
+-- lifetime) by the request that creates it. The claim sends it ahead of
+-- the first phase's statements, in the same round trip: a key that exists
+-- already fails it on the unique index, which aborts the transaction before
+-- any of the phase's work runs, and the claim takes the careful path.
 -- The caller chooses the id and knows every column, so nothing is returned
 -- and the insert can be queued (db.Tx.Queued).
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, response_code, response_body, locked_at, lock_expires_at, lock_token, last_run_at, created_at, expires_at
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at
 ) VALUES (
     @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
-    @recovery_point, sqlc.narg('response_code'), sqlc.narg('response_body'),
-    CASE WHEN sqlc.narg('response_code')::integer IS NULL THEN coalesce(sqlc.narg('now')::timestamptz, now()) END,
-    CASE WHEN sqlc.narg('response_code')::integer IS NULL
-        THEN coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8) END,
-    1, coalesce(sqlc.narg('now')::timestamptz, now()),
-    coalesce(sqlc.narg('now')::timestamptz, now()),
-    CASE WHEN sqlc.narg('response_code')::integer IS NOT NULL
-        THEN coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8) END
+    'started', coalesce(sqlc.narg('now')::timestamptz, now()),
+    coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
+    1, coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
 );
+
+-- name: IdempotencyKeyExists :one
+-- Whether the user's key has a row, finished or not: after a claim that
+-- took the key filter's "new" failed, it tells whether the key is another
+-- request's, to be answered by the careful claim.
+SELECT EXISTS (
+    SELECT 1 FROM idempotency_keys WHERE user_id = @user_id AND idempotency_key = @idempotency_key
+)::bool;
 
 -- name: DeleteExpiredIdempotencyKey :exec
 -- An expired, finished key makes way for a new request with the same key.

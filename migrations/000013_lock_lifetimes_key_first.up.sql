@@ -15,3 +15,16 @@ UPDATE idempotency_keys SET lock_expires_at = locked_at + interval '90 seconds' 
 ALTER TABLE idempotency_keys
     ADD CONSTRAINT idempotency_keys_lock_has_lifetime
     CHECK ((locked_at IS NULL) = (lock_expires_at IS NULL));
+
+-- A new key's row is now written first in the transaction that claims it,
+-- ahead of the first phase's work, so that the unique index decides before
+-- any of that work runs (a key another instance finished gets its replay,
+-- not what the work ran into). The rows that reference the key (the
+-- payment, the refund, audit records, staged jobs) therefore always come
+-- after it, and their references no longer need checking at commit, as
+-- migration 000007 made them: a missing key is reported by the statement
+-- that referred to it.
+ALTER TABLE payments ALTER CONSTRAINT payments_idempotency_key_id_fkey NOT DEFERRABLE;
+ALTER TABLE refunds ALTER CONSTRAINT refunds_idempotency_key_id_fkey NOT DEFERRABLE;
+ALTER TABLE audit_records ALTER CONSTRAINT audit_records_idempotency_key_id_fkey NOT DEFERRABLE;
+ALTER TABLE staged_jobs ALTER CONSTRAINT staged_jobs_idempotency_key_id_fkey NOT DEFERRABLE;

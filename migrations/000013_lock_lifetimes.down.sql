@@ -1,2 +1,0 @@
-ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_lock_has_lifetime;
-ALTER TABLE idempotency_keys DROP COLUMN lock_expires_at;

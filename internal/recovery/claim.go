@@ -157,7 +157,7 @@ func (e *Engine) findFinished(ctx context.Context, req Request, fingerprint []by
 // here, so a key that turns out new is one of its false positives.
 func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
 	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
-		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(),
+		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
@@ -195,7 +195,9 @@ func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, finge
 	if err != nil {
 		return nil, nil, err
 	}
-	return toKey(locked), nil, nil
+	k := toKey(locked)
+	k.pastExternalWindow = row.PastExternalWindow
+	return k, nil, nil
 }
 
 // insertKey makes req's key, new and locked by this request (lock token 1),

@@ -127,12 +127,14 @@ func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 	e := c.cfg.Engine
 	rows, err := queries.ClaimAbandonedKeys(ctx, e.cfg.Pool, dbsqlc.ClaimAbandonedKeysParams{
 		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), GraceSeconds: c.cfg.Grace.Seconds(),
-		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1,
+		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1, ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
-	return toKey(rows[0]), nil
+	k := toKey(rows[0].IdempotencyKey)
+	k.pastExternalWindow = rows[0].PastExternalWindow
+	return k, nil
 }
 
 func (c *Completer) complete(ctx context.Context, k *Key) error {

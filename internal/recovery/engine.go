@@ -36,8 +36,10 @@ type Config struct {
 	LockTimeout time.Duration
 	// ExternalWindow is how long the remote side (Stripe) surely remembers a
 	// child key. Past it, an external phase is reconciled, never re-sent.
-	// Stripe keeps keys at least 24h; the default, 23h, leaves an hour for
-	// the difference between our clock and the database's.
+	// Whether a key is past it is judged by the database, on the one clock
+	// that wrote the key's created_at, when the key is claimed. Stripe keeps
+	// keys at least 24h; the default, 23h, leaves an hour for the time
+	// between that claim and the call, and for Stripe's clock.
 	ExternalWindow time.Duration
 	// Now, when set, is the clock used instead of the database's now(), for tests.
 	Now func() time.Time
@@ -133,7 +135,7 @@ func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key
 func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) error {
 	var called any
 	switch {
-	case phase.call != nil && e.pastExternalWindow(k):
+	case phase.call != nil && k.pastExternalWindow:
 		var err error
 		if called, err = e.reconcile(ctx, k, phase); err != nil {
 			return err
@@ -247,13 +249,8 @@ func (e *Engine) unlock(ctx context.Context, log *slog.Logger, k *Key) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: k.ID, LockToken: k.lockToken}); err != nil {
-		log.WarnContext(ctx, "could not unlock key; it unlocks by itself after the lock timeout", slog.String("error", err.Error()))
+		log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
 	}
-}
-
-// pastExternalWindow tells whether k is too old to repeat its external call.
-func (e *Engine) pastExternalWindow(k *Key) bool {
-	return k.Created.Before(e.clock().Add(-e.cfg.ExternalWindow))
 }
 
 // txOptions is how the engine runs a phase's transaction: SERIALIZABLE,
@@ -272,7 +269,10 @@ func (e *Engine) txOptions() db.TxOptions {
 // seconds: its holder's own LockTimeout, written with the lock.
 func (e *Engine) lockLifetime() float64 { return e.cfg.LockTimeout.Seconds() }
 
-// clock is the injected clock, or the process's.
+// clock is the injected clock, or the process's. It only stamps a new
+// key's Created, for the flow to use (its row's created_at is the
+// database's); the engine never compares it with a time the database
+// wrote: such comparisons are made in SQL, on the one clock (now).
 func (e *Engine) clock() time.Time {
 	if e.cfg.Now != nil {
 		return e.cfg.Now()

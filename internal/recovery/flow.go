@@ -123,6 +123,11 @@ type Key struct {
 
 	lockToken    int64
 	responseBody []byte
+	// pastExternalWindow tells that the key was older than
+	// Config.ExternalWindow when this attempt claimed it, as the database
+	// judged it: its external calls are reconciled, never repeated. A key
+	// this attempt made is not.
+	pastExternalWindow bool
 }
 
 // ChildKey is the idempotency key for the external call step of this

@@ -31,15 +31,23 @@ WHERE id IN (
     LIMIT $5
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $6::float8)
+    )::bool AS past_external_window
 `
 
 type ClaimAbandonedKeysParams struct {
-	Now                 pgtype.Timestamptz
-	LockLifetimeSeconds float64
-	GraceSeconds        float64
-	MaxBackoffSeconds   float64
-	BatchSize           int32
+	Now                   pgtype.Timestamptz
+	LockLifetimeSeconds   float64
+	GraceSeconds          float64
+	MaxBackoffSeconds     float64
+	BatchSize             int32
+	ExternalWindowSeconds float64
+}
+
+type ClaimAbandonedKeysRow struct {
+	IdempotencyKey     IdempotencyKey
+	PastExternalWindow bool
 }
 
 // The completer's next keys (it takes one at a time): unfinished keys nobody holds (or whose holder's
@@ -48,41 +56,43 @@ type ClaimAbandonedKeysParams struct {
 // max_backoff) since its last run. Claiming takes the lock with a new token
 // for the completer's lock lifetime, as a retry by the client would. SKIP
 // LOCKED leaves keys claimed elsewhere.
-func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAbandonedKeysParams) ([]IdempotencyKey, error) {
+func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAbandonedKeysParams) ([]ClaimAbandonedKeysRow, error) {
 	rows, err := db.Query(ctx, claimAbandonedKeys,
 		arg.Now,
 		arg.LockLifetimeSeconds,
 		arg.GraceSeconds,
 		arg.MaxBackoffSeconds,
 		arg.BatchSize,
+		arg.ExternalWindowSeconds,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []IdempotencyKey
+	var items []ClaimAbandonedKeysRow
 	for rows.Next() {
-		var i IdempotencyKey
+		var i ClaimAbandonedKeysRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.UserID,
-			&i.IdempotencyKey,
-			&i.Flow,
-			&i.RequestMethod,
-			&i.RequestPath,
-			&i.RequestParams,
-			&i.RequestFingerprint,
-			&i.RecoveryPoint,
-			&i.LockedAt,
-			&i.LockToken,
-			&i.LastRunAt,
-			&i.ResponseCode,
-			&i.ResponseBody,
-			&i.CreatedAt,
-			&i.ExpiresAt,
-			&i.CompleterAttempts,
-			&i.NeedsAttentionAt,
-			&i.LockExpiresAt,
+			&i.IdempotencyKey.ID,
+			&i.IdempotencyKey.UserID,
+			&i.IdempotencyKey.IdempotencyKey,
+			&i.IdempotencyKey.Flow,
+			&i.IdempotencyKey.RequestMethod,
+			&i.IdempotencyKey.RequestPath,
+			&i.IdempotencyKey.RequestParams,
+			&i.IdempotencyKey.RequestFingerprint,
+			&i.IdempotencyKey.RecoveryPoint,
+			&i.IdempotencyKey.LockedAt,
+			&i.IdempotencyKey.LockToken,
+			&i.IdempotencyKey.LastRunAt,
+			&i.IdempotencyKey.ResponseCode,
+			&i.IdempotencyKey.ResponseBody,
+			&i.IdempotencyKey.CreatedAt,
+			&i.IdempotencyKey.ExpiresAt,
+			&i.IdempotencyKey.CompleterAttempts,
+			&i.IdempotencyKey.NeedsAttentionAt,
+			&i.IdempotencyKey.LockExpiresAt,
+			&i.PastExternalWindow,
 		); err != nil {
 			return nil, err
 		}
@@ -98,22 +108,26 @@ const claimLookup = `-- name: ClaimLookup :one
 
 SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live,
-    coalesce(expires_at <= coalesce($1::timestamptz, now()), false)::bool AS expired
+    coalesce(expires_at <= coalesce($1::timestamptz, now()), false)::bool AS expired,
+    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+    )::bool AS past_external_window
 FROM idempotency_keys
-WHERE user_id = $2 AND idempotency_key = $3
+WHERE user_id = $3 AND idempotency_key = $4
 FOR UPDATE
 `
 
 type ClaimLookupParams struct {
-	Now            pgtype.Timestamptz
-	UserID         int64
-	IdempotencyKey string
+	Now                   pgtype.Timestamptz
+	ExternalWindowSeconds float64
+	UserID                int64
+	IdempotencyKey        string
 }
 
 type ClaimLookupRow struct {
-	IdempotencyKey IdempotencyKey
-	LockLive       bool
-	Expired        bool
+	IdempotencyKey     IdempotencyKey
+	LockLive           bool
+	Expired            bool
+	PastExternalWindow bool
 }
 
 // Every time in these queries comes from one clock: the injected @now when
@@ -128,7 +142,12 @@ type ClaimLookupRow struct {
 // up instead of failing to serialize, and judges the lock (by the lifetime
 // its holder gave it) and the expiry with the one clock.
 func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParams) (ClaimLookupRow, error) {
-	row := db.QueryRow(ctx, claimLookup, arg.Now, arg.UserID, arg.IdempotencyKey)
+	row := db.QueryRow(ctx, claimLookup,
+		arg.Now,
+		arg.ExternalWindowSeconds,
+		arg.UserID,
+		arg.IdempotencyKey,
+	)
 	var i ClaimLookupRow
 	err := row.Scan(
 		&i.IdempotencyKey.ID,
@@ -152,6 +171,7 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.IdempotencyKey.LockExpiresAt,
 		&i.LockLive,
 		&i.Expired,
+		&i.PastExternalWindow,
 	)
 	return i, err
 }

@@ -13,7 +13,9 @@
 -- its holder gave it) and the expiry with the one clock.
 SELECT sqlc.embed(idempotency_keys),
     coalesce(lock_expires_at > coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS lock_live,
-    coalesce(expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS expired
+    coalesce(expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS expired,
+    (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
+    )::bool AS past_external_window
 FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 FOR UPDATE;
@@ -144,7 +146,9 @@ WHERE id IN (
     LIMIT @batch_size
     FOR UPDATE SKIP LOCKED
 )
-RETURNING *;
+RETURNING sqlc.embed(idempotency_keys),
+    (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
+    )::bool AS past_external_window;
 
 -- name: MarkNeedsAttention :execrows
 -- Gives up on a key for good: its Stripe step is past Stripe's idempotency

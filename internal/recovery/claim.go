@@ -75,10 +75,15 @@ type claimed struct {
 func (e *Engine) claimAndCommit(ctx context.Context, req Request, fingerprint, params []byte, definitelyNew bool) (claimed, error) {
 	filterSaidMaybe := !definitelyNew && e.cfg.KeyFilter != nil
 	c, err := e.claimTx(ctx, req, fingerprint, params, !definitelyNew, filterSaidMaybe)
-	if err == nil || !(db.IsUniqueViolation(err) || definitelyNew && e.keyExists(ctx, req)) {
+	switch {
+	case err == nil:
+		return c, nil
+	case db.IsUniqueViolation(err), definitelyNew && e.keyExists(ctx, req):
+		// The key is another request's: the careful claim answers.
+		return e.claimTx(ctx, req, fingerprint, params, true, false)
+	default:
 		return c, err
 	}
-	return e.claimTx(ctx, req, fingerprint, params, true, false)
 }
 
 // claimTx is one try of the claim's transaction, careful (the key looked up

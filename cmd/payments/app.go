@@ -39,7 +39,7 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 	}
 	a, err := app.New(ctx, app.Config{
 		DatabaseURL: cfg.DatabaseURL, Pool: db.PoolConfig{MaxConns: int32(cfg.DBMaxConns)},
-		KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, Failpoints: failpoints,
+		KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, StripeSearchLag: cfg.StripeSearchLag, Failpoints: failpoints,
 		KeyFilter: keyfilter.Config{
 			ExpectedKeysPerSlice: uint(cfg.KeyFilterExpectedKeys), FalsePositiveRate: cfg.KeyFilterFPRate, Disabled: !cfg.KeyFilter,
 		},
@@ -98,8 +98,18 @@ func (p *process) serveMetrics(ctx context.Context, ln net.Listener) error {
 	return p.serveHTTP(ctx, ln, mux, "metrics")
 }
 
+// serveHTTP serves handler on ln until ctx is cancelled, then shuts down
+// in two steps. First it stops taking connections and gives the requests in
+// flight cfg.ShutdownTimeout to finish. Then it cancels the context of those
+// still running (a Stripe call, a transaction): the engine unlocks each
+// one's key and the client gets 503 with Retry-After, so a retry sent to any
+// instance resumes the request at once, where a process that just exited
+// would leave an empty reply and a key locked for the lock timeout.
 func (p *process) serveHTTP(ctx context.Context, ln net.Listener, handler http.Handler, name string) error {
 	srv := app.NewServer(handler, p.Log)
+	requests, cancelRequests := context.WithCancelCause(context.WithoutCancel(ctx))
+	defer cancelRequests(nil)
+	srv.BaseContext = func(net.Listener) context.Context { return requests }
 	serveErr := make(chan error, 1)
 	go func() { serveErr <- srv.Serve(ln) }()
 	select {
@@ -108,9 +118,19 @@ func (p *process) serveHTTP(ctx context.Context, ln net.Listener, handler http.H
 	case <-ctx.Done():
 	}
 	p.Log.Info("shutting down "+name+": draining in-flight requests", slog.String("timeout", p.cfg.ShutdownTimeout.String()))
-	shutdownCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ShutdownTimeout)
+	drainCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), p.cfg.ShutdownTimeout)
 	defer cancel()
-	if err := srv.Shutdown(shutdownCtx); err != nil {
+	if err := srv.Shutdown(drainCtx); errors.Is(err, context.DeadlineExceeded) {
+		p.Log.Warn("shutdown timeout reached: cancelling the requests still in flight; their keys are unlocked and their clients told to retry")
+		cancelRequests(errShuttingDown)
+		// Shutdown again waits for the cancelled handlers to write their
+		// answers; cancelling is quick, so a few seconds are plenty.
+		answerCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelledAnswerTimeout)
+		defer cancel()
+		if err := srv.Shutdown(answerCtx); err != nil {
+			return fmt.Errorf("answering cancelled %s requests: %w", name, err)
+		}
+	} else if err != nil {
 		return fmt.Errorf("draining %s requests: %w", name, err)
 	}
 	if err := <-serveErr; !errors.Is(err, http.ErrServerClosed) {
@@ -119,6 +139,14 @@ func (p *process) serveHTTP(ctx context.Context, ln net.Listener, handler http.H
 	p.Log.Info(name + " stopped")
 	return nil
 }
+
+// errShuttingDown is why the requests still running at the shutdown
+// timeout were cancelled.
+var errShuttingDown = errors.New("the process is shutting down")
+
+// cancelledAnswerTimeout bounds how long cancelled requests take to unlock
+// their keys and answer.
+const cancelledAnswerTimeout = 10 * time.Second
 
 // runAll runs each function until ctx ends or one fails; a failure stops
 // the others. It returns the first error.

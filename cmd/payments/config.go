@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/stripeclient"
 )
 
 // config is every setting of the service. Each has a flag and an environment
@@ -31,6 +33,7 @@ type config struct {
 	StripeWebhookSecret string
 	StripesimAddr       string
 	AllowLiveKeys       bool
+	StripeSearchLag     time.Duration
 
 	KeyTTL      time.Duration
 	LockTimeout time.Duration
@@ -53,6 +56,12 @@ type config struct {
 	RefundReconcileInterval time.Duration
 	RefundReconcileAfter    time.Duration
 }
+
+// defaultShutdownTimeout lets a request that is waiting on Stripe when
+// SIGTERM comes get Stripe's answer (a call times out after
+// stripeclient.DefaultTimeout) and record it, rather than be cancelled and
+// resumed by a retry: both are safe, the first is quicker for the client.
+const defaultShutdownTimeout = stripeclient.DefaultTimeout + 5*time.Second
 
 // flags registers settings on a flag.FlagSet with their environment twins,
 // collecting environment values that do not parse.
@@ -123,8 +132,8 @@ func (c *config) commonFlags(f *flags) {
 	f.stringVar(&c.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
 	f.intVar(&c.DBMaxConns, "db-max-conns", "PAYMENTS_DB_MAX_CONNS", 0, "database pool size (0: four per core)")
 	f.levelVar(&c.LogLevel, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
-	f.durationVar(&c.ShutdownTimeout, "shutdown-timeout", "PAYMENTS_SHUTDOWN_TIMEOUT", 20*time.Second,
-		"how long in-flight requests may take to finish on SIGINT/SIGTERM")
+	f.durationVar(&c.ShutdownTimeout, "shutdown-timeout", "PAYMENTS_SHUTDOWN_TIMEOUT", defaultShutdownTimeout,
+		"how long in-flight requests may take to finish on SIGINT/SIGTERM; those still running then are cancelled and told to retry")
 	f.floatVar(&c.RateLimit, "rate-limit", "PAYMENTS_RATE_LIMIT", 100, "requests per second per user, on average (0: no limit)")
 	f.intVar(&c.RateLimitBurst, "rate-limit-burst", "PAYMENTS_RATE_LIMIT_BURST", 200, "requests per user in one burst")
 	f.durationVar(&c.AuthCacheTTL, "auth-cache-ttl", "PAYMENTS_AUTH_CACHE_TTL", 10*time.Second,
@@ -157,6 +166,8 @@ func (c *config) stripeFlags(f *flags) {
 	f.stringVar(&c.StripeAPIBase, "stripe-api-base", "STRIPE_API_BASE", "", "Stripe API base URL (empty: Stripe's own)")
 	f.stringVar(&c.StripeWebhookSecret, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", "", "secret that signs Stripe's webhooks (whsec_...)")
 	f.boolVar(&c.AllowLiveKeys, "allow-live-keys", "PAYMENTS_ALLOW_LIVE_KEYS", false, "accept a sk_live_ Stripe key")
+	f.durationVar(&c.StripeSearchLag, "stripe-search-lag", "PAYMENTS_STRIPE_SEARCH_LAG", recovery.DefaultSearchLag,
+		"how long Stripe's search may lag behind its writes: a child key Stripe reports spent (a replayed 500) is moved on only when a search this long after finds nothing")
 }
 
 // engineFlags are the settings of the idempotency engine.
@@ -187,6 +198,7 @@ func (c config) LogValue() slog.Value {
 		slog.String("stripe_webhook_secret", maskSecret(c.StripeWebhookSecret)),
 		slog.String("stripesim_addr", c.StripesimAddr),
 		slog.Bool("allow_live_keys", c.AllowLiveKeys),
+		slog.String("stripe_search_lag", c.StripeSearchLag.String()),
 		slog.String("idempotency_key_ttl", c.KeyTTL.String()),
 		slog.String("lock_timeout", c.LockTimeout.String()),
 		slog.String("failpoints", c.Failpoints),
@@ -251,4 +263,64 @@ func maskURL(raw string) string {
 
 func newLogger(w io.Writer, level slog.Level) *slog.Logger {
 	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+}
+
+// minLockTimeout is the shortest lock timeout that makes sense: the
+// heartbeat beats every third of it, and a phase's transaction retries for
+// at most a third, each a few database round trips.
+const minLockTimeout = 100 * time.Millisecond
+
+// validate refuses settings that parse but make no sense, naming each one,
+// so that the process stops at start-up rather than misbehave later (a burst
+// of 0 used to answer 429 to every request).
+func (c config) validate() error {
+	var errs []error
+	bad := func(env, flag, format string, args ...any) {
+		errs = append(errs, fmt.Errorf("%s (--%s) %s", env, flag, fmt.Sprintf(format, args...)))
+	}
+	positive := func(env, flag string, d time.Duration) {
+		if d <= 0 {
+			bad(env, flag, "is %v: it must be positive", d)
+		}
+	}
+	notNegative := func(env, flag string, d time.Duration) {
+		if d < 0 {
+			bad(env, flag, "is %v: it must not be negative", d)
+		}
+	}
+	if c.DBMaxConns < 0 {
+		bad("PAYMENTS_DB_MAX_CONNS", "db-max-conns", "is %d: give a pool size, or 0 for four per core", c.DBMaxConns)
+	}
+	notNegative("PAYMENTS_SHUTDOWN_TIMEOUT", "shutdown-timeout", c.ShutdownTimeout)
+	switch {
+	case c.RateLimit < 0:
+		bad("PAYMENTS_RATE_LIMIT", "rate-limit", "is %v: give requests per second, or 0 for no limit", c.RateLimit)
+	case c.RateLimit > 0 && c.RateLimitBurst < 1:
+		bad("PAYMENTS_RATE_LIMIT_BURST", "rate-limit-burst", "is %d with a rate limit of %v: no request could ever pass; give at least 1 (or PAYMENTS_RATE_LIMIT=0 for no limit)",
+			c.RateLimitBurst, c.RateLimit)
+	}
+	positive("PAYMENTS_STRIPE_SEARCH_LAG", "stripe-search-lag", c.StripeSearchLag)
+	notNegative("PAYMENTS_AUTH_CACHE_TTL", "auth-cache-ttl", c.AuthCacheTTL)
+	positive("PAYMENTS_IDEMPOTENCY_KEY_TTL", "idempotency-key-ttl", c.KeyTTL)
+	if c.LockTimeout < minLockTimeout {
+		bad("PAYMENTS_LOCK_TIMEOUT", "lock-timeout", "is %v: it must be at least %v", c.LockTimeout, minLockTimeout)
+	}
+	if c.KeyFilter {
+		if c.KeyFilterExpectedKeys < 1 {
+			bad("PAYMENTS_KEYFILTER_EXPECTED_KEYS", "keyfilter-expected-keys", "is %d: it must be at least 1", c.KeyFilterExpectedKeys)
+		}
+		if c.KeyFilterFPRate <= 0 || c.KeyFilterFPRate >= 1 {
+			bad("PAYMENTS_KEYFILTER_FP_RATE", "keyfilter-fp-rate", "is %v: it must be between 0 and 1", c.KeyFilterFPRate)
+		}
+	}
+	positive("PAYMENTS_COMPLETER_INTERVAL", "completer-interval", c.CompleterInterval)
+	positive("PAYMENTS_COMPLETER_GRACE", "completer-grace", c.CompleterGrace)
+	positive("PAYMENTS_REAPER_INTERVAL", "reaper-interval", c.ReaperInterval)
+	positive("PAYMENTS_ENQUEUER_POLL_INTERVAL", "enqueuer-poll-interval", c.EnqueuerPollInterval)
+	positive("PAYMENTS_REFUND_RECONCILE_INTERVAL", "refund-reconcile-interval", c.RefundReconcileInterval)
+	positive("PAYMENTS_REFUND_RECONCILE_AFTER", "refund-reconcile-after", c.RefundReconcileAfter)
+	if err := errors.Join(errs...); err != nil {
+		return fmt.Errorf("%w: %w", errUsage, err)
+	}
+	return nil
 }

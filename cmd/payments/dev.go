@@ -26,6 +26,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
 	log := newLogger(stderr, cfg.LogLevel)
 
 	if cfg.DatabaseURL == "" {

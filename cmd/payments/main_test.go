@@ -298,3 +298,43 @@ func dbtestPool(t *testing.T, url string) *pgxpool.Pool {
 	t.Cleanup(pool.Close)
 	return pool
 }
+
+// Issue 20, item 11: a setting that makes no sense stops the process at
+// start-up with a message naming it, before anything connects; it used to
+// start, and a burst of 0 answered 429 to everything with
+// Retry-After: 9223372037.
+func TestCommands_refuseSettingsThatMakeNoSense(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct{ env, names string }{
+		{"PAYMENTS_RATE_LIMIT_BURST=0", "PAYMENTS_RATE_LIMIT_BURST"},
+		{"PAYMENTS_RATE_LIMIT=-1", "PAYMENTS_RATE_LIMIT"},
+		{"PAYMENTS_SHUTDOWN_TIMEOUT=-1s", "PAYMENTS_SHUTDOWN_TIMEOUT"},
+		{"PAYMENTS_IDEMPOTENCY_KEY_TTL=0s", "PAYMENTS_IDEMPOTENCY_KEY_TTL"},
+		{"PAYMENTS_LOCK_TIMEOUT=-90s", "PAYMENTS_LOCK_TIMEOUT"},
+		{"PAYMENTS_LOCK_TIMEOUT=1ms", "PAYMENTS_LOCK_TIMEOUT"},
+		{"PAYMENTS_AUTH_CACHE_TTL=-1s", "PAYMENTS_AUTH_CACHE_TTL"},
+		{"PAYMENTS_DB_MAX_CONNS=-4", "PAYMENTS_DB_MAX_CONNS"},
+		{"PAYMENTS_COMPLETER_INTERVAL=0s", "PAYMENTS_COMPLETER_INTERVAL"},
+		{"PAYMENTS_COMPLETER_GRACE=-5s", "PAYMENTS_COMPLETER_GRACE"},
+		{"PAYMENTS_REAPER_INTERVAL=-1m", "PAYMENTS_REAPER_INTERVAL"},
+		{"PAYMENTS_ENQUEUER_POLL_INTERVAL=0s", "PAYMENTS_ENQUEUER_POLL_INTERVAL"},
+		{"PAYMENTS_REFUND_RECONCILE_INTERVAL=0s", "PAYMENTS_REFUND_RECONCILE_INTERVAL"},
+		{"PAYMENTS_REFUND_RECONCILE_AFTER=-1m", "PAYMENTS_REFUND_RECONCILE_AFTER"},
+		{"PAYMENTS_KEYFILTER_FP_RATE=1.5", "PAYMENTS_KEYFILTER_FP_RATE"},
+		{"PAYMENTS_KEYFILTER_EXPECTED_KEYS=0", "PAYMENTS_KEYFILTER_EXPECTED_KEYS"},
+		{"PAYMENTS_STRIPE_SEARCH_LAG=0s", "PAYMENTS_STRIPE_SEARCH_LAG"},
+	} {
+		for _, command := range []string{"serve", "worker"} {
+			cmd := exec.Command(binary, command)
+			// Nothing listens there: a process that got past validation
+			// would fail later, with another message.
+			cmd.Env = append(os.Environ(), "DATABASE_URL=postgres://nobody@127.0.0.1:1/none", "STRIPE_API_BASE=http://127.0.0.1:1",
+				"STRIPE_SECRET_KEY=", tc.env)
+			out, err := cmd.CombinedOutput()
+			var exitErr *exec.ExitError
+			require.ErrorAs(t, err, &exitErr, "payments %s with %s should refuse to start: %s", command, tc.env, out)
+			require.Equal(t, 2, exitErr.ExitCode(), "payments %s with %s: %s", command, tc.env, out)
+			require.Contains(t, string(out), tc.names, "payments %s with %s names the setting", command, tc.env)
+		}
+	}
+}

@@ -16,6 +16,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err := f.parse(args); err != nil {
 		return err
 	}
+	if err := cfg.validate(); err != nil {
+		return err
+	}
 	if cfg.DatabaseURL == "" {
 		return fmt.Errorf("%w: serve needs DATABASE_URL (or --database-url)", errUsage)
 	}

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"testing"
 
+	"github.com/example/payments/internal/currency"
 	"github.com/example/payments/internal/problem"
 )
 
@@ -37,7 +38,7 @@ func FuzzDecodeCreatePayment(f *testing.F) {
 			err = verr
 			if verr == nil {
 				params.ok = true
-				if p.Amount < MinAmount || p.Amount > MaxAmount || !currencyCode.MatchString(p.Currency) || p.PaymentMethod == "" {
+				if currency.CheckCharge(p.Currency, p.Amount) != nil || p.PaymentMethod == "" {
 					t.Fatalf("accepted out-of-bounds request %+v from %q", p, body)
 				}
 			}

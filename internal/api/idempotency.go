@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"net/http"
 	"strings"
@@ -148,6 +149,13 @@ func executionProblem(err error) error {
 		// nothing final was stored, and a retry resumes.
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The service was too busy to run this request. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
+	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
+		// The request's context ended before its work did: the process is
+		// shutting down (it cancels what is still running at its shutdown
+		// timeout), or the client went away. The engine unlocked the key at
+		// its last recovery point, so a retry to any instance resumes it.
+		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
+			"The request was interrupted before it finished (the service may be restarting). Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
 	case recovery.IsTransient(err):
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(2)

@@ -378,7 +378,7 @@ func TestIdempotency_keyIsEchoedOnEveryResponse(t *testing.T) {
 	require.Equal(t, "true", resp.Header.Get("Idempotent-Replayed"))
 	resp, data = b.post(t, aliceKey, pathPayments, `"k-201"`, visaBody)
 	requireEcho(resp, data, http.StatusCreated, `"k-201"`)
-	resp, data = b.post(t, aliceKey, pathPayments, "k-201", `{"amount":1,"currency":"usd","payment_method":"pm_card_visa"}`)
+	resp, data = b.post(t, aliceKey, pathPayments, "k-201", `{"amount":60,"currency":"usd","payment_method":"pm_card_visa"}`)
 	requireEcho(resp, data, http.StatusUnprocessableEntity, "k-201")
 	resp, data = b.post(t, aliceKey, pathPayments, "k-400", `{"amount":0}`)
 	requireEcho(resp, data, http.StatusBadRequest, "k-400")

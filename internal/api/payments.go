@@ -4,9 +4,9 @@ import (
 	"context"
 	"errors"
 	"net/http"
-	"regexp"
 	"strconv"
 
+	"github.com/example/payments/internal/currency"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 )
@@ -38,26 +38,31 @@ func (s *Server) createPayment(w http.ResponseWriter, r *http.Request) error {
 	return nil
 }
 
-// Limits of a payment's fields, as Stripe's.
+// Limits of a payment's fields, as Stripe's. A payment's amount is also at
+// least its currency's minimum charge (package currency); a capture's or a
+// refund's amount is not: Stripe sets no minimum on those.
 const (
 	MinAmount           = 1
-	MaxAmount           = 99999999
+	MaxAmount           = currency.MaxCharge
 	maxDescription      = 1000
 	maxMetadataKeys     = 50
 	maxMetadataKeyLen   = 40
 	maxMetadataValueLen = 500
 )
 
-var currencyCode = regexp.MustCompile(`^[a-z]{3}$`)
-
 func (req createPaymentRequest) validate() (payments.CreateParams, error) {
 	switch {
 	case req.Amount == nil:
 		return payments.CreateParams{}, validationFailed("amount is required: an integer in the currency's minor unit (2000 is $20.00).")
-	case *req.Amount < MinAmount || *req.Amount > MaxAmount:
-		return payments.CreateParams{}, validationFailed("amount must be from %d to %d, not %d.", MinAmount, MaxAmount, *req.Amount)
-	case req.Currency == nil || !currencyCode.MatchString(*req.Currency):
+	case req.Currency == nil:
 		return payments.CreateParams{}, validationFailed("currency is required: a lower-case ISO 4217 code such as \"usd\".")
+	}
+	// Stripe would refuse the charge: refusing it here, before any work,
+	// stores nothing and leaves the key free for the fixed request.
+	if err := currency.CheckCharge(*req.Currency, *req.Amount); err != nil {
+		return payments.CreateParams{}, validationFailed("%s.", err)
+	}
+	switch {
 	case req.PaymentMethod == nil || *req.PaymentMethod == "" || len(*req.PaymentMethod) > 255:
 		return payments.CreateParams{}, validationFailed("payment_method is required: a payment method id such as \"pm_card_visa\".")
 	case req.Description != nil && len(*req.Description) > maxDescription:

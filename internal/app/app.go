@@ -40,7 +40,10 @@ type Config struct {
 	// and by the key filter alike. Default 24h.
 	KeyTTL      time.Duration
 	LockTimeout time.Duration
-	Failpoints  *failpoint.Set
+	// StripeSearchLag is how long Stripe's search may take to show an
+	// object (recovery.Config.SearchLag). Default recovery.DefaultSearchLag.
+	StripeSearchLag time.Duration
+	Failpoints      *failpoint.Set
 	// KeyFilter sizes the key filter, or turns it off (Disabled). Its TTL
 	// and Registry are the app's.
 	KeyFilter     keyfilter.Config
@@ -84,7 +87,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		return nil, err
 	}
 	engine := recovery.New(recovery.Config{
-		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, Failpoints: cfg.Failpoints, KeyFilter: filter,
+		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SearchLag: cfg.StripeSearchLag,
+		Failpoints: cfg.Failpoints, KeyFilter: filter,
 	})
 	return &App{
 		Log: log, Pool: pool, Engine: engine, Registry: reg,

@@ -87,9 +87,9 @@ func world() (*Snapshot, []Record) {
 				{ID: "pi_C", Amount: 700, Currency: "eur", Status: "canceled", LatestCharge: "ch_C", Metadata: map[string]string{"payment": "pay_C"}},
 			},
 			Charges: []SimCharge{
-				{ID: "ch_A", PaymentIntent: "pi_A", Status: "succeeded", Captured: true, AmountCaptured: 2000, AmountRefunded: 500},
-				{ID: "ch_B", PaymentIntent: "pi_B", Status: "failed"},
-				{ID: "ch_C", PaymentIntent: "pi_C", Status: "succeeded"},
+				{ID: "ch_A", PaymentIntent: "pi_A", Status: "succeeded", Amount: 2000, Captured: true, AmountCaptured: 2000, AmountRefunded: 500},
+				{ID: "ch_B", PaymentIntent: "pi_B", Amount: 900, Status: "failed"},
+				{ID: "ch_C", PaymentIntent: "pi_C", Amount: 700, Status: "succeeded", AmountRefunded: 700},
 			},
 			Refunds: []SimRefund{{ID: "re_sim1", PaymentIntent: "pi_A", Amount: 500, Status: "succeeded", Metadata: map[string]string{"refund": "re_1"}}},
 			Requests: []SimRequest{
@@ -191,6 +191,7 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 		}, "stripe-pi", "pay_B", false},
 		{"a canceled payment whose PaymentIntent is still authorised", func(s *Snapshot, r []Record) []Record {
 			s.Sim.PaymentIntents[2].Status, s.Sim.PaymentIntents[2].AmountCapturable = "requires_capture", 700
+			s.Sim.Charges[2].AmountRefunded = 0 // an authorisation still held is not released
 			return r
 		}, "stripe-pi", "pay_C", false},
 		{"captured amounts disagree", func(s *Snapshot, r []Record) []Record {

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -41,17 +42,42 @@ type ClusterConfig struct {
 // earliest.
 const completerGrace = 2 * time.Second
 
-// Cluster is the processes of a run: the simulator, two API instances on
-// one database, one worker, and the webhook relay between the simulator and
-// the instances.
+// Cluster is the processes of a run: the simulator, two API instances and
+// two workers on one database, and the webhook relay between the simulator
+// and the instances. Like a real deployment mid-rollout, the processes do
+// not share their settings: each has its own lock timeout (see
+// instanceSettings), so a process that judged another's lock by its own
+// timeout would take over live requests.
 type Cluster struct {
-	cfg    ClusterConfig
-	sim    *process
-	SimURL string
-	Serve  []*Instance
-	Worker *Instance
-	relay  *webhookRelay
+	cfg     ClusterConfig
+	sim     *process
+	SimURL  string
+	Serve   []*Instance
+	Workers []*Instance
+	relay   *webhookRelay
 }
+
+// instanceSettings are what sets each process apart: its name, and its
+// lock timeout as a multiple of ClusterConfig.LockTimeout (L). serve-b holds
+// its locks twice as long as serve-a, and heartbeats them every 2L/3;
+// worker-a, whose own timeout is L/2, would find serve-b's locks lapsed
+// between two of those heartbeats if it judged them by its own timeout.
+// serve-b also runs without the key filter, and the workers' completers
+// differ in grace.
+var instanceSettings = []struct {
+	name     string
+	worker   bool
+	lockMult float64
+	env      []string
+}{
+	{name: "serve-a", lockMult: 1},
+	{name: "serve-b", lockMult: 2, env: []string{"PAYMENTS_KEYFILTER=false", "PAYMENTS_SHUTDOWN_TIMEOUT=3s"}},
+	{name: "worker-a", worker: true, lockMult: 0.5, env: []string{"PAYMENTS_COMPLETER_GRACE=" + completerGrace.String()}},
+	{name: "worker-b", worker: true, lockMult: 1.5, env: []string{"PAYMENTS_COMPLETER_GRACE=" + (2 * completerGrace).String()}},
+}
+
+// minLockTimeout is the shortest lock timeout a process of the run gets.
+const minLockTimeout = 300 * time.Millisecond
 
 // StartCluster starts every process and waits until each serves.
 func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed uint64) (_ *Cluster, err error) {
@@ -78,36 +104,47 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 	}
 	common := []string{
 		"DATABASE_URL=" + cfg.DatabaseURL, "STRIPE_API_BASE=" + c.SimURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
-		"PAYMENTS_LOCK_TIMEOUT=" + cfg.LockTimeout.String(), "PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s",
+		"PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s",
 	}
 	if cfg.KeyTTL > 0 {
 		common = append(common, "PAYMENTS_IDEMPOTENCY_KEY_TTL="+cfg.KeyTTL.String())
 	}
-	for _, name := range []string{"serve-a", "serve-b"} {
-		in := &Instance{Name: name, cluster: c, args: []string{"serve"}, env: common, ready: apiListening, api: true}
+	workerEnv := []string{
+		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms",
+		// A refund whose charge.refund.updated was lost (every instance
+		// down when Stripe sent it) is settled by the reconciler.
+		"PAYMENTS_REFUND_RECONCILE_AFTER=5s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=1s",
+	}
+	for _, set := range instanceSettings {
+		lock := max(minLockTimeout, time.Duration(set.lockMult*float64(cfg.LockTimeout))).Round(time.Millisecond)
+		env := append(append([]string{}, common...), "PAYMENTS_LOCK_TIMEOUT="+lock.String())
+		in := &Instance{Name: set.name, cluster: c, LockTimeout: lock}
+		if set.worker {
+			in.args, in.ready, in.env = []string{"worker"}, metricsListening, append(append(env, workerEnv...), set.env...)
+		} else {
+			in.args, in.ready, in.env, in.api = []string{"serve"}, apiListening, append(env, set.env...), true
+		}
 		if err := in.Start(ctx, ""); err != nil {
 			return nil, err
 		}
-		c.Serve = append(c.Serve, in)
-	}
-	c.Worker = &Instance{Name: "worker", cluster: c, args: []string{"worker"}, ready: metricsListening, env: append(common,
-		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_COMPLETER_GRACE="+completerGrace.String(),
-		"PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms",
-		// A refund whose charge.refund.updated was lost (every instance
-		// down when Stripe sent it) is settled by the reconciler.
-		"PAYMENTS_REFUND_RECONCILE_AFTER=5s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=1s")}
-	if err := c.Worker.Start(ctx, ""); err != nil {
-		return nil, err
+		if set.worker {
+			c.Workers = append(c.Workers, in)
+		} else {
+			c.Serve = append(c.Serve, in)
+		}
 	}
 	return c, nil
 }
 
-// Instances are the service's processes: both API instances and the worker.
-func (c *Cluster) Instances() []*Instance { return append(append([]*Instance{}, c.Serve...), c.Worker) }
+// Instances are the service's processes: the API instances and the workers.
+func (c *Cluster) Instances() []*Instance { return append(append([]*Instance{}, c.Serve...), c.Workers...) }
+
+// IsWorker tells whether in is one of the workers.
+func (c *Cluster) IsWorker(in *Instance) bool { return slices.Contains(c.Workers, in) }
 
 // Close stops every process and the relay; it may be called again.
 func (c *Cluster) Close() {
-	for _, in := range append(append([]*Instance{}, c.Serve...), c.Worker) {
+	for _, in := range c.Instances() {
 		if in != nil {
 			in.Kill()
 		}
@@ -125,8 +162,10 @@ func (c *Cluster) Close() {
 // An API instance keeps its address across restarts, as behind a load
 // balancer.
 type Instance struct {
-	Name    string
-	cluster *Cluster
+	Name string
+	// LockTimeout is the process's PAYMENTS_LOCK_TIMEOUT.
+	LockTimeout time.Duration
+	cluster     *Cluster
 	args    []string
 	env     []string
 	ready   *regexp.Regexp // the log line that says it serves, with its address

@@ -60,19 +60,20 @@ func (cr *crasher) run(ctx context.Context) {
 		serve := cr.cluster.Serve[cr.rng.IntN(len(cr.cluster.Serve))]
 		switch r := cr.rng.Float64(); {
 		case r < 0.45:
-			cr.failpointRestart(ctx, serve, cr.failpointAction())
+			cr.failpointRestart(ctx, serve, cr.failpointAction(serve))
 		case r < 0.75:
 			cr.sigkill(serve)
 		case r < 0.88 && cr.cfg.KillWorker:
-			if cr.rng.IntN(2) == 0 {
-				cr.sigkill(cr.cluster.Worker)
+			if worker := cr.worker(); cr.rng.IntN(2) == 0 {
+				cr.sigkill(worker)
 			} else {
-				cr.failpointRestart(ctx, cr.cluster.Worker, "crash")
+				cr.failpointRestart(ctx, worker, "crash")
 			}
 		case r < 0.88:
-			// The completer drives flows in the worker: fail or stall it
+			// The completer drives flows in the workers: fail or stall it
 			// there, restarting it gracefully (see Config.KillWorker).
-			cr.failpointRestart(ctx, cr.cluster.Worker, []string{"error", cr.sleepAction()}[cr.rng.IntN(2)])
+			worker := cr.worker()
+			cr.failpointRestart(ctx, worker, []string{"error", cr.sleepAction(worker)}[cr.rng.IntN(2)])
 		default:
 			all := cr.cluster.Instances()
 			cr.gracefulRestart(all[cr.rng.IntN(len(all))])
@@ -83,26 +84,31 @@ func (cr *crasher) run(ctx context.Context) {
 // failpointAction is mostly a crash; sometimes an injected error, or a
 // sleep longer than the lock timeout after which the holder must find its
 // lock taken over and its commit fenced off.
-func (cr *crasher) failpointAction() string {
+func (cr *crasher) failpointAction(in *Instance) string {
 	switch r := cr.rng.Float64(); {
 	case r < 0.7:
 		return "crash"
 	case r < 0.85:
 		return "error"
 	default:
-		return cr.sleepAction()
+		return cr.sleepAction(in)
 	}
 }
 
-// sleepAction stalls a holder past its lock timeout.
-func (cr *crasher) sleepAction() string {
-	return fmt.Sprintf("sleep:%d", (cr.cfg.LockTimeout + time.Second).Milliseconds())
+// sleepAction stalls a holder in in past its own lock timeout.
+func (cr *crasher) sleepAction(in *Instance) string {
+	return fmt.Sprintf("sleep:%d", (in.LockTimeout + time.Second).Milliseconds())
+}
+
+// worker picks one of the workers.
+func (cr *crasher) worker() *Instance {
+	return cr.cluster.Workers[cr.rng.IntN(len(cr.cluster.Workers))]
 }
 
 // stop ends the process in in: a SIGKILL, or for the worker when it may
 // not be killed, a graceful stop.
 func (cr *crasher) stop(in *Instance) {
-	if in == cr.cluster.Worker && !cr.cfg.KillWorker {
+	if cr.cluster.IsWorker(in) && !cr.cfg.KillWorker {
 		if !in.Terminate(15 * time.Second) {
 			cr.problem(in, "did not exit cleanly within 15s of SIGTERM")
 		}

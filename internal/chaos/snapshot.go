@@ -148,9 +148,23 @@ type SimCharge struct {
 	ID             string `json:"id"`
 	PaymentIntent  string `json:"payment_intent"`
 	Status         string `json:"status"`
+	Amount         int64  `json:"amount"`
 	Captured       bool   `json:"captured"`
 	AmountCaptured int64  `json:"amount_captured"`
 	AmountRefunded int64  `json:"amount_refunded"`
+}
+
+// released is the part of the authorisation Stripe released uncaptured (by a
+// partial capture, or a cancel of the intent pi), which it counts in the
+// charge's amount_refunded although it is no refund.
+func (ch *SimCharge) released(pi *SimPaymentIntent) int64 {
+	switch {
+	case ch.Captured:
+		return ch.Amount - ch.AmountCaptured
+	case ch.Status == "succeeded" && pi.Status == "canceled":
+		return ch.Amount
+	}
+	return 0
 }
 
 // SimRefund is a refund at the simulator.

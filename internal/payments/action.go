@@ -26,6 +26,10 @@ type ActionParams struct {
 type actionResult struct {
 	intent  *stripe.PaymentIntent
 	refusal string
+	// refusedIntent is the PaymentIntent as Stripe showed it in a refusal,
+	// when it did: a capture refused because Stripe canceled the
+	// authorisation (7 days passed) tells us so, even if its webhook was lost.
+	refusedIntent *stripe.PaymentIntent
 }
 
 // callOnIntent makes a capture or cancel call on the payment's PaymentIntent.
@@ -52,14 +56,22 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 	case err == nil:
 		return actionResult{intent: pi}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return actionResult{}, recovery.Transient(err)
+		return actionResult{}, unfinishedCall(err)
 	default:
-		return actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, stripeMessage(err))}, nil
+		res := actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, stripeMessage(err))}
+		var se *stripe.Error
+		if errors.As(err, &se) && se.PaymentIntent != nil && se.PaymentIntent.ID == *pay.StripePaymentIntent {
+			res.refusedIntent = se.PaymentIntent
+			res.refusal = fmt.Sprintf("Payment %s is %s: %s", pay.ID, se.PaymentIntent.Status, stripeMessage(err))
+		}
+		return res, nil
 	}
 }
 
-// findActionResult: for a key too old to call Stripe again, whether the
-// payment's PaymentIntent already reached the status the action leads to.
+// findActionResult: for a key too old to call Stripe again, or whose child
+// key Stripe reports spent, whether the payment's PaymentIntent already
+// reached the status the action leads to. It reads the PaymentIntent
+// itself, which shows the action at once.
 func (s *Service) findActionResult(ctx context.Context, k *recovery.Key, done stripe.PaymentIntentStatus) (actionResult, bool, error) {
 	var p ActionParams
 	if err := k.DecodeParams(&p); err != nil {
@@ -82,13 +94,16 @@ func (s *Service) findActionResult(ctx context.Context, k *recovery.Key, done st
 // act on: then the payment stays as it is.
 func recordAction(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionResult, action string, next recovery.RecoveryPoint,
 	move func(pi *stripe.PaymentIntent) (transition, bool)) (recovery.Outcome, error) {
-	if res.intent == nil {
-		answer := problem.New(http.StatusBadRequest, problem.PaymentNotCapturable, "%s", res.refusal)
-		return recovery.Respond(answer.Status, answer.JSON()), nil
-	}
 	var p ActionParams
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
+	}
+	if res.intent == nil {
+		if err := recordRefusedIntent(ctx, tx, k, p.Payment, res.refusedIntent); err != nil {
+			return recovery.Outcome{}, err
+		}
+		answer := problem.New(http.StatusBadRequest, problem.PaymentNotCapturable, "%s", res.refusal)
+		return recovery.Respond(answer.Status, answer.JSON()), nil
 	}
 	pay, err := lockPayment(ctx, tx, p.Payment)
 	if err != nil {
@@ -111,6 +126,24 @@ func recordAction(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionRes
 	return recovery.Next(next), nil
 }
 
+// recordRefusedIntent makes the move a refusal's PaymentIntent reports, if
+// it is one the payment follows: Stripe refuses to capture an authorisation
+// it canceled on its own (not captured within 7 days), and the refusal shows
+// the PaymentIntent canceled. The payment is then canceled, with its
+// payment.canceled event, unless the webhook got there first. Other statuses
+// are left to the webhooks and the flows that act on them.
+func recordRefusedIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, paymentID string, pi *stripe.PaymentIntent) error {
+	if pi == nil || pi.Status != stripe.PaymentIntentStatusCanceled {
+		return nil
+	}
+	pay, err := lockPayment(ctx, tx, paymentID)
+	if err != nil {
+		return err
+	}
+	_, _, err = transitionTx(ctx, tx, keyID(k), pay, transition{to: StatusCanceled})
+	return err
+}
+
 // finishAction answers 200 with the payment as it now stands.
 func finishAction(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p ActionParams
@@ -122,6 +155,17 @@ func finishAction(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Out
 		return recovery.Outcome{}, err
 	}
 	return respond(http.StatusOK, pay)
+}
+
+// unfinishedCall is what a failed Stripe call that is not Stripe's final
+// answer means to the engine: a spent child key (Stripe replays a 5xx it
+// stored under it), which the engine must move on from, or a transient
+// failure, which a retry with the same key may get past.
+func unfinishedCall(err error) error {
+	if errors.Is(err, stripeclient.ErrChildKeySpent) {
+		return recovery.ChildKeySpent(err)
+	}
+	return recovery.Transient(err)
 }
 
 // stripeMessage is Stripe's own message for a refusal, else the error text.

@@ -60,7 +60,7 @@ func (s *Service) Create(ctx context.Context, req Idempotent, p CreateParams) (r
 func (s *Service) createFlow() *recovery.Flow {
 	return &recovery.Flow{Name: "create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
 		recovery.Started: recovery.LocalPhase(s.insertPayment),
-		PaymentCreated: recovery.WithReconcile(
+		PaymentCreated: recovery.WithSearchReconcile(
 			recovery.ExternalPhase(stepPaymentIntent, s.createPaymentIntent, s.recordPaymentIntent),
 			s.findPaymentIntent),
 		PaymentIntentCreated: recovery.LocalPhase(s.finishCreate),
@@ -135,8 +135,11 @@ func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (int
 	return classifyIntent(pi, err)
 }
 
-// findPaymentIntent: for a key too old to call Stripe again, the
-// PaymentIntent it made, found by the key's id in its metadata.
+// findPaymentIntent: for a key too old to call Stripe again, or whose child
+// key Stripe reports spent, the PaymentIntent it made, found by the key's id
+// in its metadata (the same for every generation of the child key). It
+// searches, and Stripe's search lags: the engine waits before trusting that
+// nothing was found.
 func (s *Service) findPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, bool, error) {
 	found, err := s.stripe.SearchPaymentIntentsByMetadata(ctx, "idempotency_key_id", k.ID.String())
 	if err != nil {
@@ -234,7 +237,7 @@ func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
 	case err == nil:
 		return intentResult{intent: pi}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return intentResult{}, recovery.Transient(err)
+		return intentResult{}, unfinishedCall(err)
 	}
 	if d, ok := stripeclient.AsDecline(err); ok {
 		return intentResult{decline: &d}, nil

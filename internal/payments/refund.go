@@ -149,19 +149,35 @@ func (s *Service) createStripeRefund(ctx context.Context, k *recovery.Key) (refu
 	case err == nil:
 		return refundResult{refund: sr}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return refundResult{}, recovery.Transient(err)
+		return refundResult{}, unfinishedCall(err)
 	default:
 		return refundResult{refusal: stripeMessage(err)}, nil
 	}
 }
 
-// findStripeRefund: for a key too old to call Stripe again. Stripe has no
-// metadata search for refunds (and stripeclient no refund listing), so
-// there is nothing to look the refund up by: it reports nothing found, and
-// the engine marks the key as needing attention. A person then checks the
-// PaymentIntent's refunds at Stripe for one whose metadata carries this
-// key's id. Re-sending instead could refund twice.
-func (s *Service) findStripeRefund(context.Context, *recovery.Key) (refundResult, bool, error) {
+// findStripeRefund: for a key too old to call Stripe again, or whose child
+// key Stripe reports spent, the refund it made: among the refunds of the
+// payment's PaymentIntent, the one whose metadata carries this key's id
+// (the same for every generation of the child key). Stripe lists a refund
+// as soon as it is made, so nothing found means nothing made.
+func (s *Service) findStripeRefund(ctx context.Context, k *recovery.Key) (refundResult, bool, error) {
+	re, err := refundOf(ctx, s.pool, k)
+	if err != nil {
+		return refundResult{}, false, err
+	}
+	pay, err := Get(ctx, s.pool, k.UserID, re.Payment)
+	if err != nil || pay.StripePaymentIntent == nil {
+		return refundResult{}, false, err
+	}
+	refunds, err := s.stripe.ListRefunds(ctx, *pay.StripePaymentIntent)
+	if err != nil {
+		return refundResult{}, false, recovery.Transient(err)
+	}
+	for _, sr := range refunds {
+		if sr.Metadata["idempotency_key_id"] == k.ID.String() {
+			return refundResult{refund: sr}, true, nil
+		}
+	}
 	return refundResult{}, false, nil
 }
 

@@ -39,6 +39,9 @@
 //     Transient (say, Stripe unreachable) is reported as such, for a 503.
 //   - External calls carry a child key (Key.ChildKey) derived from the key
 //     row's random id and the step name, so the remote side deduplicates too.
+//     A child key the remote side reports spent (it replays a stored 500:
+//     ChildKeySpent) is reconciled and then replaced by its next generation,
+//     recorded in the database so that every process agrees (childkeys.go).
 //   - Time comes from one clock: the injected Config.Now, passed into SQL,
 //     or else the database's now(). Whatever compares with a time the
 //     database wrote (a lock's lifetime, a key's expiry, whether a key is

@@ -41,6 +41,13 @@ type Config struct {
 	// keys at least 24h; the default, 23h, leaves an hour for the time
 	// between that claim and the call, and for Stripe's clock.
 	ExternalWindow time.Duration
+	// SearchLag is how long the remote side's search index may take to show
+	// an object it made. A search that finds nothing for a spent child key
+	// (WithSearchReconcile) is trusted only once SearchLag has passed since
+	// the key was first found spent. Stripe's search shows objects within a
+	// minute, and up to an hour late during an outage; a stored 500 is a
+	// sign of one. Default DefaultSearchLag.
+	SearchLag time.Duration
 	// Now, when set, is the clock used instead of the database's now(), for tests.
 	Now func() time.Time
 	// Failpoints, when set, fire around commits and after external calls.
@@ -66,6 +73,9 @@ func New(cfg Config) *Engine {
 	}
 	if cfg.ExternalWindow <= 0 {
 		cfg.ExternalWindow = 23 * time.Hour
+	}
+	if cfg.SearchLag <= 0 {
+		cfg.SearchLag = DefaultSearchLag
 	}
 	log := cfg.Logger
 	if log == nil {
@@ -142,7 +152,7 @@ func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) 
 		}
 	case phase.call != nil:
 		var err error
-		if called, err = e.callWithHeartbeat(ctx, k, phase.call); err != nil {
+		if called, err = e.callExternal(ctx, k, phase); err != nil {
 			return err
 		}
 		if err := e.cfg.Failpoints.Fire("after_stripe:" + phase.step); err != nil {

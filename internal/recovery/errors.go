@@ -21,6 +21,19 @@ var (
 	ErrUnknownRecoveryPoint = errors.New("no phase for the key's recovery point")
 )
 
+// ErrChildKeySpent: the remote side answers every call with the step's
+// child key with the same stored failure (Stripe replays a 5xx it stored
+// under the key). Retrying the key cannot help; see ChildKeySpent.
+var ErrChildKeySpent = errors.New("child key spent: the remote side replays a stored failure for it")
+
+// ChildKeySpent marks err, the failure of an external call, as the remote
+// side's stored answer for the call's child key. It is transient to the
+// client (503, resumable); the engine reconciles, and moves the step on to
+// a new generation of its child key once the spent one provably did nothing.
+func ChildKeySpent(err error) error {
+	return &TransientError{Err: fmt.Errorf("%w: %w", ErrChildKeySpent, err)}
+}
+
 // TransientError is a failure that a later attempt may not have: the remote
 // side was unreachable, overloaded or busy. The key stays resumable.
 type TransientError struct{ Err error }

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"strconv"
 	"time"
 
 	"github.com/google/uuid"
@@ -34,8 +35,12 @@ type Phase struct {
 	call   func(ctx context.Context, k *Key) (any, error)
 	commit func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error)
 	// reconcile finds the result of an earlier call without calling again,
-	// for keys older than the remote side's idempotency window.
+	// for keys older than the remote side's idempotency window, and for a
+	// child key the remote side reports spent.
 	reconcile func(ctx context.Context, k *Key) (any, bool, error)
+	// reconcileSearches tells that reconcile reads a search index, which
+	// shows the remote side's writes only after a lag (Config.SearchLag).
+	reconcileSearches bool
 }
 
 // LocalPhase is a phase that only commits local work: commit runs in one
@@ -71,6 +76,20 @@ func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T
 // marked as needing attention.
 func WithReconcile[T any](p Phase, reconcile func(ctx context.Context, k *Key) (T, bool, error)) Phase {
 	p.reconcile = func(ctx context.Context, k *Key) (any, bool, error) { return reconcile(ctx, k) }
+	return p
+}
+
+// WithSearchReconcile is WithReconcile for a reconcile that reads a search
+// index (Stripe's search), which shows an object only some time after it
+// was made. When the phase's child key is found spent (see ChildKeySpent),
+// the engine trusts such a reconcile's "nothing found" only once
+// Config.SearchLag has passed since it first found the key spent; until
+// then the key waits, resumable. A reconcile by WithReconcile reads what
+// the remote side holds now (an object by id, a list), and is trusted at
+// once.
+func WithSearchReconcile[T any](p Phase, reconcile func(ctx context.Context, k *Key) (T, bool, error)) Phase {
+	p = WithReconcile(p, reconcile)
+	p.reconcileSearches = true
 	return p
 }
 
@@ -128,12 +147,29 @@ type Key struct {
 	// judged it: its external calls are reconciled, never repeated. A key
 	// this attempt made is not.
 	pastExternalWindow bool
+
+	// generations holds the generation of each step's child key that is
+	// past 0 (see ChildKey), read from child_key_generations before the
+	// first external call of an attempt (loadChildKeyGenerations).
+	generations       map[string]int32
+	generationsLoaded bool
 }
 
 // ChildKey is the idempotency key for the external call step of this
 // request: unique across users (the row id is random), and the same on every
-// attempt and in every process.
-func (k *Key) ChildKey(step string) string { return "payments-" + k.ID.String() + "-" + step }
+// attempt and in every process. A child key the remote side reports spent
+// (ChildKeySpent) is replaced by its next generation, recorded in the
+// database so that every process derives the same key: generation 0 is
+// "payments-<key id>-<step>", generation n "payments-<key id>-<step>-g<n>".
+// The engine loads the generations before it makes an external call; only
+// the call may derive the key.
+func (k *Key) ChildKey(step string) string {
+	key := "payments-" + k.ID.String() + "-" + step
+	if g := k.generations[step]; g > 0 {
+		key += "-g" + strconv.Itoa(int(g))
+	}
+	return key
+}
 
 // DecodeParams decodes the stored request parameters into v.
 func (k *Key) DecodeParams(v any) error { return json.Unmarshal(k.Params, v) }

@@ -2,12 +2,18 @@ package stagedjobs
 
 import (
 	"context"
+	"crypto/tls"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
-	"net/smtp"
 	"net/url"
+	"strconv"
 	"strings"
+	"sync"
+	"time"
+
+	"github.com/wneessen/go-mail"
 )
 
 // Message is an email.
@@ -15,34 +21,36 @@ type Message struct {
 	To      string
 	Subject string
 	Body    string
+	// MessageID is the Message-ID header's value, without its <> (and,
+	// without an @, the SMTP mailer adds its From address's domain). It
+	// stays the same for every attempt at the same receipt, so a receiver
+	// can tell a second copy from a new receipt.
+	MessageID string
 }
 
-// Mailer sends email.
+// Mailer sends email. Send must return by ctx's deadline, and must return
+// nil once the mail server accepted the message, even if something after
+// the acceptance (the goodbye) failed: the receipt worker records a nil
+// as "sent, never again".
 type Mailer interface {
 	Send(ctx context.Context, m Message) error
 }
 
-// NewMailer returns an SMTP mailer for smtpURL
-// (smtp://user:password@host:port?from=receipts@example.com), or, when
+// ErrBadMessage wraps a message that no attempt can send (an address the
+// mail library refuses): retrying it is pointless.
+var ErrBadMessage = errors.New("message cannot be sent")
+
+// NewMailer returns an SMTP mailer for smtpURL (see ParseSMTPURL), or, when
 // smtpURL is empty, a mailer that only logs what it would send.
 func NewMailer(smtpURL string, log *slog.Logger) (Mailer, error) {
 	if smtpURL == "" {
 		return LogMailer{Log: log}, nil
 	}
-	u, err := url.Parse(smtpURL)
-	if err != nil || u.Scheme != "smtp" || u.Host == "" {
-		return nil, fmt.Errorf("SMTP_URL must look like smtp://user:password@host:port?from=address")
+	cfg, err := ParseSMTPURL(smtpURL)
+	if err != nil {
+		return nil, err
 	}
-	from := u.Query().Get("from")
-	if from == "" {
-		from = "receipts@" + u.Hostname()
-	}
-	m := &SMTPMailer{addr: u.Host, from: from}
-	if u.User != nil {
-		password, _ := u.User.Password()
-		m.auth = smtp.PlainAuth("", u.User.Username(), password, u.Hostname())
-	}
-	return m, nil
+	return NewSMTPMailer(cfg), nil
 }
 
 // LogMailer logs each message instead of sending it: the default in dev.
@@ -50,26 +58,202 @@ type LogMailer struct{ Log *slog.Logger }
 
 // Send logs m.
 func (l LogMailer) Send(ctx context.Context, m Message) error {
-	l.Log.InfoContext(ctx, "email (not sent: SMTP_URL is not set)",
-		slog.String("to", m.To), slog.String("subject", m.Subject), slog.String("body", m.Body))
+	l.Log.InfoContext(ctx, "email (not sent: SMTP_URL is not set)", slog.String("to", m.To),
+		slog.String("subject", m.Subject), slog.String("message_id", m.MessageID), slog.String("body", m.Body))
 	return nil
 }
 
-// SMTPMailer sends through an SMTP server.
-type SMTPMailer struct {
-	addr string
-	from string
-	auth smtp.Auth
+// SMTPConfig is where and how an SMTPMailer sends.
+type SMTPConfig struct {
+	Host string
+	Port int
+	// ImplicitTLS speaks TLS from the first byte (smtps://, port 465).
+	// Without it, the mailer upgrades with STARTTLS when the server offers
+	// it, and sends in the clear when it does not; credentials are then
+	// refused by the library unless the server is on loopback.
+	ImplicitTLS        bool
+	Username, Password string
+	From               string
+	// TLSConfig verifies the server (implicit TLS and STARTTLS alike).
+	// Default: the system's roots, for Host.
+	TLSConfig *tls.Config
 }
 
-// Send sends m. net/smtp takes no context; the job's timeout bounds it.
-func (s *SMTPMailer) Send(ctx context.Context, m Message) error {
-	if _, _, err := net.SplitHostPort(s.addr); err != nil {
-		return err
+// ParseSMTPURL reads SMTP_URL: smtp://user:password@host:port?from=address
+// or smtps://... for implicit TLS. The port defaults to 25 (smtp) or 465
+// (smtps), from to receipts@host.
+func ParseSMTPURL(raw string) (SMTPConfig, error) {
+	const form = "SMTP_URL must look like smtp://user:password@host:port?from=address (or smtps://... for implicit TLS)"
+	u, err := url.Parse(raw)
+	if err != nil || (u.Scheme != "smtp" && u.Scheme != "smtps") || u.Hostname() == "" {
+		return SMTPConfig{}, errors.New(form)
 	}
-	msg := strings.Join([]string{
-		"From: " + s.from, "To: " + m.To, "Subject: " + m.Subject,
-		"MIME-Version: 1.0", "Content-Type: text/plain; charset=utf-8", "", m.Body,
-	}, "\r\n")
-	return smtp.SendMail(s.addr, s.auth, s.from, []string{m.To}, []byte(msg))
+	cfg := SMTPConfig{Host: u.Hostname(), Port: 25, ImplicitTLS: u.Scheme == "smtps", From: u.Query().Get("from")}
+	if cfg.ImplicitTLS {
+		cfg.Port = 465
+	}
+	if p := u.Port(); p != "" {
+		if cfg.Port, err = strconv.Atoi(p); err != nil || cfg.Port < 1 || cfg.Port > 65535 {
+			return SMTPConfig{}, errors.New(form)
+		}
+	}
+	if cfg.From == "" {
+		cfg.From = "receipts@" + cfg.Host
+	}
+	if u.User != nil {
+		cfg.Username = u.User.Username()
+		cfg.Password, _ = u.User.Password()
+	}
+	return cfg, nil
+}
+
+// SMTPMailer sends through an SMTP server with wneessen/go-mail, which
+// encodes headers (a non-ASCII subject or name) as RFC 2047 says.
+type SMTPMailer struct{ cfg SMTPConfig }
+
+// NewSMTPMailer returns a mailer for cfg.
+func NewSMTPMailer(cfg SMTPConfig) *SMTPMailer {
+	if cfg.TLSConfig == nil {
+		cfg.TLSConfig = &tls.Config{MinVersion: tls.VersionTLS12}
+	} else {
+		cfg.TLSConfig = cfg.TLSConfig.Clone()
+	}
+	if cfg.TLSConfig.ServerName == "" {
+		cfg.TLSConfig.ServerName = cfg.Host
+	}
+	return &SMTPMailer{cfg: cfg}
+}
+
+// perCommandTimeout bounds each SMTP command when ctx has no deadline.
+// With one, the whole conversation ends by it (see deadlineConn).
+const perCommandTimeout = 30 * time.Second
+
+// Send sends m on a connection of its own and returns by ctx's deadline,
+// or as soon as ctx is cancelled: the connection's deadlines come from ctx.
+// A message the server accepted is sent, whatever happens afterwards.
+func (s *SMTPMailer) Send(ctx context.Context, m Message) error {
+	msg, err := s.message(m)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	dial := &ctxDialer{ctx: ctx, implicitTLS: s.cfg.ImplicitTLS, tlsConfig: s.cfg.TLSConfig}
+	defer dial.release()
+	opts := []mail.Option{
+		mail.WithPort(s.cfg.Port), mail.WithTimeout(perCommandTimeout), mail.WithDialContextFunc(dial.DialContext),
+		mail.WithTLSConfig(s.cfg.TLSConfig), mail.WithTLSPolicy(mail.TLSOpportunistic),
+	}
+	if s.cfg.ImplicitTLS {
+		opts = append(opts, mail.WithSSL()) // the dialer speaks TLS already: no STARTTLS on top
+	}
+	if s.cfg.Username != "" {
+		opts = append(opts, mail.WithSMTPAuth(mail.SMTPAuthPlain), mail.WithUsername(s.cfg.Username), mail.WithPassword(s.cfg.Password))
+	}
+	client, err := mail.NewClient(s.cfg.Host, opts...)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	err = client.DialAndSendWithContext(ctx, msg)
+	if msg.IsDelivered() {
+		// The server answered 250 to the message: it is sent, even if the
+		// RSET or QUIT after it failed or ctx ended meanwhile.
+		return nil
+	}
+	return err
+}
+
+func (s *SMTPMailer) message(m Message) (*mail.Msg, error) {
+	msg := mail.NewMsg()
+	if err := msg.From(s.cfg.From); err != nil {
+		return nil, fmt.Errorf("from %q: %w", s.cfg.From, err)
+	}
+	if err := msg.To(m.To); err != nil {
+		return nil, fmt.Errorf("to %q: %w", m.To, err)
+	}
+	msg.Subject(m.Subject)
+	if id := m.MessageID; id != "" {
+		if !strings.Contains(id, "@") {
+			_, domain, _ := strings.Cut(s.cfg.From, "@")
+			id += "@" + domain
+		}
+		msg.SetMessageIDWithValue(id)
+	} else {
+		msg.SetMessageID()
+	}
+	msg.SetDate()
+	msg.SetBodyString(mail.TypeTextPlain, m.Body)
+	return msg, nil
+}
+
+// ctxDialer dials the server for one Send, and ties the connection to the
+// Send's ctx: go-mail takes a context only for the dial and then moves a
+// deadline of its own forward before each command, so without this a
+// server that stops answering would hold the Send for a full timeout per
+// command, whatever ctx says.
+type ctxDialer struct {
+	ctx         context.Context
+	implicitTLS bool
+	tlsConfig   *tls.Config
+
+	mu   sync.Mutex
+	stop []func() bool
+}
+
+// DialContext connects (go-mail's dialCtx carries its own dial timeout;
+// d.ctx is the Send's, which outlives the dial).
+func (d *ctxDialer) DialContext(dialCtx context.Context, network, addr string) (net.Conn, error) {
+	var dialer net.Dialer
+	raw, err := dialer.DialContext(dialCtx, network, addr)
+	if err != nil {
+		return nil, err
+	}
+	conn := &deadlineConn{Conn: raw, ctx: d.ctx}
+	if err := conn.SetDeadline(time.Time{}); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	d.mu.Lock()
+	// A cancelled ctx (no deadline to wait for) interrupts the
+	// connection's pending reads and writes at once.
+	d.stop = append(d.stop, context.AfterFunc(d.ctx, func() { _ = raw.SetDeadline(time.Unix(1, 0)) }))
+	d.mu.Unlock()
+	if !d.implicitTLS {
+		return conn, nil
+	}
+	tlsConn := tls.Client(conn, d.tlsConfig)
+	if err := tlsConn.HandshakeContext(dialCtx); err != nil {
+		raw.Close()
+		return nil, err
+	}
+	return tlsConn, nil
+}
+
+func (d *ctxDialer) release() {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	for _, stop := range d.stop {
+		stop()
+	}
+}
+
+// deadlineConn never lets a deadline go past its ctx's: go-mail sets
+// "now + timeout" before each command, and gets at most ctx's deadline.
+type deadlineConn struct {
+	net.Conn
+	ctx context.Context
+}
+
+func (c *deadlineConn) SetDeadline(t time.Time) error     { return c.Conn.SetDeadline(c.clamp(t)) }
+func (c *deadlineConn) SetReadDeadline(t time.Time) error { return c.Conn.SetReadDeadline(c.clamp(t)) }
+func (c *deadlineConn) SetWriteDeadline(t time.Time) error {
+	return c.Conn.SetWriteDeadline(c.clamp(t))
+}
+
+func (c *deadlineConn) clamp(t time.Time) time.Time {
+	if c.ctx.Err() != nil {
+		return time.Unix(1, 0) // in the past: every read and write fails now
+	}
+	if d, ok := c.ctx.Deadline(); ok && (t.IsZero() || d.Before(t)) {
+		return d
+	}
+	return t
 }

@@ -1,8 +1,3 @@
-// Package stagedjobs owns the jobs that announce committed state changes:
-// receipts to customers and events to merchants. A flow stages them with
-// StageTx in the same transaction as the change itself, so a job exists if
-// and only if its change committed; the enqueuer later moves them, exactly
-// once, into the job queue.
 package stagedjobs
 
 import (

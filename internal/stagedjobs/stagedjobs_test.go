@@ -195,24 +195,22 @@ func TestWorkers_aJobThatRunsTwiceSendsOneReceiptAndWritesOneEvent(t *testing.T)
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	require.NoError(t, users.SeedDemoUsers(ctx, b.pool))
-	var userID int64
-	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM users WHERE email = 'alice@example.com'").Scan(&userID))
-	_, err := b.pool.Exec(ctx, `INSERT INTO payments (id, user_id, amount, currency, status, amount_captured, payment_method)
-		VALUES ('pay_receipt', $1, 2000, 'usd', 'succeeded', 2000, 'pm_card_visa')`, userID)
-	require.NoError(t, err)
+	userID := b.seedPayment(t, "pay_receipt")
 
 	receipt := stagedjobs.ReceiptArgs{UserID: userID, Payment: "pay_receipt", Amount: 2000, Currency: "usd", Reason: "payment"}
 	event := stagedjobs.NewEventArgs(userID, "payment.succeeded", json.RawMessage(`{"id":"pay_receipt"}`))
 	// The same job, twice: as River's at-least-once delivery may run it.
-	_, err = b.river.InsertMany(ctx, []river.InsertManyParams{{Args: receipt}, {Args: receipt}, {Args: event}, {Args: event}})
+	_, err := b.river.InsertMany(ctx, []river.InsertManyParams{{Args: receipt}, {Args: receipt}, {Args: event}, {Args: event}})
 	require.NoError(t, err)
 
 	mailer := &recordingMailer{}
 	workers := river.NewWorkers()
-	stagedjobs.AddWorkers(workers, b.pool, mailer)
+	stagedjobs.AddWorkers(workers, stagedjobs.WorkersConfig{Pool: b.pool, Mailer: mailer})
 	client, err := river.NewClient(riverpgxv5.New(b.pool), &river.Config{
-		Queues: map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: 4}}, Workers: workers,
+		Queues: map[string]river.QueueConfig{
+			river.QueueDefault: {MaxWorkers: 4}, stagedjobs.ReceiptQueue: {MaxWorkers: 4},
+		},
+		Workers:           workers,
 		FetchPollInterval: 100 * time.Millisecond,
 	})
 	require.NoError(t, err)
@@ -236,6 +234,20 @@ func TestWorkers_aJobThatRunsTwiceSendsOneReceiptAndWritesOneEvent(t *testing.T)
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT count(*) FROM receipts WHERE sent_at IS NOT NULL").Scan(&sent))
 	require.Equal(t, 1, events, "one event, under the id chosen at staging")
 	require.Equal(t, 1, sent)
+}
+
+// seedPayment seeds the demo users and a succeeded payment of alice's, and
+// returns her id.
+func (b *testBundle) seedPayment(t *testing.T, paymentID string) int64 {
+	t.Helper()
+	ctx := context.Background()
+	require.NoError(t, users.SeedDemoUsers(ctx, b.pool))
+	var userID int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM users WHERE email = 'alice@example.com'").Scan(&userID))
+	_, err := b.pool.Exec(ctx, `INSERT INTO payments (id, user_id, amount, currency, status, amount_captured, payment_method)
+		VALUES ($1, $2, 2000, 'usd', 'succeeded', 2000, 'pm_card_visa')`, paymentID, userID)
+	require.NoError(t, err)
+	return userID
 }
 
 func insertKey(t *testing.T, tx pgx.Tx) uuid.UUID {

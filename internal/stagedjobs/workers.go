@@ -2,21 +2,45 @@ package stagedjobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"log/slog"
 	"strings"
+	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
-	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
 
+// ReceiptQueue is the River queue of the receipt jobs. Receipts wait on a
+// mail server the service does not control, so they get a queue of their
+// own with a few workers (see internal/worker): however long the mail
+// server takes, the other jobs' queue keeps its workers.
+const ReceiptQueue = "receipts"
+
+// DefaultSendTimeout is how long one attempt at sending a receipt may take,
+// from the dial to the mail server's answer, unless WorkersConfig says
+// otherwise.
+const DefaultSendTimeout = 20 * time.Second
+
+// WorkersConfig configures the staged jobs' workers.
+type WorkersConfig struct {
+	Pool   *pgxpool.Pool
+	Mailer Mailer
+	// SendTimeout bounds one attempt at sending a receipt. Default
+	// DefaultSendTimeout. The receipt job's timeout is longer (Timeout).
+	SendTimeout time.Duration
+	Logger      *slog.Logger
+}
+
 // AddWorkers registers the workers of the staged jobs with River.
-func AddWorkers(workers *river.Workers, pool *pgxpool.Pool, mailer Mailer) {
-	river.AddWorker(workers, &EventWorker{pool: pool})
-	river.AddWorker(workers, &ReceiptWorker{pool: pool, mailer: mailer})
+func AddWorkers(workers *river.Workers, cfg WorkersConfig) {
+	river.AddWorker(workers, &EventWorker{pool: cfg.Pool})
+	river.AddWorker(workers, NewReceiptWorker(cfg))
 }
 
 // EventWorker writes a merchant event. The event's id was chosen when the
@@ -35,54 +59,158 @@ func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error
 	return err
 }
 
-// ReceiptWorker sends a receipt once, however often its job runs.
+// ReceiptWorker sends a receipt once, however often its job runs, and
+// never holds a transaction, or a pool connection, while the mail server
+// has it: a hung mail server must not take the connections the API, the
+// completer and the drain need.
 type ReceiptWorker struct {
 	river.WorkerDefaults[ReceiptArgs]
-	pool   *pgxpool.Pool
-	mailer Mailer
+	pool        *pgxpool.Pool
+	mailer      Mailer
+	sendTimeout time.Duration
+	log         *slog.Logger
 }
 
-// Work sends the receipt unless its row says it was sent.
+// NewReceiptWorker returns the receipt worker (AddWorkers registers it).
+func NewReceiptWorker(cfg WorkersConfig) *ReceiptWorker {
+	w := &ReceiptWorker{pool: cfg.Pool, mailer: cfg.Mailer, sendTimeout: cfg.SendTimeout, log: cfg.Logger}
+	if w.sendTimeout <= 0 {
+		w.sendTimeout = DefaultSendTimeout
+	}
+	if w.log == nil {
+		w.log = slog.New(slog.DiscardHandler)
+	}
+	return w
+}
+
+// recordTimeout bounds each write of the receipt's row around the send.
+// busySnooze is how long a job waits when another attempt holds its
+// receipt, before it looks again.
+const (
+	recordTimeout = 5 * time.Second
+	busySnooze    = time.Second
+)
+
+// Timeout is the receipt job's: longer than a send and the writes around
+// it, so River never ends the job's context while the send may still
+// succeed. (River's own timeout for the other jobs may be shorter.)
+func (w *ReceiptWorker) Timeout(*river.Job[ReceiptArgs]) time.Duration {
+	return w.sendTimeout + 3*recordTimeout
+}
+
+// Work sends the receipt unless its row says it was sent, in three steps,
+// none of which holds a connection across the network call:
 //
-// The row is claimed (created or locked) and marked sent in one transaction
-// around the send, so two runs of the same job at once cannot both send: the
-// second waits for the first's row lock, then sees sent_at. This holds a
-// transaction across the SMTP call on purpose; it is the price of "once".
-// If the process dies after the send and before the commit, the next run
-// sends again: email offers no way to deduplicate on the far side.
+//  1. Reserve the receipt's row for this attempt (one short statement;
+//     the reservation lapses after a send's timeout and a write's). A row
+//     already sent ends the job; one another attempt holds snoozes it.
+//  2. Send, with the send's deadline, and no transaction open.
+//  3. Record the outcome on a context of its own, detached from the
+//     job's: a receipt the mail server accepted is recorded as sent even
+//     if the job's context ended meanwhile, so it is never sent again. A
+//     failed send gives its reservation back, and River retries it with
+//     backoff.
+//
+// One gap is left, and email cannot close it: if the process dies (or the
+// database cannot be reached) between the server's acceptance and the
+// record, the next attempt, once the reservation lapses, sends the receipt
+// again. Every copy carries the same Message-ID (receiptMessageID), so the
+// receiving side can tell it is one receipt.
 func (w *ReceiptWorker) Work(ctx context.Context, job *river.Job[ReceiptArgs]) error {
 	a := job.Args
-	kind := a.Reason
-	if a.Refund != "" {
-		kind += ":" + a.Refund
+	kind := receiptKind(a)
+	to, reservedUntil, err := w.reserve(ctx, a, kind)
+	switch {
+	case errors.Is(err, errReceiptSent):
+		return nil
+	case errors.Is(err, errReceiptBusy):
+		return river.JobSnooze(busySnooze)
+	case err != nil:
+		return err
 	}
-	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
-		to, err := queries.GetUserEmail(ctx, tx, a.UserID)
-		if err != nil {
-			return err
+
+	sendCtx, cancelSend := context.WithTimeout(ctx, w.sendTimeout)
+	sendErr := w.mailer.Send(sendCtx, receiptMessage(to, a, kind))
+	cancelSend()
+
+	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
+	defer cancel()
+	receipt := dbsqlc.MarkReceiptSentParams{PaymentID: a.Payment, Kind: kind}
+	if sendErr != nil {
+		if err := queries.ReleaseReceipt(recordCtx, w.pool, dbsqlc.ReleaseReceiptParams{
+			PaymentID: a.Payment, Kind: kind, SendingUntil: reservedUntil,
+		}); err != nil {
+			w.log.WarnContext(ctx, "receipt: giving back the reservation failed; it lapses on its own",
+				slog.String("payment", a.Payment), slog.String("kind", kind), slog.String("error", err.Error()))
 		}
-		receipt, err := queries.ClaimReceipt(ctx, tx, dbsqlc.ClaimReceiptParams{PaymentID: a.Payment, Kind: kind, Recipient: to})
-		if err != nil {
-			return err
+		if errors.Is(sendErr, ErrBadMessage) {
+			return river.JobCancel(sendErr) // no retry can send it
 		}
-		if receipt.SentAt.Valid {
-			return nil
-		}
-		if err := w.mailer.Send(ctx, receiptMessage(to, a)); err != nil {
-			return fmt.Errorf("sending receipt: %w", err)
-		}
-		return queries.MarkReceiptSent(ctx, tx, dbsqlc.MarkReceiptSentParams{PaymentID: a.Payment, Kind: kind})
-	})
+		return fmt.Errorf("sending receipt: %w", sendErr)
+	}
+	if err := queries.MarkReceiptSent(recordCtx, w.pool, receipt); err != nil {
+		return fmt.Errorf("receipt %s %s was accepted by the mail server but not recorded (a retry sends it again): %w",
+			a.Payment, kind, err)
+	}
+	return nil
 }
 
-func receiptMessage(to string, a ReceiptArgs) Message {
+var (
+	errReceiptSent = errors.New("receipt already sent")
+	errReceiptBusy = errors.New("receipt reserved by another attempt")
+)
+
+// reserve creates or reserves the receipt's row and says to whom to send
+// it, and until when the reservation holds (its fence for ReleaseReceipt).
+func (w *ReceiptWorker) reserve(ctx context.Context, a ReceiptArgs, kind string) (string, pgtype.Timestamptz, error) {
+	email, err := queries.GetUserEmail(ctx, w.pool, a.UserID)
+	if err != nil {
+		return "", pgtype.Timestamptz{}, fmt.Errorf("reading the receipt's recipient: %w", err)
+	}
+	lease := w.sendTimeout + recordTimeout
+	row, err := queries.ReserveReceipt(ctx, w.pool, dbsqlc.ReserveReceiptParams{
+		PaymentID: a.Payment, Kind: kind, Recipient: email, LeaseMs: lease.Milliseconds(),
+	})
+	if err == nil {
+		return row.Recipient, row.SendingUntil, nil
+	}
+	if !errors.Is(err, pgx.ErrNoRows) {
+		return "", pgtype.Timestamptz{}, fmt.Errorf("reserving the receipt: %w", err)
+	}
+	receipt, err := queries.GetReceipt(ctx, w.pool, dbsqlc.GetReceiptParams{PaymentID: a.Payment, Kind: kind})
+	if err != nil {
+		return "", pgtype.Timestamptz{}, fmt.Errorf("reading the receipt: %w", err)
+	}
+	if receipt.SentAt.Valid {
+		return "", pgtype.Timestamptz{}, errReceiptSent
+	}
+	return "", pgtype.Timestamptz{}, errReceiptBusy
+}
+
+// receiptKind is the receipt's kind in its row: "payment", or
+// "refund:<refund id>".
+func receiptKind(a ReceiptArgs) string {
+	if a.Refund != "" {
+		return a.Reason + ":" + a.Refund
+	}
+	return a.Reason
+}
+
+// receiptMessageID names one receipt the same way on every attempt (the
+// mailer adds its From address's domain).
+func receiptMessageID(a ReceiptArgs, kind string) string {
+	return "receipt." + strings.ReplaceAll(kind, ":", ".") + "." + a.Payment
+}
+
+func receiptMessage(to string, a ReceiptArgs, kind string) Message {
 	what := "Payment"
 	if a.Reason == "refund" {
 		what = "Refund"
 	}
 	return Message{
-		To:      to,
-		Subject: fmt.Sprintf("%s receipt for %s", what, a.Payment),
+		To:        to,
+		MessageID: receiptMessageID(a, kind),
+		Subject:   fmt.Sprintf("%s receipt for %s", what, a.Payment),
 		Body: fmt.Sprintf("%s of %s %s for payment %s.\n\nThank you.\n",
 			what, formatAmount(a.Amount), strings.ToUpper(a.Currency), a.Payment),
 	}

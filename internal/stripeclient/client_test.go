@@ -226,3 +226,25 @@ func requestsOverHTTP(t *testing.T, url string) []stripesim.RequestRecord {
 	require.NoError(t, json.NewDecoder(resp.Body).Decode(&recs))
 	return recs
 }
+
+// ListRefunds finds a refund by its payment intent, with its metadata, as
+// soon as it is made.
+func TestListRefunds(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	pi, err := f.client.CreatePaymentIntent(ctx, "listed-pi", payment("pm_card_visa"))
+	require.NoError(t, err)
+	none, err := f.client.ListRefunds(ctx, pi.ID)
+	require.NoError(t, err)
+	require.Empty(t, none)
+
+	re, err := f.client.CreateRefund(ctx, "listed-re", stripeclient.RefundRequest{
+		PaymentIntent: pi.ID, Amount: 500, Metadata: map[string]string{"idempotency_key_id": "k1"}})
+	require.NoError(t, err)
+	listed, err := f.client.ListRefunds(ctx, pi.ID)
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, re.ID, listed[0].ID)
+	require.Equal(t, "k1", listed[0].Metadata["idempotency_key_id"])
+}

@@ -72,6 +72,13 @@
 //	           final answer), and anything unrecognised. Retry later with the
 //	           same key; never store it as final.
 //
+// One Transient error is marked: ErrChildKeySpent, a 5xx that Stripe
+// replayed from its idempotency store (Idempotent-Replayed: true). Stripe
+// stores a request's result once its execution began, 500s included, so a
+// retry with that key gets the same 500 for as long as Stripe keeps the key:
+// the caller must find out whether the object exists and then use another
+// key (the recovery engine's child-key generations).
+//
 // AsDecline extracts a card decline's details (code, decline_code, message
 // and the payment intent's id) from a Terminal card error.
 package stripeclient

@@ -2,6 +2,7 @@ package stripeclient
 
 import (
 	"errors"
+	"fmt"
 	"net/http"
 
 	"github.com/stripe/stripe-go/v76"
@@ -58,6 +59,26 @@ func classifyStatus(status int) ErrorClass {
 	default:
 		return Transient
 	}
+}
+
+// ErrChildKeySpent: Stripe answered a 5xx from its idempotency store
+// (Idempotent-Replayed: true). Stripe stores a request's result once its
+// execution began, 500s included, and replays it to every later request
+// with the key for 24 hours: retrying the same key can never get past it.
+// The call is still Transient (the object may or may not exist at Stripe);
+// the caller must find out, and then carry on with another key.
+var ErrChildKeySpent = errors.New("stripeclient: Stripe replayed a stored 5xx for this idempotency key; the key is spent")
+
+// callError is the error of a call made with an idempotency key: err,
+// marked ErrChildKeySpent when it is a replayed 5xx. The stripe.Error stays
+// reachable with errors.As.
+func callError(err error) error {
+	var stripeErr *stripe.Error
+	if errors.As(err, &stripeErr) && stripeErr.HTTPStatusCode >= 500 &&
+		stripeErr.LastResponse != nil && stripeErr.LastResponse.Header.Get("Idempotent-Replayed") == "true" {
+		return fmt.Errorf("%w: %w", ErrChildKeySpent, err)
+	}
+	return err
 }
 
 // Decline is a card decline, from the card_error Stripe returned.

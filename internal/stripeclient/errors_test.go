@@ -201,3 +201,51 @@ func TestErrorClassString(t *testing.T) {
 	require.Equal(t, "terminal", stripeclient.Terminal.String())
 	require.Equal(t, "transient", stripeclient.Transient.String())
 }
+
+// A 5xx that Stripe replays from its idempotency store is its answer for the
+// key from then on: ErrChildKeySpent, still Transient (the object may or may
+// not exist), on every mutating call. A first 500, or a 500 that was never
+// stored, is not.
+func TestAReplayed500SpendsTheKey(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	ctx := context.Background()
+	pi, err := f.client.CreatePaymentIntent(ctx, "paid", payment("pm_card_visa"))
+	require.NoError(t, err)
+	auth, err := f.client.CreatePaymentIntent(ctx, "authorised", stripeclient.PaymentIntentRequest{
+		Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa", CaptureManually: true})
+	require.NoError(t, err)
+
+	calls := map[string]func(key string) error{
+		"create": func(key string) error {
+			_, err := f.client.CreatePaymentIntent(ctx, key, payment("pm_card_visa"))
+			return err
+		},
+		"capture": func(key string) error {
+			_, err := f.client.CapturePaymentIntent(ctx, key, auth.ID, 0)
+			return err
+		},
+		"cancel": func(key string) error {
+			_, err := f.client.CancelPaymentIntent(ctx, key, auth.ID)
+			return err
+		},
+		"refund": func(key string) error {
+			_, err := f.client.CreateRefund(ctx, key, stripeclient.RefundRequest{PaymentIntent: pi.ID, Amount: 100})
+			return err
+		},
+	}
+	for name, call := range calls {
+		require.NoError(t, f.sim.AddFault(stripesim.Fault{Kind: stripesim.FaultStoredError500}))
+		err := call("stored-" + name)
+		require.Equal(t, stripeclient.Transient, stripeclient.Classify(err), name)
+		require.NotErrorIs(t, err, stripeclient.ErrChildKeySpent, "%s: a first 500 may be a passing failure", name)
+
+		err = call("stored-" + name)
+		require.ErrorIs(t, err, stripeclient.ErrChildKeySpent, name)
+		require.Equal(t, stripeclient.Transient, stripeclient.Classify(err), name)
+
+		require.NoError(t, f.sim.AddFault(stripesim.Fault{Kind: stripesim.FaultError500}))
+		err = call("unstored-" + name)
+		require.NotErrorIs(t, err, stripeclient.ErrChildKeySpent, name)
+	}
+}

@@ -51,7 +51,7 @@ func (c *Client) CreatePaymentIntent(ctx context.Context, idempotencyKey string,
 	}
 	pi, err := c.api.PaymentIntents.New(params)
 	if err != nil {
-		return nil, fmt.Errorf("stripe: create payment intent: %w", err)
+		return nil, fmt.Errorf("stripe: create payment intent: %w", callError(err))
 	}
 	return pi, nil
 }
@@ -68,7 +68,7 @@ func (c *Client) CapturePaymentIntent(ctx context.Context, idempotencyKey, id st
 	}
 	pi, err := c.api.PaymentIntents.Capture(id, params)
 	if err != nil {
-		return nil, fmt.Errorf("stripe: capture payment intent %s: %w", id, err)
+		return nil, fmt.Errorf("stripe: capture payment intent %s: %w", id, callError(err))
 	}
 	return pi, nil
 }
@@ -82,7 +82,7 @@ func (c *Client) CancelPaymentIntent(ctx context.Context, idempotencyKey, id str
 	}
 	pi, err := c.api.PaymentIntents.Cancel(id, params)
 	if err != nil {
-		return nil, fmt.Errorf("stripe: cancel payment intent %s: %w", id, err)
+		return nil, fmt.Errorf("stripe: cancel payment intent %s: %w", id, callError(err))
 	}
 	return pi, nil
 }

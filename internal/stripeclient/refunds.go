@@ -34,7 +34,7 @@ func (c *Client) CreateRefund(ctx context.Context, idempotencyKey string, req Re
 	}
 	re, err := c.api.Refunds.New(params)
 	if err != nil {
-		return nil, fmt.Errorf("stripe: refund payment intent %s: %w", req.PaymentIntent, err)
+		return nil, fmt.Errorf("stripe: refund payment intent %s: %w", req.PaymentIntent, callError(err))
 	}
 	return re, nil
 }
@@ -48,4 +48,24 @@ func (c *Client) GetRefund(ctx context.Context, id string) (*stripe.Refund, erro
 		return nil, fmt.Errorf("stripe: get refund %s: %w", id, err)
 	}
 	return re, nil
+}
+
+// ListRefunds returns every refund of a payment intent, newest first. It is
+// how a refund is found again without its id (by the metadata the service
+// gave it): unlike search, Stripe's lists show an object as soon as it is
+// made.
+func (c *Client) ListRefunds(ctx context.Context, paymentIntent string) ([]*stripe.Refund, error) {
+	params := &stripe.RefundListParams{PaymentIntent: stripe.String(paymentIntent)}
+	params.Context = ctx
+	params.Limit = stripe.Int64(100)
+
+	var found []*stripe.Refund
+	it := c.api.Refunds.List(params)
+	for it.Next() {
+		found = append(found, it.Refund())
+	}
+	if err := it.Err(); err != nil {
+		return nil, fmt.Errorf("stripe: list refunds of payment intent %s: %w", paymentIntent, err)
+	}
+	return found, nil
 }

@@ -15,6 +15,7 @@
 //	POST /v1/payment_intents/{id}/capture    GET /v1/payment_intents/search
 //	POST /v1/payment_intents/{id}/cancel
 //	POST /v1/refunds                         GET /v1/refunds/{id}
+//	                                         GET /v1/refunds?payment_intent=pi_...
 //
 // and answers with Stripe's JSON objects and Stripe's error shape
 // (`{"error": {"type": ..., "code": ..., "message": ...}}` plus a
@@ -64,6 +65,9 @@
 //     the key, as Stripe does; any other outcome is stored, including card
 //     declines (402) and state errors such as capturing a succeeded payment
 //     intent or over-refunding (400).
+//     A `stored_error_500` fault acts here instead: nothing executes, and a
+//     500 is stored under the key as the request's result, so every retry
+//     with the key gets that 500 again, replayed, as at Stripe.
 //  5. `lost_response` and `drop_connection` faults act on the way out: the
 //     operation executed and its result is stored, but the client sees a 500
 //     or a closed connection. A retry with the same key gets the real result.
@@ -87,6 +91,11 @@
 //	                             refund outcomes, authorisations not
 //	                             captured within 7 days, expired
 //	                             idempotency keys)
+//	GET    /_sim/webhook_faults  the webhook faults still armed
+//	POST   /_sim/webhook_faults  garble the next webhooks: {"kind": "duplicate"
+//	                             | "reorder" | "delay", "count": 1,
+//	                             "delay_ms": 0, "type": "optional event type"}
+//	DELETE /_sim/webhook_faults  disarm them, and send what reorder held back
 //
 // The same operations are available to Go tests as methods (AddFault,
 // Requests, Objects, Reset, Advance...).
@@ -97,13 +106,24 @@
 // (api_version 2023-10-16, so stripe-go's webhook.ConstructEvent accepts it),
 // delivered asynchronously, signed in Stripe's `Stripe-Signature` format, one
 // at a time in order of creation, and retried with exponential backoff a
-// bounded number of times. Delivery never blocks an API request.
+// bounded number of times. Delivery never blocks an API request. Stripe
+// promises neither order nor a single delivery; webhook faults
+// (webhook_faults.go) make the simulator send an event twice (duplicate),
+// after the next event about the same object (reorder), or delay_ms late
+// (delay), so that receivers can be tested against that.
 //
 // # Known simplifications
 //
 // Payment methods keep their test id (Stripe would clone pm_card_visa into a
-// fresh pm_ id). Canceling an authorised payment intent, or capturing part of
-// it, releases the rest without modelling the release as a refund (Stripe
-// counts it in the charge's amount_refunded). Search is immediately consistent, whereas
-// Stripe's search index lags by up to a minute.
+// fresh pm_ id). Capturing part of an authorisation, or canceling it,
+// releases the rest, which the charge's amount_refunded counts as Stripe's
+// does; the simulator makes no refund object for it. Search is immediately
+// consistent, whereas Stripe's search index lags by up to a minute.
+//
+// # Stripe's rules on amounts
+//
+// A payment intent's currency must be one Stripe charges in, and its amount
+// at least the currency's minimum charge (400 amount_too_small), from the
+// table in package currency, which the API shares. Captures and refunds
+// have no minimum.
 package stripesim

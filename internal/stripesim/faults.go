@@ -23,6 +23,13 @@ const (
 	// FaultDropConnection executes and stores the result, then closes the
 	// connection without answering.
 	FaultDropConnection FaultKind = "drop_connection"
+	// FaultStoredError500 executes nothing, answers 500 api_error and
+	// stores that answer under the idempotency key, as Stripe does when a
+	// request fails after its execution began ("subsequent requests with
+	// the same key return the same result, including 500 errors"): every
+	// later request with the key gets the same 500, replayed. A request
+	// without a key just gets the 500.
+	FaultStoredError500 FaultKind = "stored_error_500"
 )
 
 // Fault hits the next Count /v1 requests whose path starts with PathPrefix
@@ -71,9 +78,9 @@ func (s *Simulator) Faults() []Fault {
 
 func (f *Fault) normalize() error {
 	switch f.Kind {
-	case FaultError500, FaultRateLimit, FaultDelay, FaultLostResponse, FaultDropConnection:
+	case FaultError500, FaultRateLimit, FaultDelay, FaultLostResponse, FaultDropConnection, FaultStoredError500:
 	default:
-		return fmt.Errorf("unknown fault kind %q (want error_500, rate_limit, delay, lost_response or drop_connection)", f.Kind)
+		return fmt.Errorf("unknown fault kind %q (want error_500, rate_limit, delay, lost_response, drop_connection or stored_error_500)", f.Kind)
 	}
 	if f.Count < 0 || f.DelayMS < 0 {
 		return fmt.Errorf("count and delay_ms must not be negative")
@@ -111,6 +118,15 @@ func (f Fault) errorBeforeExecuting() *apiError {
 		return internalError()
 	case FaultRateLimit:
 		return lockTimeout()
+	}
+	return nil
+}
+
+// storedError is the error a fault stores under the request's idempotency
+// key instead of executing, if it is of that kind.
+func (f Fault) storedError() *apiError {
+	if f.Kind == FaultStoredError500 {
+		return internalError()
 	}
 	return nil
 }

@@ -144,3 +144,35 @@ func TestFaultMatching(t *testing.T) {
 	_, err = f.stripe.PaymentIntents.Get(pi.ID, nil)
 	require.NoError(t, err)
 }
+
+// A stored 500 is Stripe's answer for the key from then on: the first
+// request gets a 500, every retry with the key the same 500, replayed, and
+// nothing is ever executed. Another key is not affected.
+func TestStoredError500IsReplayedToEveryRetry(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.addFault(t, stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "POST", Kind: stripesim.FaultStoredError500})
+
+	_, err := f.stripe.PaymentIntents.New(paymentIntent("spent", "pm_card_visa"))
+	first := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+	require.False(t, replayed(first.LastResponse))
+
+	for range 2 {
+		_, err = f.stripe.PaymentIntents.New(paymentIntent("spent", "pm_card_visa"))
+		again := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+		require.True(t, replayed(again.LastResponse), "the stored 500 is replayed")
+		require.Equal(t, first.Msg, again.Msg)
+		require.Equal(t, first.RequestID, again.LastResponse.Header.Get("Original-Request"))
+	}
+	require.Empty(t, f.objects(t, "payment_intent"), "nothing was executed")
+
+	pi, err := f.stripe.PaymentIntents.New(paymentIntent("another-key", "pm_card_visa"))
+	require.NoError(t, err, "the fault hit its count; a new key executes")
+	require.False(t, replayed(pi.LastResponse))
+	require.Len(t, f.objects(t, "payment_intent"), 1)
+
+	recs := f.requests(t)
+	require.Len(t, recs, 4)
+	require.Equal(t, stripesim.FaultStoredError500, recs[0].Fault)
+	require.Equal(t, []bool{false, true, true, false}, []bool{recs[0].Replayed, recs[1].Replayed, recs[2].Replayed, recs[3].Replayed})
+}

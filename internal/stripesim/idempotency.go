@@ -85,6 +85,20 @@ func (st *state) settleKey(c *call, res response, executed bool) {
 	}
 }
 
+// storeWithoutExecuting answers e and stores it under the key c claimed, as
+// if execution had begun and failed: Stripe replays such a 500 to every
+// later request with the key (FaultStoredError500).
+func (s *Simulator) storeWithoutExecuting(c *call, e *apiError) response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	res := errorResponse(c, e)
+	if c.claim != nil {
+		s.state.settleKey(c, res, true)
+	}
+	return res
+}
+
 // claimedKey is one claim, in the order keys were claimed.
 type claimedKey struct {
 	scope keyScope

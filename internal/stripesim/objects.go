@@ -120,11 +120,31 @@ type charge struct {
 	PaymentMethod  string            `json:"payment_method"`
 	Refunded       bool              `json:"refunded"`
 	Status         string            `json:"status"` // succeeded or failed
+
+	// released is the part of the authorisation released uncaptured (by a
+	// partial capture or a cancel). Stripe counts it in AmountRefunded,
+	// though it was never charged, so it is no refund: refundable leaves it
+	// out.
+	released int64
 }
 
-// refundable is what is left to refund on the charge.
+// refundable is what is left to refund on the charge: what was captured,
+// less the refunds that have not failed.
 func (c *charge) refundable() int64 {
-	return c.AmountCaptured - c.AmountRefunded
+	return c.AmountCaptured - (c.AmountRefunded - c.released)
+}
+
+// release releases amount of the authorisation without capturing it.
+func (c *charge) release(amount int64) {
+	c.released += amount
+	c.AmountRefunded += amount
+	c.Refunded = c.AmountRefunded == c.Amount
+}
+
+// refund counts amount refunded (a negative amount: a refund that failed).
+func (c *charge) refund(amount int64) {
+	c.AmountRefunded += amount
+	c.Refunded = c.AmountRefunded == c.Amount
 }
 
 type refund struct {

@@ -89,6 +89,9 @@ func (s *Simulator) handle(r *http.Request, c *call, op operation) (response, Fa
 			return res, fault
 		}
 	}
+	if e := fault.storedError(); e != nil {
+		return s.storeWithoutExecuting(c, e), fault
+	}
 	s.sleep(fault.delay())
 	return s.execute(c, op), fault
 }

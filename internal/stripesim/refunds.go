@@ -17,8 +17,9 @@ import "net/http"
 // of pm_card_refundFail answers succeeded and fails laterDelay later
 // (failure_reason expired_or_canceled_card); each later change sends
 // charge.refund.updated. The charge's amount_refunded counts every refund
-// that has not failed, pending ones included, as Stripe's does: a refund
-// that fails gives its amount back to the charge.
+// that has not failed, pending ones included, and what a partial capture
+// released, as Stripe's does: a refund that fails gives its amount back to
+// the charge. What may be refunded is what was captured less those refunds.
 func (s *Simulator) createRefund(c *call) outcome {
 	pi, amount, reason, e := s.refundParams(c)
 	if e != nil {
@@ -51,8 +52,7 @@ func (s *Simulator) createRefund(c *call) outcome {
 		Status:        refundSucceeded,
 	}
 	s.state.refunds.add(re.ID, re)
-	ch.AmountRefunded += amount
-	ch.Refunded = ch.refundable() == 0
+	ch.refund(amount)
 	switch testCards[ch.PaymentMethod].refunds {
 	case refundPendsThenSucceeds:
 		re.Status = refundPending
@@ -88,8 +88,7 @@ func (s *Simulator) failRefund(re *refund, ch *charge, reason string) {
 	}
 	re.Status = refundFailed
 	re.FailureReason = &reason
-	ch.AmountRefunded -= re.Amount
-	ch.Refunded = ch.refundable() == 0
+	ch.refund(-re.Amount)
 	s.emit(nil, "charge.refund.updated", re)
 }
 

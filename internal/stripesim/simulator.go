@@ -77,6 +77,7 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("POST /v1/payment_intents/{id}/capture", s.api(s.capturePaymentIntent))
 	mux.Handle("POST /v1/payment_intents/{id}/cancel", s.api(s.cancelPaymentIntent))
 	mux.Handle("POST /v1/refunds", s.api(s.createRefund))
+	mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
 	mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
 	mux.Handle("/v1/", s.api(unrecognizedURL))
 
@@ -87,6 +88,9 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("DELETE /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveClearFaults)))
 	mux.Handle("POST /_sim/reset", loopbackOnly(http.HandlerFunc(s.serveReset)))
 	mux.Handle("POST /_sim/advance", loopbackOnly(http.HandlerFunc(s.serveAdvance)))
+	mux.Handle("GET /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveWebhookFaults)))
+	mux.Handle("POST /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveAddWebhookFault)))
+	mux.Handle("DELETE /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveClearWebhookFaults)))
 	mux.Handle("/_sim/", loopbackOnly(http.HandlerFunc(serveControlNotFound)))
 
 	return mux
@@ -110,8 +114,9 @@ func (s *Simulator) Close() {
 	})
 }
 
-// Reset forgets every object, idempotency key, fault, recorded request,
-// undelivered event and later change, and the time Advance added.
+// Reset forgets every object, idempotency key, fault (webhook faults too),
+// recorded request, undelivered event and later change, and the time
+// Advance added.
 func (s *Simulator) Reset() {
 	s.mu.Lock()
 	defer s.mu.Unlock()

@@ -59,9 +59,18 @@ func (s *Simulator) emit(c *call, typ string, obj any) {
 		ev.PendingWebhooks = 1
 	}
 	s.state.events.add(ev.ID, ev)
-	if s.webhooks != nil {
-		s.webhooks.enqueue(snapshot(ev)) // encoded only when someone listens
+	if s.webhooks != nil { // encoded only when someone listens
+		s.webhooks.send(outgoing{payload: snapshot(ev), eventType: typ, object: objectID(ev.Data.Object)})
 	}
+}
+
+// objectID is the id of the object an event is about.
+func objectID(obj json.RawMessage) string {
+	var o struct {
+		ID string `json:"id"`
+	}
+	_ = json.Unmarshal(obj, &o) // a snapshot of one of our objects: always an object with an id
+	return o.ID
 }
 
 // Delivery defaults: with them an event is abandoned after about 13 seconds
@@ -74,9 +83,11 @@ const (
 )
 
 // deliverer posts events to one endpoint from a single goroutine, so they
-// arrive in the order they were created. A failing event holds up the ones
-// behind it until it succeeds or runs out of attempts, which keeps every
-// object's events in order at the price of head-of-line blocking.
+// arrive in the order they were queued: the order of creation, unless a
+// webhook fault (webhook_faults.go) queues an event twice, later, or after
+// the next one about its object. A failing event holds up the ones behind
+// it until it succeeds or runs out of attempts, at the price of
+// head-of-line blocking.
 type deliverer struct {
 	url         string
 	secret      string
@@ -86,8 +97,11 @@ type deliverer struct {
 	logger      *slog.Logger
 
 	mu      sync.Mutex
-	pending [][]byte
-	wake    chan struct{} // capacity 1: "pending may have grown"
+	pending []outgoing
+	faults  []*WebhookFault       // armed, oldest first
+	held    map[string][]outgoing // by object id: events a reorder fault holds back
+	era     int                   // bumped by clear, so that a delayed event of a forgotten state is dropped
+	wake    chan struct{}         // capacity 1: "pending may have grown"
 
 	ctx    context.Context
 	cancel context.CancelFunc
@@ -112,9 +126,17 @@ func newDeliverer(cfg Config, logger *slog.Logger) *deliverer {
 	return d
 }
 
-func (d *deliverer) enqueue(payload []byte) {
+// outgoing is an event to deliver: its encoding, and what faults match on.
+type outgoing struct {
+	payload   []byte
+	eventType string
+	object    string // the id of the object it is about
+}
+
+// enqueue queues events for delivery, behind the ones already queued.
+func (d *deliverer) enqueue(events ...outgoing) {
 	d.mu.Lock()
-	d.pending = append(d.pending, payload)
+	d.pending = append(d.pending, events...)
 	d.mu.Unlock()
 	select {
 	case d.wake <- struct{}{}:
@@ -122,10 +144,14 @@ func (d *deliverer) enqueue(payload []byte) {
 	}
 }
 
-// clear drops the events not yet picked up for delivery.
+// clear drops the events not yet picked up for delivery, held or delayed,
+// and disarms the webhook faults.
 func (d *deliverer) clear() {
 	d.mu.Lock()
 	d.pending = nil
+	d.faults = nil
+	d.held = nil
+	d.era++
 	d.mu.Unlock()
 }
 
@@ -157,9 +183,9 @@ func (d *deliverer) next() ([]byte, bool) {
 	if len(d.pending) == 0 {
 		return nil, false
 	}
-	payload := d.pending[0]
+	ev := d.pending[0]
 	d.pending = d.pending[1:]
-	return payload, true
+	return ev.payload, true
 }
 
 // deliver posts one event until the endpoint answers 2xx, the attempts run

@@ -4,6 +4,11 @@
 // jobs. River elects one leader among all running workers and only the
 // leader inserts periodic jobs, so one run of each happens at a time across
 // every instance. Any number of workers may run at once.
+//
+// Receipts run on a queue of their own (stagedjobs.ReceiptQueue) with a few
+// workers, fewer than the pool has connections, so a slow or hung mail
+// server cannot take the workers of the other jobs nor, since a receipt
+// holds no connection while it sends, the connections of anything else.
 package worker
 
 import (
@@ -49,9 +54,26 @@ type Config struct {
 	// EnqueuerPollInterval is how often the enqueuer looks for staged
 	// jobs. Default stagedjobs.DefaultPollInterval.
 	EnqueuerPollInterval time.Duration
-	// MaxWorkers is how many jobs run at once in this process. Default 50:
-	// the jobs are short database writes (and an email).
+	// MaxWorkers is how many jobs of the default queue run at once in this
+	// process. Default 50: the jobs are short database writes, each holding
+	// a connection only for its statement.
 	MaxWorkers int
+	// ReceiptWorkers is how many receipts are sent at once, on their own
+	// queue (stagedjobs.ReceiptQueue). Default: half the pool's
+	// connections, at most 4, at least 1. A receipt holds no connection
+	// while the mail server has it; the cap bounds the connections its
+	// short writes take, and the mail server's load.
+	ReceiptWorkers int
+	// ReceiptSendTimeout bounds one attempt at sending a receipt. Default
+	// stagedjobs.DefaultSendTimeout.
+	ReceiptSendTimeout time.Duration
+	// JobTimeout is how long a job may run before its context ends.
+	// Default 30s. The receipt job has its own, longer than its send
+	// (stagedjobs.ReceiptWorker.Timeout).
+	JobTimeout time.Duration
+	// RetryPolicy says when a failed job runs again. Default River's
+	// (attempt^4 seconds, with jitter); tests make it short.
+	RetryPolicy river.ClientRetryPolicy
 }
 
 // Run does the background work until ctx ends, then stops River gracefully.
@@ -63,7 +85,10 @@ func Run(ctx context.Context, cfg Config) error {
 	reaper := recovery.NewReaper(cfg.Engine, 0, cfg.Registry)
 
 	workers := river.NewWorkers()
-	stagedjobs.AddWorkers(workers, cfg.Pool, cfg.Mailer)
+	stagedjobs.AddWorkers(workers, stagedjobs.WorkersConfig{
+		Pool: cfg.Pool, Mailer: cfg.Mailer, SendTimeout: cfg.ReceiptSendTimeout,
+		Logger: cfg.Logger.With(slog.String("component", "receipts")),
+	})
 	river.AddWorker(workers, &completerWorker{completer: completer, log: cfg.Logger})
 	river.AddWorker(workers, &reaperWorker{reaper: reaper, log: cfg.Logger})
 	periodicJobs := []*river.PeriodicJob{
@@ -76,13 +101,17 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
-		Logger:  cfg.Logger.With(slog.String("component", "river")),
-		Queues:  map[string]river.QueueConfig{river.QueueDefault: {MaxWorkers: cfg.MaxWorkers}},
+		Logger: cfg.Logger.With(slog.String("component", "river")),
+		Queues: map[string]river.QueueConfig{
+			river.QueueDefault:      {MaxWorkers: cfg.MaxWorkers},
+			stagedjobs.ReceiptQueue: {MaxWorkers: cfg.ReceiptWorkers},
+		},
 		Workers: workers,
 		// Every job here is safe to run twice, so a job left "running" by a
 		// worker that was killed is taken up again after a minute, not after
 		// River's default hour.
-		JobTimeout:           30 * time.Second,
+		JobTimeout:           cfg.JobTimeout,
+		RetryPolicy:          cfg.RetryPolicy,
 		RescueStuckJobsAfter: time.Minute,
 		PeriodicJobs:         periodicJobs,
 	})
@@ -102,7 +131,8 @@ func Run(ctx context.Context, cfg Config) error {
 	cfg.Logger.Info("worker started", slog.String("completer_interval", cfg.CompleterInterval.String()),
 		slog.String("completer_grace", cfg.CompleterGrace.String()), slog.String("reaper_interval", cfg.ReaperInterval.String()),
 		slog.String("refund_reconcile_interval", cfg.RefundReconcileInterval.String()),
-		slog.String("refund_reconcile_after", cfg.RefundReconcileAfter.String()))
+		slog.String("refund_reconcile_after", cfg.RefundReconcileAfter.String()),
+		slog.Int("receipt_workers", cfg.ReceiptWorkers))
 	runErr := enqueuer.Run(ctx)
 
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 20*time.Second)
@@ -131,6 +161,12 @@ func (cfg *Config) defaults() {
 	}
 	if cfg.MaxWorkers <= 0 {
 		cfg.MaxWorkers = 50
+	}
+	if cfg.ReceiptWorkers <= 0 {
+		cfg.ReceiptWorkers = max(1, min(4, int(cfg.Pool.Config().MaxConns)/2))
+	}
+	if cfg.JobTimeout <= 0 {
+		cfg.JobTimeout = 30 * time.Second
 	}
 	if cfg.Logger == nil {
 		cfg.Logger = slog.New(slog.DiscardHandler)

@@ -31,6 +31,13 @@ type AuditRecord struct {
 	CreatedAt        time.Time
 }
 
+type ChildKeyGeneration struct {
+	IdempotencyKeyID uuid.UUID
+	Step             string
+	Generation       int32
+	SpentAt          pgtype.Timestamptz
+}
+
 type Event struct {
 	ID        string
 	UserID    int64
@@ -83,11 +90,12 @@ type Payment struct {
 }
 
 type Receipt struct {
-	PaymentID string
-	Kind      string
-	Recipient string
-	SentAt    pgtype.Timestamptz
-	CreatedAt time.Time
+	PaymentID    string
+	Kind         string
+	Recipient    string
+	SentAt       pgtype.Timestamptz
+	CreatedAt    time.Time
+	SendingUntil pgtype.Timestamptz
 }
 
 type Refund struct {

@@ -7,24 +7,21 @@ package dbsqlc
 
 import (
 	"context"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const claimReceipt = `-- name: ClaimReceipt :one
-INSERT INTO receipts (payment_id, kind, recipient)
-VALUES ($1, $2, $3)
-ON CONFLICT (payment_id, kind) DO UPDATE SET kind = excluded.kind
-RETURNING payment_id, kind, recipient, sent_at, created_at
+const getReceipt = `-- name: GetReceipt :one
+SELECT payment_id, kind, recipient, sent_at, created_at, sending_until FROM receipts WHERE payment_id = $1 AND kind = $2
 `
 
-type ClaimReceiptParams struct {
+type GetReceiptParams struct {
 	PaymentID string
 	Kind      string
-	Recipient string
 }
 
-// The receipt's row, created on first sight and locked while it is sent.
-func (q *Queries) ClaimReceipt(ctx context.Context, db DBTX, arg ClaimReceiptParams) (Receipt, error) {
-	row := db.QueryRow(ctx, claimReceipt, arg.PaymentID, arg.Kind, arg.Recipient)
+func (q *Queries) GetReceipt(ctx context.Context, db DBTX, arg GetReceiptParams) (Receipt, error) {
+	row := db.QueryRow(ctx, getReceipt, arg.PaymentID, arg.Kind)
 	var i Receipt
 	err := row.Scan(
 		&i.PaymentID,
@@ -32,6 +29,7 @@ func (q *Queries) ClaimReceipt(ctx context.Context, db DBTX, arg ClaimReceiptPar
 		&i.Recipient,
 		&i.SentAt,
 		&i.CreatedAt,
+		&i.SendingUntil,
 	)
 	return i, err
 }
@@ -48,7 +46,8 @@ func (q *Queries) GetUserEmail(ctx context.Context, db DBTX, id int64) (string, 
 }
 
 const markReceiptSent = `-- name: MarkReceiptSent :exec
-UPDATE receipts SET sent_at = now() WHERE payment_id = $1 AND kind = $2
+UPDATE receipts SET sent_at = coalesce(sent_at, now()), sending_until = NULL
+WHERE payment_id = $1 AND kind = $2
 `
 
 type MarkReceiptSentParams struct {
@@ -56,7 +55,64 @@ type MarkReceiptSentParams struct {
 	Kind      string
 }
 
+// Records that the mail server accepted the receipt; the first record wins.
 func (q *Queries) MarkReceiptSent(ctx context.Context, db DBTX, arg MarkReceiptSentParams) error {
 	_, err := db.Exec(ctx, markReceiptSent, arg.PaymentID, arg.Kind)
 	return err
+}
+
+const releaseReceipt = `-- name: ReleaseReceipt :exec
+UPDATE receipts SET sending_until = NULL
+WHERE payment_id = $1 AND kind = $2 AND sent_at IS NULL AND sending_until = $3
+`
+
+type ReleaseReceiptParams struct {
+	PaymentID    string
+	Kind         string
+	SendingUntil pgtype.Timestamptz
+}
+
+// Ends a failed attempt's reservation, so the retry need not wait for it
+// to lapse; only the attempt's own (fenced by its sending_until).
+func (q *Queries) ReleaseReceipt(ctx context.Context, db DBTX, arg ReleaseReceiptParams) error {
+	_, err := db.Exec(ctx, releaseReceipt, arg.PaymentID, arg.Kind, arg.SendingUntil)
+	return err
+}
+
+const reserveReceipt = `-- name: ReserveReceipt :one
+INSERT INTO receipts (payment_id, kind, recipient, sending_until)
+VALUES ($1, $2, $3, now() + make_interval(secs => $4::bigint / 1000.0))
+ON CONFLICT (payment_id, kind) DO UPDATE SET sending_until = excluded.sending_until
+    WHERE receipts.sent_at IS NULL AND (receipts.sending_until IS NULL OR receipts.sending_until <= now())
+RETURNING recipient, sending_until
+`
+
+type ReserveReceiptParams struct {
+	PaymentID string
+	Kind      string
+	Recipient string
+	LeaseMs   int64
+}
+
+type ReserveReceiptRow struct {
+	Recipient    string
+	SendingUntil pgtype.Timestamptz
+}
+
+// Creates the receipt's row on first sight and reserves it for one attempt
+// at sending, until lease_ms from now; or, for a row that exists, reserves
+// it unless it was sent or another attempt's reservation still holds. No
+// row: sent, or reserved by another attempt (GetReceipt says which). The
+// recipient is the row's: a retry writes to the address the first attempt
+// chose.
+func (q *Queries) ReserveReceipt(ctx context.Context, db DBTX, arg ReserveReceiptParams) (ReserveReceiptRow, error) {
+	row := db.QueryRow(ctx, reserveReceipt,
+		arg.PaymentID,
+		arg.Kind,
+		arg.Recipient,
+		arg.LeaseMs,
+	)
+	var i ReserveReceiptRow
+	err := row.Scan(&i.Recipient, &i.SendingUntil)
+	return i, err
 }

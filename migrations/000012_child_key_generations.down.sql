@@ -1,0 +1,1 @@
+DROP TABLE child_key_generations;

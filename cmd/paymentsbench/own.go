@@ -25,7 +25,7 @@ import (
 // nobody: it makes up a PaymentIntent. This no-op is for this benchmark only, a floor with no
 // HTTP and no Stripe; tests never replace Stripe with it. If create.go's SQL
 // changes, this must follow (A-own and B should show the same statements
-// and round trips per request in the report: 11 and 2, the figures
+// and round trips per request in the report: 12 and 2, the figures
 // internal/payments/roundtrips_test.go pins; B's API key lookups are cached).
 
 var queries = dbsqlc.New()

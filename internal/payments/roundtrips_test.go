@@ -101,10 +101,12 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 	sends := log.take()
 	require.Equal(t, []string{
 		// The claim: the key is new (the filter has never seen it), so no
-		// lookup; the payment, its audit record and the key's row, written
-		// at payment_created, in one transaction that reads nothing back:
+		// lookup; the key's row first (if the key exists after all, the
+		// unique index fails the transaction before the payment is
+		// written), the payment, its audit record and the key's fenced move
+		// to payment_created, in one transaction that reads nothing back:
 		// one round trip.
-		"BEGIN ISOLATION + InsertPayment + InsertAuditRecord + InsertIdempotencyKey + COMMIT",
+		"BEGIN ISOLATION + InsertIdempotencyKey + InsertPayment + InsertAuditRecord + SetRecoveryPoint + COMMIT",
 		// (Stripe is called here.) Its answer is recorded and the key
 		// finished, in one round trip: the move is computed from the
 		// payment the claim carried, and written only if the payment is

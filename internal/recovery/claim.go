@@ -9,7 +9,6 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
@@ -43,7 +42,6 @@ func (e *Engine) claim(ctx context.Context, req Request) (*Key, *Response, error
 		return nil, c.replay, err
 	}
 	k := c.k
-	k.inserting = false // its row is committed: from now on every move is fenced
 	// From here the key is ours and committed: an error must leave it
 	// unlocked for the next attempt (Execute sees to it).
 	if k.lockToken == 1 {
@@ -63,25 +61,51 @@ type claimed struct {
 	out     Outcome
 }
 
-// claimAndCommit runs the claim's transaction. Two first requests with one
-// key race to insert it (or the filter was wrong): the loser's insert fails
-// on the unique index, and its second, careful claim finds the winner's row.
+// claimAndCommit runs the claim's transaction, and runs it again, carefully,
+// when the key turns out to be another request's: an existing key always
+// gets the careful answer (its replay, 422, 409 or its resumption), never
+// what the first phase of a new one would have run into.
+//
+// Two first requests with one key race to insert it, or the filter said
+// "new" for a key another instance made: the insert, sent ahead of the
+// first phase's work, fails on the unique index, and the careful claim
+// finds the other row. A claim that took the filter's word can also fail
+// before its insert was sent (a failpoint before the commit of statements
+// that were all queued, say); then one read tells whether the key exists.
 func (e *Engine) claimAndCommit(ctx context.Context, req Request, fingerprint, params []byte, definitelyNew bool) (claimed, error) {
-	var c claimed
-	var err error
-	for attempt := 0; attempt < 2; attempt++ {
-		careful := attempt > 0 || !definitelyNew
-		filterSaidMaybe := careful && attempt == 0 && e.cfg.KeyFilter != nil
-		err = db.WithPipelinedTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
-			var err error
-			c, err = e.claimInTx(ctx, tx, req, fingerprint, params, careful, filterSaidMaybe)
-			return err
-		})
-		if !db.IsUniqueViolation(err) {
-			break
-		}
+	filterSaidMaybe := !definitelyNew && e.cfg.KeyFilter != nil
+	c, err := e.claimTx(ctx, req, fingerprint, params, !definitelyNew, filterSaidMaybe)
+	switch {
+	case err == nil:
+		return c, nil
+	case db.IsUniqueViolation(err), definitelyNew && e.keyExists(ctx, req):
+		// The key is another request's: the careful claim answers.
+		return e.claimTx(ctx, req, fingerprint, params, true, false)
+	default:
+		return c, err
 	}
+}
+
+// claimTx is one try of the claim's transaction, careful (the key looked up
+// first) or not (the key inserted at once). filterSaidMaybe tells that the
+// key filter sent the claim down the careful path.
+func (e *Engine) claimTx(ctx context.Context, req Request, fingerprint, params []byte, careful, filterSaidMaybe bool) (claimed, error) {
+	var c claimed
+	err := db.WithPipelinedTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
+		var err error
+		c, err = e.claimInTx(ctx, tx, req, fingerprint, params, careful, filterSaidMaybe)
+		return err
+	})
 	return c, err
+}
+
+// keyExists tells whether req's key has a row. An error counts as "no": the
+// caller then returns the error it had.
+func (e *Engine) keyExists(ctx context.Context, req Request) bool {
+	exists, err := queries.IdempotencyKeyExists(ctx, e.cfg.Pool, dbsqlc.IdempotencyKeyExistsParams{
+		UserID: req.UserID, IdempotencyKey: req.Key,
+	})
+	return err == nil && exists
 }
 
 // claimInTx claims the key in tx, carefully (looked up first) or not (a new
@@ -92,7 +116,7 @@ func (e *Engine) claimInTx(ctx context.Context, tx *db.Tx, req Request, fingerpr
 	if careful {
 		c.k, c.replay, err = e.carefulClaim(ctx, tx, req, fingerprint, params, filterSaidMaybe)
 	} else {
-		c.k = e.newKey(req, fingerprint, params)
+		c.k, err = e.insertKey(ctx, tx, req, fingerprint, params)
 	}
 	if err != nil || c.k == nil {
 		return c, err
@@ -105,9 +129,6 @@ func (e *Engine) claimInTx(ctx context.Context, tx *db.Tx, req Request, fingerpr
 	}
 	phase, local := req.Flow.isLocal(k.RecoveryPoint)
 	if !local {
-		if k.inserting {
-			return c, e.writeNewKey(ctx, tx, k, Next(Started))
-		}
 		return c, nil
 	}
 	first, err := phase.commit(ctx, tx, k, nil)
@@ -141,14 +162,15 @@ func (e *Engine) findFinished(ctx context.Context, req Request, fingerprint []by
 // here, so a key that turns out new is one of its false positives.
 func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte, filterSaidMaybe bool) (*Key, *Response, error) {
 	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
-		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
+		UserID: req.UserID, IdempotencyKey: req.Key, Now: e.now(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
 		if filterSaidMaybe {
 			e.cfg.KeyFilter.ReportFalsePositive()
 		}
-		return e.newKey(req, fingerprint, params), nil, nil
+		k, err := e.insertKey(ctx, tx, req, fingerprint, params)
+		return k, nil, err
 	case err != nil:
 		return nil, nil, err
 	}
@@ -160,7 +182,8 @@ func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, finge
 		if err := queries.DeleteExpiredIdempotencyKey(ctx, tx, existing.ID); err != nil {
 			return nil, nil, err
 		}
-		return e.newKey(req, fingerprint, params), nil, nil
+		k, err := e.insertKey(ctx, tx, req, fingerprint, params)
+		return k, nil, err
 	}
 	if !bytes.Equal(existing.RequestFingerprint, fingerprint) {
 		return nil, nil, ErrKeyReused
@@ -171,37 +194,31 @@ func (e *Engine) carefulClaim(ctx context.Context, tx *db.Tx, req Request, finge
 	if row.LockLive {
 		return nil, nil, ErrKeyInUse
 	}
-	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{ID: existing.ID, Now: e.now()})
+	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{
+		ID: existing.ID, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	return toKey(locked), nil, nil
+	k := toKey(locked)
+	k.pastExternalWindow = row.PastExternalWindow
+	return k, nil, nil
 }
 
-// newKey is a new key, locked by this request (lock token 1). Its row is
-// written once, at the end of the claim's transaction, where the claim
-// leaves it (writeNewKey): a duplicate key fails that transaction at COMMIT.
-func (e *Engine) newKey(req Request, fingerprint, params []byte) *Key {
-	now := e.clock()
-	return &Key{
+// insertKey makes req's key, new and locked by this request (lock token 1),
+// and queues its row's insert, so that it goes ahead of the first phase's
+// statements: if the key exists after all, the unique index fails the
+// transaction before the phase's work runs (see claimAndCommit).
+func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, req Request, fingerprint, params []byte) (*Key, error) {
+	k := &Key{
 		ID: uuid.New(), UserID: req.UserID, Key: req.Key, Flow: req.Flow.Name,
 		Method: req.Method, Path: req.Path, Params: params,
-		RecoveryPoint: Started, Locked: true, Created: now,
-		lockToken: 1, inserting: true, fingerprint: fingerprint,
+		RecoveryPoint: Started, Locked: true, Created: e.clock(),
+		lockToken: 1,
 	}
-}
-
-// writeNewKey queues the insert of the row of k, a key this transaction
-// claims new, as out leaves it.
-func (e *Engine) writeNewKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
-	params := dbsqlc.InsertIdempotencyKeyParams{
+	return k, queries.InsertIdempotencyKey(ctx, tx.Queued(), dbsqlc.InsertIdempotencyKeyParams{
 		ID: k.ID, UserID: k.UserID, IdempotencyKey: k.Key, Flow: k.Flow,
-		RequestMethod: k.Method, RequestPath: k.Path, RequestParams: k.Params, RequestFingerprint: k.fingerprint,
-		RecoveryPoint: string(out.next), Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
-	}
-	if out.response != nil {
-		params.ResponseCode = pgtype.Int4{Int32: int32(out.response.Status), Valid: true}
-		params.ResponseBody = out.response.Body
-	}
-	return queries.InsertIdempotencyKey(ctx, tx.Queued(), params)
+		RequestMethod: k.Method, RequestPath: k.Path, RequestParams: k.Params, RequestFingerprint: fingerprint,
+		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+	})
 }

@@ -126,13 +126,15 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 	e := c.cfg.Engine
 	rows, err := queries.ClaimAbandonedKeys(ctx, e.cfg.Pool, dbsqlc.ClaimAbandonedKeysParams{
-		Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(), GraceSeconds: c.cfg.Grace.Seconds(),
-		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1,
+		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), GraceSeconds: c.cfg.Grace.Seconds(),
+		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1, ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	if err != nil || len(rows) == 0 {
 		return nil, err
 	}
-	return toKey(rows[0]), nil
+	k := toKey(rows[0].IdempotencyKey)
+	k.pastExternalWindow = rows[0].PastExternalWindow
+	return k, nil
 }
 
 func (c *Completer) complete(ctx context.Context, k *Key) error {

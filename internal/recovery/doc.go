@@ -18,7 +18,16 @@
 //   - The claim (one transaction) finds or creates the key row (user, key),
 //     answers ErrKeyReused if the request differs from the first one, replays
 //     a finished response, answers ErrKeyInUse while another holder's lock is
-//     live, and otherwise takes the lock with a new lock_token.
+//     live, and otherwise takes the lock with a new lock_token. An existing
+//     key always gets this careful answer, even when the key filter took it
+//     for new: a new key's row is written before any of its first phase's
+//     work, and the unique index decides.
+//   - A lock lasts the lifetime its holder gave it: the holder writes
+//     lock_expires_at (now + its own Config.LockTimeout) at the claim, at
+//     every move and at every heartbeat, and every judge (a claim, the
+//     completer, Lookup) reads it against the one clock. No process judges
+//     another's lock by its own timeout, so processes configured with
+//     different lock timeouts never take over each other's live requests.
 //   - Every commit is fenced: it only moves the key if the lock_token is still
 //     the one this attempt claimed, so a holder whose lock was taken over
 //     cannot write. The database checks it (assert_lock_held raises when the
@@ -33,19 +42,31 @@
 //     A child key the remote side reports spent (it replays a stored 500:
 //     ChildKeySpent) is reconciled and then replaced by its next generation,
 //     recorded in the database so that every process agrees (childkeys.go).
+//   - Time comes from one clock: the injected Config.Now, passed into SQL,
+//     or else the database's now(). Whatever compares with a time the
+//     database wrote (a lock's lifetime, a key's expiry, whether a key is
+//     older than the remote side's idempotency window) is judged in SQL.
 //
 // What it costs: a request needs one commit before its first external call
 // (the claim, which also commits the local phases that follow it) and one
 // after each call, with the local phases up to the next call or the answer.
 // Each runs in a db.Tx, which sends BEGIN with the first statement and the
 // writes nobody reads with the next statement or the COMMIT. A key the
-// claim finds new is not looked up (see KeyFilter) and its row is written
-// once, at the end of the claim's transaction, where that transaction
-// leaves it, with nothing read back: such a claim is one round trip.
+// claim finds new is not looked up (see KeyFilter): its row is inserted
+// first, queued ahead of the first phase's statements, and the phase's
+// move of it is queued with the COMMIT, with nothing read back: such a
+// claim is one round trip.
 //
-// So a flow's tables that reference the key (idempotency_key_id) must check
-// that reference at commit: DEFERRABLE INITIALLY DEFERRED, as the
-// migrations do for payments, refunds, audit records and staged jobs.
+// Why the key row goes first: each instance has its own key filter, so a
+// key another instance finished is "new" here. The unique index must
+// decide before the first phase's work runs (its insert fails the
+// transaction, which aborts the statements queued behind it, and the claim
+// takes the careful path), or that work (a row lock it waits for, an
+// error, a serialization failure) would be the answer where the replay, or
+// 422, is right. A claim that failed before its insert was even sent (all
+// its statements were queued) asks whether the key exists before it
+// answers. The rows a flow writes that reference the key therefore always
+// follow the key's row, and their foreign keys are plain (migration 000013).
 //
 // The engine knows nothing about payments: a flow is data handed to it.
 package recovery

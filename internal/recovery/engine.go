@@ -27,12 +27,19 @@ type Config struct {
 	// final answer was stored; after it the key is new again. An unfinished
 	// key is never forgotten. Default 24h.
 	KeyTTL time.Duration
-	// LockTimeout is how long a lock lasts without a heartbeat. Default 90s.
+	// LockTimeout is the lifetime this engine gives the locks it takes: a
+	// lock it holds lasts that long after its claim, its last move or its
+	// last heartbeat (one every third of it). Every process judges a lock
+	// by the lifetime its holder gave it (lock_expires_at), never by its
+	// own LockTimeout, so processes configured differently never take over
+	// each other's live requests. Default 90s.
 	LockTimeout time.Duration
 	// ExternalWindow is how long the remote side (Stripe) surely remembers a
 	// child key. Past it, an external phase is reconciled, never re-sent.
-	// Stripe keeps keys at least 24h; the default, 23h, leaves an hour for
-	// the difference between our clock and the database's.
+	// Whether a key is past it is judged by the database, on the one clock
+	// that wrote the key's created_at, when the key is claimed. Stripe keeps
+	// keys at least 24h; the default, 23h, leaves an hour for the time
+	// between that claim and the call, and for Stripe's clock.
 	ExternalWindow time.Duration
 	// SearchLag is how long the remote side's search index may take to show
 	// an object it made. A search that finds nothing for a spent child key
@@ -138,7 +145,7 @@ func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key
 func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) error {
 	var called any
 	switch {
-	case phase.call != nil && e.pastExternalWindow(k):
+	case phase.call != nil && k.pastExternalWindow:
 		var err error
 		if called, err = e.reconcile(ctx, k, phase); err != nil {
 			return err
@@ -190,14 +197,11 @@ func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) erro
 // if another attempt has taken the key over, the update matches no row and
 // the database raises (assert_lock_held), failing the transaction, which
 // runPhase reports as ErrLockLost. So the move needs no answer and is
-// queued with the COMMIT. A key the transaction claims new has no row yet:
-// it is written, as out leaves it, the same way.
+// queued with the COMMIT. A key the transaction claims new is moved the
+// same way: its row went ahead of the phase's work (insertKey).
 func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
 	if out.response == nil && (out.next == "" || out.next == Started) {
 		return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
-	}
-	if k.inserting {
-		return e.writeNewKey(ctx, tx, k, out)
 	}
 	if out.response != nil {
 		return queries.FinishIdempotencyKey(ctx, tx.Queued(), dbsqlc.FinishIdempotencyKeyParams{
@@ -206,7 +210,7 @@ func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) er
 		})
 	}
 	return queries.SetRecoveryPoint(ctx, tx.Queued(), dbsqlc.SetRecoveryPointParams{
-		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(),
+		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
 	})
 }
 
@@ -233,7 +237,7 @@ func (e *Engine) callWithHeartbeat(ctx context.Context, k *Key, call func(contex
 				return
 			case <-tick.C:
 				n, err := queries.HeartbeatIdempotencyKey(callCtx, e.cfg.Pool, dbsqlc.HeartbeatIdempotencyKeyParams{
-					ID: k.ID, LockToken: k.lockToken, Now: e.now(),
+					ID: k.ID, LockToken: k.lockToken, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
 				})
 				if err == nil && n == 0 {
 					cancel(ErrLockLost)
@@ -255,13 +259,8 @@ func (e *Engine) unlock(ctx context.Context, log *slog.Logger, k *Key) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
 	if _, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: k.ID, LockToken: k.lockToken}); err != nil {
-		log.WarnContext(ctx, "could not unlock key; it unlocks by itself after the lock timeout", slog.String("error", err.Error()))
+		log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
 	}
-}
-
-// pastExternalWindow tells whether k is too old to repeat its external call.
-func (e *Engine) pastExternalWindow(k *Key) bool {
-	return k.Created.Before(e.clock().Add(-e.cfg.ExternalWindow))
 }
 
 // txOptions is how the engine runs a phase's transaction: SERIALIZABLE,
@@ -276,7 +275,14 @@ func (e *Engine) txOptions() db.TxOptions {
 	return db.TxOptions{RetryFor: min(5*time.Second, e.cfg.LockTimeout/3)}
 }
 
-// clock is the injected clock, or the process's.
+// lockLifetime is how long a lock this engine takes or renews lasts, in
+// seconds: its holder's own LockTimeout, written with the lock.
+func (e *Engine) lockLifetime() float64 { return e.cfg.LockTimeout.Seconds() }
+
+// clock is the injected clock, or the process's. It only stamps a new
+// key's Created, for the flow to use (its row's created_at is the
+// database's); the engine never compares it with a time the database
+// wrote: such comparisons are made in SQL, on the one clock (now).
 func (e *Engine) clock() time.Time {
 	if e.cfg.Now != nil {
 		return e.cfg.Now()
@@ -338,7 +344,7 @@ var ErrKeyNotFound = errors.New("idempotency key not found")
 // only while the lock is live.
 func (e *Engine) Lookup(ctx context.Context, userID int64, key string) (*Key, error) {
 	row, err := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
-		UserID: userID, IdempotencyKey: key, Now: e.now(), LockTimeoutSeconds: e.cfg.LockTimeout.Seconds(),
+		UserID: userID, IdempotencyKey: key, Now: e.now(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrKeyNotFound

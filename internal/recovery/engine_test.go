@@ -80,11 +80,16 @@ type testBundle struct {
 
 func setup(t *testing.T, cfg recovery.Config) *testBundle {
 	t.Helper()
+	return setupOn(t, dbtest.NewPool(t), cfg)
+}
+
+// setupOn is setup on the database of pool.
+func setupOn(t *testing.T, pool *pgxpool.Pool, cfg recovery.Config) *testBundle {
+	t.Helper()
 	ctx := context.Background()
-	pool := dbtest.NewPool(t)
 	_, err := pool.Exec(ctx, `
 		CREATE TABLE things (id bigint GENERATED ALWAYS AS IDENTITY, name text, remote_id text,
-			key_id uuid UNIQUE REFERENCES idempotency_keys (id) ON DELETE SET NULL DEFERRABLE INITIALLY DEFERRED);
+			key_id uuid UNIQUE REFERENCES idempotency_keys (id) ON DELETE SET NULL);
 		INSERT INTO users (email) VALUES ('one@example.com'), ('two@example.com');`)
 	require.NoError(t, err)
 	b := &testBundle{pool: pool, remote: &remote{byKey: map[string]string{}}}
@@ -249,7 +254,8 @@ func TestExecute_aHolderWhoseLockWasTakenCannotCommit(t *testing.T) {
 	<-b.remote.inCall
 
 	// The first holder looks dead (its lock expired); a second attempt takes over.
-	_, err := b.pool.Exec(context.Background(), "UPDATE idempotency_keys SET locked_at = now() - interval '1 hour'")
+	_, err := b.pool.Exec(context.Background(),
+		"UPDATE idempotency_keys SET locked_at = now() - interval '1 hour', lock_expires_at = now() - interval '1 hour' + interval '90 seconds'")
 	require.NoError(t, err)
 	second := make(chan error, 1)
 	go func() { _, err := b.execute(t, 1, "k1", `{"name":"lamp"}`); second <- err }()

@@ -142,11 +142,11 @@ type Key struct {
 
 	lockToken    int64
 	responseBody []byte
-	// inserting is true while the transaction that claims the key new
-	// runs: the key's row does not exist yet; that transaction writes it
-	// once, where it leaves the key (Engine.writeNewKey).
-	inserting   bool
-	fingerprint []byte // for that insert
+	// pastExternalWindow tells that the key was older than
+	// Config.ExternalWindow when this attempt claimed it, as the database
+	// judged it: its external calls are reconciled, never repeated. A key
+	// this attempt made is not.
+	pastExternalWindow bool
 
 	// generations holds the generation of each step's child key that is
 	// past 0 (see ChildKey), read from child_key_generations before the

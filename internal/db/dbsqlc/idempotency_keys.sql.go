@@ -16,6 +16,7 @@ import (
 const claimAbandonedKeys = `-- name: ClaimAbandonedKeys :many
 UPDATE idempotency_keys
 SET locked_at = coalesce($1::timestamptz, now()),
+    lock_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1
@@ -23,64 +24,75 @@ WHERE id IN (
     SELECT k.id FROM idempotency_keys k
     WHERE k.recovery_point <> 'finished'
       AND k.needs_attention_at IS NULL
-      AND (k.locked_at IS NULL
-           OR k.locked_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8))
+      AND (k.lock_expires_at IS NULL OR k.lock_expires_at <= coalesce($1::timestamptz, now()))
       AND k.last_run_at < coalesce($1::timestamptz, now())
           - make_interval(secs => least($3::float8 * power(2, least(k.completer_attempts, 20)), $4::float8))
     ORDER BY k.last_run_at
     LIMIT $5
     FOR UPDATE SKIP LOCKED
 )
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $6::float8)
+    )::bool AS past_external_window
 `
 
 type ClaimAbandonedKeysParams struct {
-	Now                pgtype.Timestamptz
-	LockTimeoutSeconds float64
-	GraceSeconds       float64
-	MaxBackoffSeconds  float64
-	BatchSize          int32
+	Now                   pgtype.Timestamptz
+	LockLifetimeSeconds   float64
+	GraceSeconds          float64
+	MaxBackoffSeconds     float64
+	BatchSize             int32
+	ExternalWindowSeconds float64
+}
+
+type ClaimAbandonedKeysRow struct {
+	IdempotencyKey     IdempotencyKey
+	PastExternalWindow bool
 }
 
 // The completer's next keys (it takes one at a time): unfinished keys nobody holds (or whose holder's
-// lock lapsed) and nobody has run for a while, backing off per key: a key
+// lock lapsed, by the lifetime that holder gave it) and nobody has run for a while, backing off per key: a key
 // the completer already tried n times waits grace times 2 to the n (at most
-// max_backoff) since its last run. Claiming takes the lock with a new token,
-// as a retry by the client would. SKIP LOCKED leaves keys claimed elsewhere.
-func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAbandonedKeysParams) ([]IdempotencyKey, error) {
+// max_backoff) since its last run. Claiming takes the lock with a new token
+// for the completer's lock lifetime, as a retry by the client would. SKIP
+// LOCKED leaves keys claimed elsewhere.
+func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAbandonedKeysParams) ([]ClaimAbandonedKeysRow, error) {
 	rows, err := db.Query(ctx, claimAbandonedKeys,
 		arg.Now,
-		arg.LockTimeoutSeconds,
+		arg.LockLifetimeSeconds,
 		arg.GraceSeconds,
 		arg.MaxBackoffSeconds,
 		arg.BatchSize,
+		arg.ExternalWindowSeconds,
 	)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []IdempotencyKey
+	var items []ClaimAbandonedKeysRow
 	for rows.Next() {
-		var i IdempotencyKey
+		var i ClaimAbandonedKeysRow
 		if err := rows.Scan(
-			&i.ID,
-			&i.UserID,
-			&i.IdempotencyKey,
-			&i.Flow,
-			&i.RequestMethod,
-			&i.RequestPath,
-			&i.RequestParams,
-			&i.RequestFingerprint,
-			&i.RecoveryPoint,
-			&i.LockedAt,
-			&i.LockToken,
-			&i.LastRunAt,
-			&i.ResponseCode,
-			&i.ResponseBody,
-			&i.CreatedAt,
-			&i.ExpiresAt,
-			&i.CompleterAttempts,
-			&i.NeedsAttentionAt,
+			&i.IdempotencyKey.ID,
+			&i.IdempotencyKey.UserID,
+			&i.IdempotencyKey.IdempotencyKey,
+			&i.IdempotencyKey.Flow,
+			&i.IdempotencyKey.RequestMethod,
+			&i.IdempotencyKey.RequestPath,
+			&i.IdempotencyKey.RequestParams,
+			&i.IdempotencyKey.RequestFingerprint,
+			&i.IdempotencyKey.RecoveryPoint,
+			&i.IdempotencyKey.LockedAt,
+			&i.IdempotencyKey.LockToken,
+			&i.IdempotencyKey.LastRunAt,
+			&i.IdempotencyKey.ResponseCode,
+			&i.IdempotencyKey.ResponseBody,
+			&i.IdempotencyKey.CreatedAt,
+			&i.IdempotencyKey.ExpiresAt,
+			&i.IdempotencyKey.CompleterAttempts,
+			&i.IdempotencyKey.NeedsAttentionAt,
+			&i.IdempotencyKey.LockExpiresAt,
+			&i.PastExternalWindow,
 		); err != nil {
 			return nil, err
 		}
@@ -94,38 +106,45 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 
 const claimLookup = `-- name: ClaimLookup :one
 
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at,
-    (locked_at IS NOT NULL
-        AND locked_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
-    )::bool AS lock_live,
-    coalesce(expires_at <= coalesce($1::timestamptz, now()), false)::bool AS expired
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+    coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live,
+    coalesce(expires_at <= coalesce($1::timestamptz, now()), false)::bool AS expired,
+    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+    )::bool AS past_external_window
 FROM idempotency_keys
 WHERE user_id = $3 AND idempotency_key = $4
 FOR UPDATE
 `
 
 type ClaimLookupParams struct {
-	Now                pgtype.Timestamptz
-	LockTimeoutSeconds float64
-	UserID             int64
-	IdempotencyKey     string
+	Now                   pgtype.Timestamptz
+	ExternalWindowSeconds float64
+	UserID                int64
+	IdempotencyKey        string
 }
 
 type ClaimLookupRow struct {
-	IdempotencyKey IdempotencyKey
-	LockLive       bool
-	Expired        bool
+	IdempotencyKey     IdempotencyKey
+	LockLive           bool
+	Expired            bool
+	PastExternalWindow bool
 }
 
 // Every time in these queries comes from one clock: the injected @now when
 // tests pass one, else the database's now().
+//
+// A key's lock is live while lock_expires_at is ahead of that clock. Its
+// holder sets it, at every claim, heartbeat and move, to now plus the
+// holder's own lock timeout (@lock_lifetime_seconds); every other process
+// only reads it, so processes with different lock timeouts never take over
+// each other's live requests.
 // The claim reads the row under a row lock, so two claims of one key queue
-// up instead of failing to serialize, and judges the lock and the expiry
-// with the one clock.
+// up instead of failing to serialize, and judges the lock (by the lifetime
+// its holder gave it) and the expiry with the one clock.
 func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParams) (ClaimLookupRow, error) {
 	row := db.QueryRow(ctx, claimLookup,
 		arg.Now,
-		arg.LockTimeoutSeconds,
+		arg.ExternalWindowSeconds,
 		arg.UserID,
 		arg.IdempotencyKey,
 	)
@@ -149,8 +168,10 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.IdempotencyKey.ExpiresAt,
 		&i.IdempotencyKey.CompleterAttempts,
 		&i.IdempotencyKey.NeedsAttentionAt,
+		&i.IdempotencyKey.LockExpiresAt,
 		&i.LockLive,
 		&i.Expired,
+		&i.PastExternalWindow,
 	)
 	return i, err
 }
@@ -198,7 +219,8 @@ func (q *Queries) FindFinishedKey(ctx context.Context, db DBTX, arg FindFinished
 const finishIdempotencyKey = `-- name: FinishIdempotencyKey :exec
 WITH moved AS (
     UPDATE idempotency_keys
-    SET recovery_point = 'finished', response_code = $1, response_body = $2, locked_at = NULL,
+    SET recovery_point = 'finished', response_code = $1, response_body = $2,
+        locked_at = NULL, lock_expires_at = NULL,
         expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8)
     WHERE id = $5 AND lock_token = $6
     RETURNING 1
@@ -231,20 +253,17 @@ func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishI
 }
 
 const getIdempotencyKeyState = `-- name: GetIdempotencyKeyState :one
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at,
-    (locked_at IS NOT NULL
-        AND locked_at > coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
-    )::bool AS lock_live
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+    coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live
 FROM idempotency_keys
-WHERE user_id = $3 AND idempotency_key = $4
+WHERE user_id = $2 AND idempotency_key = $3
   AND (expires_at IS NULL OR expires_at > coalesce($1::timestamptz, now()))
 `
 
 type GetIdempotencyKeyStateParams struct {
-	Now                pgtype.Timestamptz
-	LockTimeoutSeconds float64
-	UserID             int64
-	IdempotencyKey     string
+	Now            pgtype.Timestamptz
+	UserID         int64
+	IdempotencyKey string
 }
 
 type GetIdempotencyKeyStateRow struct {
@@ -256,12 +275,7 @@ type GetIdempotencyKeyStateRow struct {
 // an unfinished one (no expiry) stays visible, since a retry would still
 // resume it.
 func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetIdempotencyKeyStateParams) (GetIdempotencyKeyStateRow, error) {
-	row := db.QueryRow(ctx, getIdempotencyKeyState,
-		arg.Now,
-		arg.LockTimeoutSeconds,
-		arg.UserID,
-		arg.IdempotencyKey,
-	)
+	row := db.QueryRow(ctx, getIdempotencyKeyState, arg.Now, arg.UserID, arg.IdempotencyKey)
 	var i GetIdempotencyKeyStateRow
 	err := row.Scan(
 		&i.IdempotencyKey.ID,
@@ -282,6 +296,7 @@ func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetId
 		&i.IdempotencyKey.ExpiresAt,
 		&i.IdempotencyKey.CompleterAttempts,
 		&i.IdempotencyKey.NeedsAttentionAt,
+		&i.IdempotencyKey.LockExpiresAt,
 		&i.LockLive,
 	)
 	return i, err
@@ -300,60 +315,84 @@ func (q *Queries) GetLockToken(ctx context.Context, db DBTX, id uuid.UUID) (int6
 
 const heartbeatIdempotencyKey = `-- name: HeartbeatIdempotencyKey :execrows
 UPDATE idempotency_keys
-SET locked_at = coalesce($1::timestamptz, now())
-WHERE id = $2 AND lock_token = $3 AND locked_at IS NOT NULL
+SET locked_at = coalesce($1::timestamptz, now()),
+    lock_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8)
+WHERE id = $3 AND lock_token = $4 AND locked_at IS NOT NULL
 `
 
 type HeartbeatIdempotencyKeyParams struct {
-	Now       pgtype.Timestamptz
-	ID        uuid.UUID
-	LockToken int64
+	Now                 pgtype.Timestamptz
+	LockLifetimeSeconds float64
+	ID                  uuid.UUID
+	LockToken           int64
 }
 
-// Keeps the lock alive while an external call runs.
+// Keeps the lock alive while an external call runs: one more lock lifetime
+// of the holder's from now.
 func (q *Queries) HeartbeatIdempotencyKey(ctx context.Context, db DBTX, arg HeartbeatIdempotencyKeyParams) (int64, error) {
-	result, err := db.Exec(ctx, heartbeatIdempotencyKey, arg.Now, arg.ID, arg.LockToken)
+	result, err := db.Exec(ctx, heartbeatIdempotencyKey,
+		arg.Now,
+		arg.LockLifetimeSeconds,
+		arg.ID,
+		arg.LockToken,
+	)
 	if err != nil {
 		return 0, err
 	}
 	return result.RowsAffected(), nil
 }
 
+const idempotencyKeyExists = `-- name: IdempotencyKeyExists :one
+SELECT EXISTS (
+    SELECT 1 FROM idempotency_keys WHERE user_id = $1 AND idempotency_key = $2
+)::bool
+`
+
+type IdempotencyKeyExistsParams struct {
+	UserID         int64
+	IdempotencyKey string
+}
+
+// Whether the user's key has a row, finished or not: after a claim that
+// took the key filter's "new" failed, it tells whether the key is another
+// request's, to be answered by the careful claim.
+func (q *Queries) IdempotencyKeyExists(ctx context.Context, db DBTX, arg IdempotencyKeyExistsParams) (bool, error) {
+	row := db.QueryRow(ctx, idempotencyKeyExists, arg.UserID, arg.IdempotencyKey)
+	var column_1 bool
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, response_code, response_body, locked_at, lock_token, last_run_at, created_at, expires_at
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
-    $9, $10, $11,
-    CASE WHEN $10::integer IS NULL THEN coalesce($12::timestamptz, now()) END,
-    1, coalesce($12::timestamptz, now()),
-    coalesce($12::timestamptz, now()),
-    CASE WHEN $10::integer IS NOT NULL
-        THEN coalesce($12::timestamptz, now()) + make_interval(secs => $13::float8) END
+    'started', coalesce($9::timestamptz, now()),
+    coalesce($9::timestamptz, now()) + make_interval(secs => $10::float8),
+    1, coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now())
 )
 `
 
 type InsertIdempotencyKeyParams struct {
-	ID                 uuid.UUID
-	UserID             int64
-	IdempotencyKey     string
-	Flow               string
-	RequestMethod      string
-	RequestPath        string
-	RequestParams      []byte
-	RequestFingerprint []byte
-	RecoveryPoint      string
-	ResponseCode       pgtype.Int4
-	ResponseBody       []byte
-	Now                pgtype.Timestamptz
-	TtlSeconds         float64
+	ID                  uuid.UUID
+	UserID              int64
+	IdempotencyKey      string
+	Flow                string
+	RequestMethod       string
+	RequestPath         string
+	RequestParams       []byte
+	RequestFingerprint  []byte
+	Now                 pgtype.Timestamptz
+	LockLifetimeSeconds float64
 }
 
-// A new key, claimed (lock token 1) by the request that creates it, written
-// once, at the end of the claim's transaction, where that transaction leaves
-// it: at a recovery point and still locked (no expiry), or finished with its
-// response (expiring a TTL from now).
+// A new key, at started and locked (lock token 1, for the caller's lock
+// lifetime) by the request that creates it. The claim sends it ahead of
+// the first phase's statements, in the same round trip: a key that exists
+// already fails it on the unique index, which aborts the transaction before
+// any of the phase's work runs, and the claim takes the careful path.
 // The caller chooses the id and knows every column, so nothing is returned
 // and the insert can be queued (db.Tx.Queued).
 func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertIdempotencyKeyParams) error {
@@ -366,11 +405,8 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		arg.RequestPath,
 		arg.RequestParams,
 		arg.RequestFingerprint,
-		arg.RecoveryPoint,
-		arg.ResponseCode,
-		arg.ResponseBody,
 		arg.Now,
-		arg.TtlSeconds,
+		arg.LockLifetimeSeconds,
 	)
 	return err
 }
@@ -437,20 +473,23 @@ func (q *Queries) ListLiveKeys(ctx context.Context, db DBTX, arg ListLiveKeysPar
 const lockIdempotencyKey = `-- name: LockIdempotencyKey :one
 UPDATE idempotency_keys
 SET locked_at = coalesce($1::timestamptz, now()),
+    lock_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1
-WHERE id = $2
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at
+WHERE id = $3
+RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at
 `
 
 type LockIdempotencyKeyParams struct {
-	Now pgtype.Timestamptz
-	ID  uuid.UUID
+	Now                 pgtype.Timestamptz
+	LockLifetimeSeconds float64
+	ID                  uuid.UUID
 }
 
-// Takes the lock of an existing key: a new token fences off any earlier holder.
+// Takes the lock of an existing key for the caller's lock lifetime: a new
+// token fences off any earlier holder.
 func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdempotencyKeyParams) (IdempotencyKey, error) {
-	row := db.QueryRow(ctx, lockIdempotencyKey, arg.Now, arg.ID)
+	row := db.QueryRow(ctx, lockIdempotencyKey, arg.Now, arg.LockLifetimeSeconds, arg.ID)
 	var i IdempotencyKey
 	err := row.Scan(
 		&i.ID,
@@ -471,13 +510,14 @@ func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdemp
 		&i.ExpiresAt,
 		&i.CompleterAttempts,
 		&i.NeedsAttentionAt,
+		&i.LockExpiresAt,
 	)
 	return i, err
 }
 
 const markNeedsAttention = `-- name: MarkNeedsAttention :execrows
 UPDATE idempotency_keys
-SET needs_attention_at = coalesce($1::timestamptz, now()), locked_at = NULL
+SET needs_attention_at = coalesce($1::timestamptz, now()), locked_at = NULL, lock_expires_at = NULL
 WHERE id = $2 AND lock_token = $3
 `
 
@@ -525,26 +565,30 @@ func (q *Queries) ReapExpiredKeys(ctx context.Context, db DBTX, arg ReapExpiredK
 const setRecoveryPoint = `-- name: SetRecoveryPoint :exec
 WITH moved AS (
     UPDATE idempotency_keys
-    SET recovery_point = $1, locked_at = coalesce($2::timestamptz, now())
-    WHERE id = $3 AND lock_token = $4
+    SET recovery_point = $1, locked_at = coalesce($2::timestamptz, now()),
+        lock_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
+    WHERE id = $4 AND lock_token = $5
     RETURNING 1
 )
 SELECT assert_lock_held(count(*)) FROM moved
 `
 
 type SetRecoveryPointParams struct {
-	RecoveryPoint string
-	Now           pgtype.Timestamptz
-	ID            uuid.UUID
-	LockToken     int64
+	RecoveryPoint       string
+	Now                 pgtype.Timestamptz
+	LockLifetimeSeconds float64
+	ID                  uuid.UUID
+	LockToken           int64
 }
 
 // Moves a key forward, only while the caller still holds its lock: else it
-// raises PK001 (assert_lock_held) and the transaction fails.
+// raises PK001 (assert_lock_held) and the transaction fails. The move
+// renews the lock for the caller's lock lifetime.
 func (q *Queries) SetRecoveryPoint(ctx context.Context, db DBTX, arg SetRecoveryPointParams) error {
 	_, err := db.Exec(ctx, setRecoveryPoint,
 		arg.RecoveryPoint,
 		arg.Now,
+		arg.LockLifetimeSeconds,
 		arg.ID,
 		arg.LockToken,
 	)
@@ -553,7 +597,7 @@ func (q *Queries) SetRecoveryPoint(ctx context.Context, db DBTX, arg SetRecovery
 
 const unlockIdempotencyKey = `-- name: UnlockIdempotencyKey :execrows
 UPDATE idempotency_keys
-SET locked_at = NULL
+SET locked_at = NULL, lock_expires_at = NULL
 WHERE id = $1 AND lock_token = $2
 `
 

@@ -65,6 +65,7 @@ type IdempotencyKey struct {
 	ExpiresAt          pgtype.Timestamptz
 	CompleterAttempts  int32
 	NeedsAttentionAt   pgtype.Timestamptz
+	LockExpiresAt      pgtype.Timestamptz
 }
 
 type Payment struct {

@@ -1,15 +1,21 @@
 -- Every time in these queries comes from one clock: the injected @now when
 -- tests pass one, else the database's now().
+--
+-- A key's lock is live while lock_expires_at is ahead of that clock. Its
+-- holder sets it, at every claim, heartbeat and move, to now plus the
+-- holder's own lock timeout (@lock_lifetime_seconds); every other process
+-- only reads it, so processes with different lock timeouts never take over
+-- each other's live requests.
 
 -- name: ClaimLookup :one
 -- The claim reads the row under a row lock, so two claims of one key queue
--- up instead of failing to serialize, and judges the lock and the expiry
--- with the one clock.
+-- up instead of failing to serialize, and judges the lock (by the lifetime
+-- its holder gave it) and the expiry with the one clock.
 SELECT sqlc.embed(idempotency_keys),
-    (locked_at IS NOT NULL
-        AND locked_at > coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8)
-    )::bool AS lock_live,
-    coalesce(expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS expired
+    coalesce(lock_expires_at > coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS lock_live,
+    coalesce(expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS expired,
+    (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
+    )::bool AS past_external_window
 FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 FOR UPDATE;
@@ -24,24 +30,30 @@ WHERE user_id = @user_id AND idempotency_key = @idempotency_key
   AND recovery_point = 'finished' AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
 
 -- name: InsertIdempotencyKey :exec
--- A new key, claimed (lock token 1) by the request that creates it, written
--- once, at the end of the claim's transaction, where that transaction leaves
--- it: at a recovery point and still locked (no expiry), or finished with its
--- response (expiring a TTL from now).
+-- A new key, at started and locked (lock token 1, for the caller's lock
+-- lifetime) by the request that creates it. The claim sends it ahead of
+-- the first phase's statements, in the same round trip: a key that exists
+-- already fails it on the unique index, which aborts the transaction before
+-- any of the phase's work runs, and the claim takes the careful path.
 -- The caller chooses the id and knows every column, so nothing is returned
 -- and the insert can be queued (db.Tx.Queued).
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, response_code, response_body, locked_at, lock_token, last_run_at, created_at, expires_at
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at
 ) VALUES (
     @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
-    @recovery_point, sqlc.narg('response_code'), sqlc.narg('response_body'),
-    CASE WHEN sqlc.narg('response_code')::integer IS NULL THEN coalesce(sqlc.narg('now')::timestamptz, now()) END,
-    1, coalesce(sqlc.narg('now')::timestamptz, now()),
-    coalesce(sqlc.narg('now')::timestamptz, now()),
-    CASE WHEN sqlc.narg('response_code')::integer IS NOT NULL
-        THEN coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8) END
+    'started', coalesce(sqlc.narg('now')::timestamptz, now()),
+    coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
+    1, coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
 );
+
+-- name: IdempotencyKeyExists :one
+-- Whether the user's key has a row, finished or not: after a claim that
+-- took the key filter's "new" failed, it tells whether the key is another
+-- request's, to be answered by the careful claim.
+SELECT EXISTS (
+    SELECT 1 FROM idempotency_keys WHERE user_id = @user_id AND idempotency_key = @idempotency_key
+)::bool;
 
 -- name: DeleteExpiredIdempotencyKey :exec
 -- An expired, finished key makes way for a new request with the same key.
@@ -49,9 +61,11 @@ DELETE FROM idempotency_keys
 WHERE id = @id AND recovery_point = 'finished';
 
 -- name: LockIdempotencyKey :one
--- Takes the lock of an existing key: a new token fences off any earlier holder.
+-- Takes the lock of an existing key for the caller's lock lifetime: a new
+-- token fences off any earlier holder.
 UPDATE idempotency_keys
 SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1
 WHERE id = @id
@@ -59,10 +73,12 @@ RETURNING *;
 
 -- name: SetRecoveryPoint :exec
 -- Moves a key forward, only while the caller still holds its lock: else it
--- raises PK001 (assert_lock_held) and the transaction fails.
+-- raises PK001 (assert_lock_held) and the transaction fails. The move
+-- renews the lock for the caller's lock lifetime.
 WITH moved AS (
     UPDATE idempotency_keys
-    SET recovery_point = @recovery_point, locked_at = coalesce(sqlc.narg('now')::timestamptz, now())
+    SET recovery_point = @recovery_point, locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+        lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8)
     WHERE id = @id AND lock_token = @lock_token
     RETURNING 1
 )
@@ -74,7 +90,8 @@ SELECT assert_lock_held(count(*)) FROM moved;
 -- The key expires a TTL from now, however long ago it was first claimed.
 WITH moved AS (
     UPDATE idempotency_keys
-    SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body, locked_at = NULL,
+    SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body,
+        locked_at = NULL, lock_expires_at = NULL,
         expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
     WHERE id = @id AND lock_token = @lock_token
     RETURNING 1
@@ -82,15 +99,17 @@ WITH moved AS (
 SELECT assert_lock_held(count(*)) FROM moved;
 
 -- name: HeartbeatIdempotencyKey :execrows
--- Keeps the lock alive while an external call runs.
+-- Keeps the lock alive while an external call runs: one more lock lifetime
+-- of the holder's from now.
 UPDATE idempotency_keys
-SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now())
+SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8)
 WHERE id = @id AND lock_token = @lock_token AND locked_at IS NOT NULL;
 
 -- name: UnlockIdempotencyKey :execrows
 -- Releases the lock without finishing: the next attempt resumes where this one stopped.
 UPDATE idempotency_keys
-SET locked_at = NULL
+SET locked_at = NULL, lock_expires_at = NULL
 WHERE id = @id AND lock_token = @lock_token;
 
 -- name: GetIdempotencyKeyState :one
@@ -98,21 +117,21 @@ WHERE id = @id AND lock_token = @lock_token;
 -- an unfinished one (no expiry) stays visible, since a retry would still
 -- resume it.
 SELECT sqlc.embed(idempotency_keys),
-    (locked_at IS NOT NULL
-        AND locked_at > coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8)
-    )::bool AS lock_live
+    coalesce(lock_expires_at > coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = @user_id AND idempotency_key = @idempotency_key
   AND (expires_at IS NULL OR expires_at > coalesce(sqlc.narg('now')::timestamptz, now()));
 
 -- name: ClaimAbandonedKeys :many
 -- The completer's next keys (it takes one at a time): unfinished keys nobody holds (or whose holder's
--- lock lapsed) and nobody has run for a while, backing off per key: a key
+-- lock lapsed, by the lifetime that holder gave it) and nobody has run for a while, backing off per key: a key
 -- the completer already tried n times waits grace times 2 to the n (at most
--- max_backoff) since its last run. Claiming takes the lock with a new token,
--- as a retry by the client would. SKIP LOCKED leaves keys claimed elsewhere.
+-- max_backoff) since its last run. Claiming takes the lock with a new token
+-- for the completer's lock lifetime, as a retry by the client would. SKIP
+-- LOCKED leaves keys claimed elsewhere.
 UPDATE idempotency_keys
 SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1
@@ -120,21 +139,22 @@ WHERE id IN (
     SELECT k.id FROM idempotency_keys k
     WHERE k.recovery_point <> 'finished'
       AND k.needs_attention_at IS NULL
-      AND (k.locked_at IS NULL
-           OR k.locked_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lock_timeout_seconds::float8))
+      AND (k.lock_expires_at IS NULL OR k.lock_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
       AND k.last_run_at < coalesce(sqlc.narg('now')::timestamptz, now())
           - make_interval(secs => least(sqlc.arg('grace_seconds')::float8 * power(2, least(k.completer_attempts, 20)), sqlc.arg('max_backoff_seconds')::float8))
     ORDER BY k.last_run_at
     LIMIT @batch_size
     FOR UPDATE SKIP LOCKED
 )
-RETURNING *;
+RETURNING sqlc.embed(idempotency_keys),
+    (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
+    )::bool AS past_external_window;
 
 -- name: MarkNeedsAttention :execrows
 -- Gives up on a key for good: its Stripe step is past Stripe's idempotency
 -- window and Stripe has no trace of it. A person decides; nothing is re-sent.
 UPDATE idempotency_keys
-SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_at = NULL
+SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_at = NULL, lock_expires_at = NULL
 WHERE id = @id AND lock_token = @lock_token;
 
 

@@ -1,0 +1,7 @@
+ALTER TABLE payments ALTER CONSTRAINT payments_idempotency_key_id_fkey DEFERRABLE INITIALLY DEFERRED;
+ALTER TABLE refunds ALTER CONSTRAINT refunds_idempotency_key_id_fkey DEFERRABLE INITIALLY DEFERRED;
+ALTER TABLE audit_records ALTER CONSTRAINT audit_records_idempotency_key_id_fkey DEFERRABLE INITIALLY DEFERRED;
+ALTER TABLE staged_jobs ALTER CONSTRAINT staged_jobs_idempotency_key_id_fkey DEFERRABLE INITIALLY DEFERRED;
+
+ALTER TABLE idempotency_keys DROP CONSTRAINT idempotency_keys_lock_has_lifetime;
+ALTER TABLE idempotency_keys DROP COLUMN lock_expires_at;

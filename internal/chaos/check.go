@@ -8,6 +8,7 @@ import (
 	"maps"
 	"slices"
 	"strings"
+	"time"
 )
 
 // Violation is a broken invariant and the key or object that shows it.
@@ -31,6 +32,7 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 //	reuse-422         the key with another body is 422 idempotency_key_reused
 //	hostile-400       an ambiguous or unstorable body is 400 validation_failed, and stores nothing
 //	key-echo          every answer echoes the Idempotency-Key
+//	api-budget        every attempt was answered within apiBudget, whatever the mail server or Stripe did
 //	stored-answer     the stored response is the answer the client got
 //	expected-answer   the answer is the one the request calls for
 //	race              of requests racing for one thing, exactly one won
@@ -42,6 +44,7 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 //	                  the payment, and those that did not fail sum to amount_refunded
 //	event             one merchant event per state change, none for changes that did not happen
 //	receipt           one receipt per capture and per refund, sent
+//	receipt-once      the mail server accepted each receipt once, and every receipt marked sent
 //	job               staged jobs drained into River, each once, each run to completion
 //	stripe-request    every mutating call to Stripe carried an idempotency key
 func Check(s *Snapshot, records []Record) []Violation {
@@ -139,7 +142,8 @@ func (c *checker) fail(rule, key, format string, args ...any) {
 // checkAnswers: final-answer, replay-identical, executed-twice, reuse-422,
 // key-echo, stored-answer, expected-answer and race.
 func (c *checker) checkAnswers() {
-	winners := map[string]int{} // race group -> requests that got Want
+	winners := map[string]int{}       // race group -> requests that got Want
+	expiredRaces := map[string]bool{} // race groups over an authorisation Stripe canceled on its own
 	racers := map[string][]string{}
 	for i := range c.records {
 		r := &c.records[i]
@@ -149,6 +153,10 @@ func (c *checker) checkAnswers() {
 		}
 		if r.GaveUp {
 			c.fail("final-answer", r.Key, "one of its senders ran out of retries (%d attempts in all)", r.Attempts)
+		}
+		if r.Slowest > apiBudget || r.TimedOut > 0 {
+			c.fail("api-budget", r.Key, "an attempt took %v to answer (budget %v); %d got no answer within %v",
+				r.Slowest.Round(time.Millisecond), apiBudget, r.TimedOut, attemptTimeout)
 		}
 		if r.FreshGot409 {
 			c.fail("fresh-409", r.Key, "the key's first request, with no other sender, was answered 409 idempotency_key_in_use")
@@ -205,16 +213,43 @@ func (c *checker) checkAnswers() {
 			} else if r.Expect.Alt != nil {
 				ok, why = matches(*r.Expect.Alt, first)
 			}
+			if c.expired(r.Payment) {
+				expiredRaces[r.Expect.Race] = true
+			}
+		}
+		if !ok && c.refusedAfterExpiry(r, first) {
+			ok = true
 		}
 		if !ok {
 			c.fail("expected-answer", r.Key, "%s %s: %s", r.Method, r.Path, why)
 		}
 	}
 	for _, race := range slices.Sorted(maps.Keys(racers)) {
-		if n := winners[race]; n != 1 {
+		if n := winners[race]; n != 1 && !(n == 0 && expiredRaces[race]) {
 			c.fail("race", strings.Join(racers[race], ","), "%d of the racing requests won (race %s), want exactly 1", n, race)
 		}
 	}
+}
+
+// apiBudget is the longest an attempt may take to be answered. The slowest
+// legitimate one waits out a Stripe delay or a stalled holder (a few lock
+// timeouts); a mail server that hangs must not add anything.
+const apiBudget = 15 * time.Second
+
+// expired tells whether payment's authorisation was canceled by Stripe on
+// its own, nobody having captured or canceled it in time.
+func (c *checker) expired(payment string) bool {
+	pis := c.intentsOf[payment]
+	return len(pis) == 1 && pis[0].CancellationReason == "automatic"
+}
+
+// refusedAfterExpiry tells whether r is a capture or a cancel that Stripe
+// refused because the authorisation had expired, which the service answers
+// 400 payment_not_capturable: the right answer to a request that came too
+// late, whatever the client expected.
+func (c *checker) refusedAfterExpiry(r *Record, a Answer) bool {
+	return (r.Op == OpCapture || r.Op == OpCancel) && a.Status == 400 &&
+		field(a.Body, "code") == "payment_not_capturable" && c.expired(r.Payment)
 }
 
 // matches tells whether a matches o, and if not, why.
@@ -613,6 +648,20 @@ func (c *checker) checkReceipts() {
 	}
 	for _, missing := range sortedReceipts(want) {
 		c.fail("receipt", missing.PaymentID, "no receipt %s", missing.Kind)
+	}
+	sent := 0
+	for _, got := range c.s.Receipts {
+		if got.Sent {
+			sent++
+		}
+	}
+	if c.s.Mail.Distinct < sent {
+		c.fail("receipt-once", "-", "%d receipts are marked sent, the mail server accepted %d", sent, c.s.Mail.Distinct)
+	}
+	if !c.s.Mail.WorkersKilled {
+		for _, id := range slices.Sorted(maps.Keys(c.s.Mail.Duplicates)) {
+			c.fail("receipt-once", id, "the mail server accepted this receipt %d times", c.s.Mail.Duplicates[id])
+		}
 	}
 }
 

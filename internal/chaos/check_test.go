@@ -3,6 +3,7 @@ package chaos
 import (
 	"slices"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -67,6 +68,7 @@ func world() (*Snapshot, []Record) {
 			{ID: "evt_4", UserID: alice, Type: "refund.succeeded", ObjectID: "re_1"},
 		},
 		Receipts: []Receipt{{PaymentID: "pay_A", Kind: "payment", Sent: true}, {PaymentID: "pay_A", Kind: "refund:re_1", Sent: true}},
+		Mail:     MailState{Accepted: 2, Distinct: 2},
 		RiverJobs: []RiverJob{
 			{ID: 1, Kind: kindMerchantEvent, State: "completed", Attempt: 1, EventID: "evt_1"},
 			{ID: 2, Kind: kindMerchantEvent, State: "completed", Attempt: 1, EventID: "evt_2"},
@@ -323,6 +325,26 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 			s.RiverJobs[4].State = "retryable"
 			return r
 		}, "job", "5", false},
+		{"an attempt answered after the API's budget", func(s *Snapshot, r []Record) []Record {
+			r[0].Slowest = apiBudget + time.Second
+			return r
+		}, "api-budget", "k-a", false},
+		{"an attempt never answered", func(s *Snapshot, r []Record) []Record {
+			r[3].TimedOut = 1
+			return r
+		}, "api-budget", "k-c-cancel", false},
+		{"a receipt the mail server accepted twice", func(s *Snapshot, r []Record) []Record {
+			s.Mail.Accepted, s.Mail.Duplicates = 3, map[string]int{"<receipt.payment.pay_A@example.com>": 2}
+			return r
+		}, "receipt-once", "<receipt.payment.pay_A@example.com>", false},
+		{"a receipt marked sent that the mail server never accepted", func(s *Snapshot, r []Record) []Record {
+			s.Mail.Accepted, s.Mail.Distinct = 1, 1
+			return r
+		}, "receipt-once", "-", false},
+		{"a cancel refused although the authorisation had not expired", func(s *Snapshot, r []Record) []Record {
+			refuseCancelOfC(s, r)
+			return r
+		}, "expected-answer", "k-c-cancel", false},
 		{"a mutating Stripe call without an idempotency key", func(s *Snapshot, r []Record) []Record {
 			s.Sim.Requests = append(s.Sim.Requests, SimRequest{Method: "POST", Path: "/v1/refunds", Status: 200})
 			return r
@@ -353,4 +375,24 @@ func findViolation(vs []Violation, rule, key string) Violation {
 		}
 	}
 	return Violation{Rule: "missing " + rule, Key: key}
+}
+
+// refuseCancelOfC makes the cancel of pay_C come after Stripe canceled it:
+// the service answered (and stored) 400 payment_not_capturable.
+func refuseCancelOfC(s *Snapshot, r []Record) {
+	refused := []byte(`{"status":400,"code":"payment_not_capturable"}`)
+	r[3].Finals = []Answer{{Status: 400, Body: refused, KeyEcho: r[3].Key}}
+	s.Keys[3].ResponseCode, s.Keys[3].ResponseBody = 400, refused
+}
+
+// A capture or cancel that reaches Stripe after the authorisation expired
+// is rightly refused, whatever the client expected; and a duplicate receipt
+// after a worker was SIGKILLed is the documented at-least-once window.
+func TestCheck_whatARunRightlyAllows(t *testing.T) {
+	t.Parallel()
+	s, records := world()
+	refuseCancelOfC(s, records)
+	s.Sim.PaymentIntents[2].CancellationReason = "automatic"
+	s.Mail.Accepted, s.Mail.Duplicates, s.Mail.WorkersKilled = 3, map[string]int{"<receipt.payment.pay_A@example.com>": 2}, true
+	require.Empty(t, Check(s, records))
 }

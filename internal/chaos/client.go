@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"io"
 	"math/rand/v2"
 	"net/http"
@@ -78,7 +79,16 @@ func (d *driver) sendWith(ctx context.Context, rng *rand.Rand, opts sendOptions,
 		started := time.Now()
 		stalling := strings.Contains(in.Failpoint(), "sleep") // the crasher stalls its holders past the lock timeout
 		status, body, header, err := d.attempt(ctx, in.URL(), r, apiKey)
-		d.ledger.Update(r, func(r *Record) { r.Attempts++ })
+		took, timedOut := time.Since(started), errors.Is(err, context.DeadlineExceeded) && ctx.Err() == nil
+		d.ledger.Update(r, func(r *Record) {
+			r.Attempts++
+			if err == nil {
+				r.Slowest = max(r.Slowest, took)
+			}
+			if timedOut {
+				r.TimedOut++
+			}
+		})
 		d.stats.Add("attempts", 1)
 		// A first attempt to an instance that the crasher made stall past
 		// the lock timeout is rightly taken over (by the completer), and its

@@ -35,6 +35,11 @@ type ClusterConfig struct {
 	LogDir      string
 	LockTimeout time.Duration
 	KeyTTL      time.Duration // 0: the service's default
+	// SMTPURL is the workers' mail server for receipts.
+	SMTPURL string
+	// AuthorisationLifetime is the simulator's: how long an uncaptured
+	// authorisation lives before Stripe cancels it.
+	AuthorisationLifetime time.Duration
 }
 
 // completerGrace is the worker's PAYMENTS_COMPLETER_GRACE: an abandoned
@@ -98,13 +103,17 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 		return nil, err
 	}
 	c.sim, c.SimURL, err = startProcess(ctx, cfg.Binary, filepath.Join(cfg.LogDir, "stripesim.log"), nil, simListening, true,
-		"stripesim", "--addr", "127.0.0.1:0", "--webhook-url", c.relay.url+"/v1/stripe/webhooks", "--webhook-secret", webhookSecret)
+		"stripesim", "--addr", "127.0.0.1:0", "--webhook-url", c.relay.url+"/v1/stripe/webhooks", "--webhook-secret", webhookSecret,
+		"--authorisation-lifetime", cfg.AuthorisationLifetime.String())
 	if err != nil {
 		return nil, err
 	}
 	common := []string{
 		"DATABASE_URL=" + cfg.DatabaseURL, "STRIPE_API_BASE=" + c.SimURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
 		"PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s",
+		// The simulator's search shows an object at once, unlike Stripe's:
+		// a key Stripe stored a 500 under moves on after a second, not an hour.
+		"PAYMENTS_STRIPE_SEARCH_LAG=1s",
 	}
 	if cfg.KeyTTL > 0 {
 		common = append(common, "PAYMENTS_IDEMPOTENCY_KEY_TTL="+cfg.KeyTTL.String())
@@ -114,6 +123,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 		// A refund whose charge.refund.updated was lost (every instance
 		// down when Stripe sent it) is settled by the reconciler.
 		"PAYMENTS_REFUND_RECONCILE_AFTER=5s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=1s",
+		"SMTP_URL=" + cfg.SMTPURL,
 	}
 	for _, set := range instanceSettings {
 		lock := max(minLockTimeout, time.Duration(set.lockMult*float64(cfg.LockTimeout))).Round(time.Millisecond)

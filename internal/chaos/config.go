@@ -46,6 +46,11 @@ type Config struct {
 	// rule 8); replays of older answers are not sent, since such a key may
 	// rightly be new again, and the checker allows for reaped keys.
 	KeyTTL time.Duration
+	// AuthorisationLifetime is the simulator's (CHAOS_AUTHORISATION_LIFETIME):
+	// an authorisation nobody captures or cancels within it is canceled by
+	// Stripe, as after 7 days at Stripe. Some clients leave authorisations
+	// alone for that; a capture that comes too late is rightly refused.
+	AuthorisationLifetime time.Duration
 	// WebhookDuplicates is the share of webhook events delivered twice
 	// (CHAOS_WEBHOOK_DUPLICATES).
 	WebhookDuplicates float64
@@ -66,18 +71,19 @@ type Config struct {
 // DefaultConfig is the CI run: a minute of chaos, sixteen clients.
 func DefaultConfig() Config {
 	return Config{
-		Duration:          60 * time.Second,
-		Clients:           16,
-		Think:             100 * time.Millisecond,
-		Seed:              uint64(time.Now().UnixNano()),
-		FaultRate:         4,
-		CrashInterval:     3 * time.Second,
-		KillWorker:        false,
-		LockTimeout:       2 * time.Second,
-		KeyTTL:            10 * time.Second,
-		WebhookDuplicates: 0.1,
-		RequestBudget:     2 * time.Minute,
-		SettleTimeout:     60 * time.Second,
+		Duration:              60 * time.Second,
+		Clients:               16,
+		Think:                 100 * time.Millisecond,
+		Seed:                  uint64(time.Now().UnixNano()),
+		FaultRate:             4,
+		CrashInterval:         3 * time.Second,
+		KillWorker:            false,
+		LockTimeout:           2 * time.Second,
+		KeyTTL:                10 * time.Second,
+		WebhookDuplicates:     0.1,
+		AuthorisationLifetime: 20 * time.Second,
+		RequestBudget:         2 * time.Minute,
+		SettleTimeout:         60 * time.Second,
 	}
 }
 
@@ -101,6 +107,7 @@ func ConfigFromEnv() (Config, error) {
 	duration("CHAOS_KEY_TTL", &cfg.KeyTTL)
 	duration("CHAOS_REQUEST_BUDGET", &cfg.RequestBudget)
 	duration("CHAOS_SETTLE_TIMEOUT", &cfg.SettleTimeout)
+	duration("CHAOS_AUTHORISATION_LIFETIME", &cfg.AuthorisationLifetime)
 	if v, ok := os.LookupEnv("CHAOS_CLIENTS"); ok {
 		n, err := strconv.Atoi(v)
 		if err != nil {
@@ -154,6 +161,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("chaos: key TTL %v is under 5s: clients could not replay their answers inside it", cfg.KeyTTL)
 	case cfg.WebhookDuplicates < 0 || cfg.WebhookDuplicates > 1:
 		return fmt.Errorf("chaos: webhook duplicate share %v is not in [0, 1]", cfg.WebhookDuplicates)
+	case cfg.AuthorisationLifetime < 5*time.Second:
+		return fmt.Errorf("chaos: authorisation lifetime %v is under 5s: clients could not capture in time", cfg.AuthorisationLifetime)
 	case cfg.RequestBudget < time.Second || cfg.SettleTimeout < time.Second:
 		return fmt.Errorf("chaos: request budget and settle timeout must be at least 1s")
 	}

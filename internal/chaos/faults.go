@@ -3,6 +3,7 @@ package chaos
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"net/http"
@@ -14,6 +15,7 @@ import (
 // The simulator's fault kinds (API.md section 4).
 var faultKinds = []stripesim.FaultKind{
 	stripesim.FaultError500, stripesim.FaultLostResponse, stripesim.FaultDropConnection, stripesim.FaultDelay, stripesim.FaultRateLimit,
+	stripesim.FaultStoredError500,
 }
 
 // injectFaults arms a random simulator fault every so often (exponential
@@ -54,9 +56,39 @@ func injectFaults(ctx context.Context, simURL string, rate float64, lockTimeout 
 	}
 }
 
-// clearFaults disarms every fault.
+// webhookFaultKinds are the ways Stripe's webhooks arrive besides once and
+// in order (API.md section 4): twice, after the next event about the same
+// object, late.
+var webhookFaultKinds = []stripesim.WebhookFaultKind{stripesim.WebhookDuplicate, stripesim.WebhookReorder, stripesim.WebhookDelay}
+
+// injectWebhookFaults arms a random webhook fault at the simulator every
+// second or so until ctx ends. (The relay in front of the instances
+// duplicates deliveries too; these come from Stripe's side, in its order.)
+func injectWebhookFaults(ctx context.Context, simURL string, rng *rand.Rand, stats *Stats, logf func(string, ...any)) {
+	for {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(500+rng.IntN(1500)) * time.Millisecond):
+		}
+		f := stripesim.WebhookFault{Kind: webhookFaultKinds[rng.IntN(len(webhookFaultKinds))], Count: 1 + rng.IntN(3)}
+		if f.Kind == stripesim.WebhookDelay {
+			f.DelayMS = 200 + rng.IntN(3000)
+		}
+		if err := simControl(ctx, http.MethodPost, simURL+"/_sim/webhook_faults", mustJSON(f)); err != nil {
+			if ctx.Err() == nil {
+				logf("chaos: arming a webhook fault: %v", err)
+			}
+			continue
+		}
+		stats.Add("webhook faults armed: "+string(f.Kind), 1)
+	}
+}
+
+// clearFaults disarms every fault, and releases the webhooks held back.
 func clearFaults(ctx context.Context, simURL string) error {
-	return simControl(ctx, http.MethodDelete, simURL+"/_sim/faults", nil)
+	return errors.Join(simControl(ctx, http.MethodDelete, simURL+"/_sim/faults", nil),
+		simControl(ctx, http.MethodDelete, simURL+"/_sim/webhook_faults", nil))
 }
 
 func simControl(ctx context.Context, method, url string, body []byte) error {

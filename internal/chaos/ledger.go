@@ -52,6 +52,10 @@ type Record struct {
 	Hostile []Answer
 	// Attempts counts every HTTP attempt of every sender.
 	Attempts int
+	// Slowest is the longest any attempt took to be answered; TimedOut
+	// counts the attempts that got no answer within attemptTimeout.
+	Slowest  time.Duration
+	TimedOut int
 	// GaveUp is set when a sender ran out of its retry budget.
 	GaveUp bool
 	// FreshGot409 is set when the very first attempt with the key, by its

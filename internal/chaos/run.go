@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/smtptest"
 	"github.com/example/payments/internal/users"
 )
 
@@ -28,10 +29,12 @@ type Options struct {
 
 // Run is one chaos run:
 //
-//  1. start the simulator, two API instances on one database and a worker;
+//  1. start the simulator, a mail server, two API instances and two workers
+//     on one database, each process with its own settings;
 //  2. for cfg.Duration, let cfg.Clients clients run chains of requests
-//     while faults are armed at the simulator and processes are crashed,
-//     killed and restarted;
+//     while faults are armed at the simulator (on its API and on the
+//     webhooks it sends), the mail server misbehaves, and processes are
+//     crashed, killed and restarted;
 //  3. stop the chaos (disarm every fault, restart any process with a
 //     failpoint clean), let every client get the final answer of its last
 //     request, then replay every finished request once more;
@@ -78,8 +81,14 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	}
 
 	seeds := rand.New(rand.NewPCG(cfg.Seed, 0x6368616f73))
+	mail, err := smtptest.Start(smtptest.Config{})
+	if err != nil {
+		return nil, fmt.Errorf("chaos: starting the mail server: %w", err)
+	}
+	defer mail.Close()
 	cluster, err := StartCluster(ctx, ClusterConfig{Binary: opts.Binary, DatabaseURL: opts.DatabaseURL, LogDir: logDir,
-		LockTimeout: cfg.LockTimeout, KeyTTL: cfg.KeyTTL}, cfg.WebhookDuplicates, seeds.Uint64())
+		LockTimeout: cfg.LockTimeout, KeyTTL: cfg.KeyTTL, SMTPURL: mail.URL(), AuthorisationLifetime: cfg.AuthorisationLifetime},
+		cfg.WebhookDuplicates, seeds.Uint64())
 	if err != nil {
 		return nil, err
 	}
@@ -99,6 +108,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	var chaos sync.WaitGroup
 	faultRNG := rand.New(rand.NewPCG(seeds.Uint64(), 2))
 	chaos.Go(func() { injectFaults(chaosCtx, cluster.SimURL, cfg.FaultRate, cfg.LockTimeout, faultRNG, stats, logf) })
+	webhookRNG, mailRNG := rand.New(rand.NewPCG(seeds.Uint64(), 3)), rand.New(rand.NewPCG(seeds.Uint64(), 4))
+	chaos.Go(func() { injectWebhookFaults(chaosCtx, cluster.SimURL, webhookRNG, stats, logf) })
+	chaos.Go(func() { troubleMail(chaosCtx, mail, mailRNG, stats) })
 	chaos.Go(func() { cr.run(chaosCtx) })
 	chaos.Go(func() { progress(chaosCtx, stats, logf) })
 
@@ -125,7 +137,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 
 	// 4. Settle and check.
 	logf("chaos: waiting for the background work to settle")
-	settled, settleErr := settle(ctx, pool, cluster.relay, cfg.SettleTimeout, logf)
+	settled, settleErr := settle(ctx, pool, cluster.relay, cfg.SettleTimeout, cfg.AuthorisationLifetime, logf)
 	rep.Settle = settled
 	cr.reviveDead() // a process that died since the chaos ended is a problem too
 	violations := cr.violations()
@@ -138,6 +150,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	}
 	records := ledger.Records()
 	snap.KeysExpire = cfg.KeyTTL > 0
+	snap.Mail = MailState{Accepted: len(mail.Accepted()), Distinct: len(mail.CountByMessageID()), Duplicates: mail.Duplicates(),
+		WorkersKilled: cfg.KillWorker}
 	violations = append(violations, Check(snap, records)...)
 	rep.Violations = violations
 	rep.Counters = stats.Snapshot()

@@ -14,18 +14,20 @@ type backlog struct {
 	stagedJobs     int // jobs not yet moved into River (the enqueuer's)
 	pendingJobs    int // River jobs of the staged kinds not yet finalized (the workers')
 	pendingRefunds int // refunds Stripe has not decided yet (it does within seconds)
+	expiredAuths   int // authorisations past their lifetime, not yet canceled here
 	webhooks       int // 1 while the simulator may still have events to deliver
 }
 
 func (b backlog) empty() bool { return b == backlog{} }
 
 func (b backlog) size() int {
-	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.webhooks
+	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.expiredAuths + b.webhooks
 }
 
 func (b backlog) String() string {
-	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, %d refunds pending, webhooks drained: %v",
-		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.webhooks == 0)
+	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, %d refunds pending, "+
+		"%d authorisations past their lifetime still requires_capture, webhooks drained: %v",
+		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.expiredAuths, b.webhooks == 0)
 }
 
 const backlogQuery = `SELECT
@@ -33,7 +35,20 @@ const backlogQuery = `SELECT
 	(SELECT count(*) FROM staged_jobs),
 	(SELECT count(*) FROM river_job WHERE kind IN ('merchant_event', 'receipt_email')
 		AND state NOT IN ('completed', 'discarded', 'cancelled')),
-	(SELECT count(*) FROM refunds WHERE status = 'pending')`
+	(SELECT count(*) FROM refunds WHERE status = 'pending'),
+	(SELECT count(*) FROM payments WHERE status = 'requires_capture' AND created_at < now() - make_interval(secs => $1))`
+
+// retryReceiptsNow makes the receipts waiting for a retry (the mail server
+// misbehaved) due at once, as an operator would once the server is well
+// again (River's backoff, attempt⁴ seconds, would outlast the run): the
+// mail server is healthy while the run settles.
+const retryReceiptsNow = `UPDATE river_job SET scheduled_at = now()
+	WHERE kind = 'receipt_email' AND state = 'retryable' AND scheduled_at > now()`
+
+// webhookGrace is how long after an authorisation's lifetime its
+// payment_intent.canceled may take to arrive (Stripe retries a failed
+// delivery for about 13 s).
+const webhookGrace = 20 * time.Second
 
 // webhookQuiet is how long the relay must have been idle after a failed
 // delivery before the simulator has surely given up on it (after about 13 s
@@ -46,14 +61,17 @@ const webhookQuiet = 15 * time.Second
 // take long to drain, so the wait fails only when the backlog has not
 // shrunk for stall, or after 20 stalls in all. It returns how long the wait
 // took, or the backlog left.
-func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall time.Duration,
+func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall, authLifetime time.Duration,
 	logf func(string, ...any)) (time.Duration, error) {
 	start := time.Now()
 	lastLog, lastProgress := start, start
 	best := -1
 	calm := 0
 	for {
-		b, err := measureBacklog(ctx, pool, relay)
+		if _, err := pool.Exec(ctx, retryReceiptsNow); err != nil {
+			return time.Since(start), fmt.Errorf("chaos: retrying receipts: %w", err)
+		}
+		b, err := measureBacklog(ctx, pool, relay, authLifetime+webhookGrace)
 		if err != nil {
 			return time.Since(start), err
 		}
@@ -86,9 +104,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall 
 	}
 }
 
-func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay) (backlog, error) {
+func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, authDeadline time.Duration) (backlog, error) {
 	var b backlog
-	if err := pool.QueryRow(ctx, backlogQuery).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds); err != nil {
+	if err := pool.QueryRow(ctx, backlogQuery, authDeadline.Seconds()).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds, &b.expiredAuths); err != nil {
 		return b, fmt.Errorf("chaos: measuring the backlog: %w", err)
 	}
 	if !relay.drained() {

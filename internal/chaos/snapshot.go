@@ -27,6 +27,20 @@ type Snapshot struct {
 	// KeysExpire is set when the run's key TTL was short: a key's row may
 	// rightly be gone (reaped), and a payment's key with it.
 	KeysExpire bool
+	// Mail is what the mail server saw.
+	Mail MailState
+}
+
+// MailState is what the run's mail server accepted.
+type MailState struct {
+	Accepted int // messages accepted, counting duplicates
+	Distinct int // distinct Message-IDs accepted
+	// Duplicates counts, by Message-ID, the receipts accepted more than once.
+	Duplicates map[string]int
+	// WorkersKilled is set when the run SIGKILLed workers: one killed
+	// between the server's acceptance and its record sends that receipt
+	// again (at least once at that one point; docs/failure-scenarios.md).
+	WorkersKilled bool
 }
 
 // Payment is a row of payments.
@@ -137,7 +151,10 @@ type SimPaymentIntent struct {
 	Status           string            `json:"status"`
 	Metadata         map[string]string `json:"metadata"`
 	LatestCharge     string            `json:"latest_charge"`
-	LastPaymentError *struct {
+	// CancellationReason is "automatic" for an authorisation Stripe
+	// canceled because nobody captured it in time.
+	CancellationReason string `json:"cancellation_reason"`
+	LastPaymentError   *struct {
 		Code        string `json:"code"`
 		DeclineCode string `json:"decline_code"`
 	} `json:"last_payment_error"`

@@ -126,10 +126,16 @@ func (c *client) afterDecline(ctx context.Context, u user, pay string) {
 }
 
 // authorised finishes a payment made with capture=false: capture it (all or
-// part), cancel it, or race a capture against a cancel.
+// part), cancel it, race a capture against a cancel, or leave it for Stripe
+// to cancel when the authorisation expires (Config.AuthorisationLifetime).
+// A capture or cancel that reaches Stripe after the expiry is rightly
+// refused: the checker allows for it when Stripe canceled the authorisation
+// on its own.
 func (c *client) authorised(ctx context.Context, u user, pay, card string, amount int64) {
 	notCapturable := &Outcome{Status: 400, Code: "payment_not_capturable"}
 	switch r := c.rng.Float64(); {
+	case r < 0.1:
+		c.d.stats.Add("authorisations left to expire", 1)
 	case r < 0.45:
 		if c.capture(ctx, u, pay, 0, amount) {
 			c.refunds(ctx, u, pay, card, amount)

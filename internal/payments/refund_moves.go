@@ -153,17 +153,18 @@ type RefundReconcileRun struct {
 }
 
 // ReconcileRefunds asks Stripe about up to limit refunds that have been
-// pending, unchanged, since before pendingSince, and applies what it says,
+// pending, unchanged, for at least pendingFor (by the database's clock, which
+// wrote their updated_at), and applies what it says,
 // as a charge.refund.updated webhook would have: a lost webhook must not
 // leave a refund pending forever. A refund Stripe still reports pending
 // waits for the next run, behind the others, and so does one Stripe refuses
 // to show (a 404, say: listed in Refused, so that one bad refund cannot
 // hold up the rest). It stops at the first other error (Stripe unreachable,
 // say); the next run takes up where it stopped.
-func (s *Service) ReconcileRefunds(ctx context.Context, pendingSince time.Time, limit int) (RefundReconcileRun, error) {
+func (s *Service) ReconcileRefunds(ctx context.Context, pendingFor time.Duration, limit int) (RefundReconcileRun, error) {
 	var run RefundReconcileRun
 	stale, err := queries.ListStalePendingRefunds(ctx, s.pool, dbsqlc.ListStalePendingRefundsParams{
-		PendingSince: pendingSince, RowLimit: int32(limit),
+		PendingForSeconds: pendingFor.Seconds(), RowLimit: int32(limit),
 	})
 	if err != nil {
 		return run, err

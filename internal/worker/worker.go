@@ -278,9 +278,8 @@ type refundReconcilerWorker struct {
 // reports pending wait for the next run, see ReconcileRefunds) or the run's
 // budget is spent.
 func (w *refundReconcilerWorker) Work(ctx context.Context, _ *river.Job[RefundReconcilerArgs]) error {
-	pendingSince := time.Now().Add(-w.after)
 	for stop := time.Now().Add(refundReconcileBudget); time.Now().Before(stop); {
-		run, err := w.payments.ReconcileRefunds(ctx, pendingSince, refundReconcileBatch)
+		run, err := w.payments.ReconcileRefunds(ctx, w.after, refundReconcileBatch)
 		if run.Checked > 0 {
 			w.log.InfoContext(ctx, "refund reconciler run", slog.Int("checked", run.Checked), slog.Int("moved", run.Moved),
 				slog.Any("refused", run.Refused))

@@ -7,7 +7,6 @@ package dbsqlc
 
 import (
 	"context"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -160,22 +159,23 @@ func (q *Queries) InsertRefund(ctx context.Context, db DBTX, arg InsertRefundPar
 
 const listStalePendingRefunds = `-- name: ListStalePendingRefunds :many
 SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds
-WHERE status = 'pending' AND stripe_refund IS NOT NULL AND updated_at < $1::timestamptz
+WHERE status = 'pending' AND stripe_refund IS NOT NULL AND updated_at < now() - make_interval(secs => $1::float8)
 ORDER BY updated_at
 LIMIT $2
 `
 
 type ListStalePendingRefundsParams struct {
-	PendingSince time.Time
-	RowLimit     int32
+	PendingForSeconds float64
+	RowLimit          int32
 }
 
-// Refunds Stripe made and reported pending, unchanged since before
-// @pending_since: the reconciler asks Stripe about them, oldest first, in
-// case their charge.refund.updated was lost. Refunds Stripe never answered
+// Refunds Stripe made and reported pending, unchanged for at least
+// @pending_for_seconds by the database's clock (the one clock their
+// updated_at was written with): the reconciler asks Stripe about them,
+// oldest first, in case their charge.refund.updated was lost. Refunds Stripe never answered
 // for (no stripe_refund) are their flow's, and the completer's.
 func (q *Queries) ListStalePendingRefunds(ctx context.Context, db DBTX, arg ListStalePendingRefundsParams) ([]Refund, error) {
-	rows, err := db.Query(ctx, listStalePendingRefunds, arg.PendingSince, arg.RowLimit)
+	rows, err := db.Query(ctx, listStalePendingRefunds, arg.PendingForSeconds, arg.RowLimit)
 	if err != nil {
 		return nil, err
 	}

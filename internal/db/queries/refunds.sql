@@ -55,12 +55,13 @@ SET amount_refunded = (SELECT coalesce(sum(r.amount), 0) FROM refunds r
 WHERE payments.id = @id;
 
 -- name: ListStalePendingRefunds :many
--- Refunds Stripe made and reported pending, unchanged since before
--- @pending_since: the reconciler asks Stripe about them, oldest first, in
--- case their charge.refund.updated was lost. Refunds Stripe never answered
+-- Refunds Stripe made and reported pending, unchanged for at least
+-- @pending_for_seconds by the database's clock (the one clock their
+-- updated_at was written with): the reconciler asks Stripe about them,
+-- oldest first, in case their charge.refund.updated was lost. Refunds Stripe never answered
 -- for (no stripe_refund) are their flow's, and the completer's.
 SELECT * FROM refunds
-WHERE status = 'pending' AND stripe_refund IS NOT NULL AND updated_at < @pending_since::timestamptz
+WHERE status = 'pending' AND stripe_refund IS NOT NULL AND updated_at < now() - make_interval(secs => @pending_for_seconds::float8)
 ORDER BY updated_at
 LIMIT @row_limit;
 

@@ -144,7 +144,7 @@ func (cr *crasher) failpointRestart(ctx context.Context, in *Instance, action st
 		cr.stats.Add("failpoints armed but not reached in time", 1)
 	}
 	if !fired && action != "crash" {
-		cr.stats.Add("failpoints armed: "+action[:min(len(action), 5)]+" ("+in.Name[:min(len(in.Name), 5)]+")", 1)
+		cr.stats.Add("failpoints armed: "+action[:min(len(action), 5)]+" ("+in.Name+")", 1)
 	}
 	if !fired {
 		cr.stop(in)

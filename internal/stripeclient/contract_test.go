@@ -68,6 +68,10 @@ func TestContractWithStripeMock(t *testing.T) {
 			return err
 		},
 		"get refund": func() error { _, err := c.GetRefund(ctx, "re_123"); return err },
+		"list a payment intent's refunds": func() error {
+			_, err := c.ListRefunds(ctx, "pi_123")
+			return err
+		},
 	}
 	for name, call := range calls {
 		require.NoError(t, call(), "stripe-mock %s rejected %q", stripeMockVersion, name)

@@ -16,6 +16,7 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/failpoint"
 	"github.com/example/payments/internal/keyfilter"
+	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/worker"
 )
@@ -81,13 +82,32 @@ func (p *process) runWorker(ctx context.Context) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}
+	schedule, err := p.cfg.webhookRetrySchedule()
+	if err != nil { // validate refused it already
+		return fmt.Errorf("%w: PAYMENTS_WEBHOOK_RETRY_SCHEDULE: %v", errUsage, err)
+	}
 	return worker.Run(ctx, worker.Config{
-		Pool: p.Pool, Logger: p.Log, Registry: p.Registry, Engine: p.Engine, Flows: p.Payments.Flows(), Mailer: mailer,
+		Pool: p.Pool, Logger: p.Log, Registry: p.Registry, Engine: p.Engine, Mailer: mailer,
+		Flows:                append(p.Payments.Flows(), p.Hooks.Flows()...),
+		WebhookRetrySchedule: schedule, WebhookClient: webhookClient(p.cfg),
 		Payments: p.Payments, CompleterInterval: p.cfg.CompleterInterval, CompleterGrace: p.cfg.CompleterGrace,
 		ReaperInterval: p.cfg.ReaperInterval, EnqueuerPollInterval: p.cfg.EnqueuerPollInterval,
 		RefundReconcileInterval: p.cfg.RefundReconcileInterval, RefundReconcileAfter: p.cfg.RefundReconcileAfter,
 		ShutdownTimeout: p.cfg.ShutdownTimeout,
 	})
+}
+
+// webhookClient is the HTTP client of the webhook deliveries: it times
+// out after merchanthooks.AttemptTimeout and follows no redirects (a 3xx is
+// a failed attempt). It does not yet refuse non-public addresses when
+// WebhookAllowPrivate is off: internal/safehttp's client, which does, takes
+// its place when it lands.
+func webhookClient(cfg config) *http.Client {
+	_ = cfg.WebhookAllowPrivate
+	return &http.Client{
+		Timeout:       merchanthooks.AttemptTimeout,
+		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	}
 }
 
 // serveMetrics serves /metrics and /healthz on ln, for a process without the API.

@@ -55,6 +55,13 @@ type config struct {
 
 	RefundReconcileInterval time.Duration
 	RefundReconcileAfter    time.Duration
+
+	// WebhookRetrySchedule is the delays between a webhook delivery's
+	// attempts, comma-separated (webhookRetrySchedule parses it).
+	WebhookRetrySchedule string
+	// WebhookAllowPrivate lets webhook endpoints be on loopback, private
+	// and other non-public addresses; payments dev forces it on.
+	WebhookAllowPrivate bool
 }
 
 // defaultShutdownTimeout lets a request that is waiting on Stripe when
@@ -158,6 +165,26 @@ func (c *config) workerFlags(f *flags) {
 		"how often refunds left pending are checked at Stripe")
 	f.durationVar(&c.RefundReconcileAfter, "refund-reconcile-after", "PAYMENTS_REFUND_RECONCILE_AFTER", 10*time.Minute,
 		"how long a refund stays pending, with no word from Stripe, before it is checked at Stripe")
+	f.stringVar(&c.WebhookRetrySchedule, "webhook-retry-schedule", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h",
+		"delays between a webhook delivery's attempts, comma-separated; after the last the delivery fails")
+	f.boolVar(&c.WebhookAllowPrivate, "webhook-allow-private", "PAYMENTS_WEBHOOK_ALLOW_PRIVATE", false,
+		"allow webhook endpoints on loopback, private and other non-public addresses (payments dev always does)")
+}
+
+// webhookRetrySchedule parses WebhookRetrySchedule: durations, each positive.
+func (c config) webhookRetrySchedule() ([]time.Duration, error) {
+	var schedule []time.Duration
+	for _, part := range strings.Split(c.WebhookRetrySchedule, ",") {
+		d, err := time.ParseDuration(strings.TrimSpace(part))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a duration", part)
+		}
+		if d <= 0 {
+			return nil, fmt.Errorf("%v is not positive", d)
+		}
+		schedule = append(schedule, d)
+	}
+	return schedule, nil
 }
 
 // stripeFlags are the settings of the connection to Stripe.
@@ -215,6 +242,8 @@ func (c config) LogValue() slog.Value {
 		slog.String("enqueuer_poll_interval", c.EnqueuerPollInterval.String()),
 		slog.String("refund_reconcile_interval", c.RefundReconcileInterval.String()),
 		slog.String("refund_reconcile_after", c.RefundReconcileAfter.String()),
+		slog.String("webhook_retry_schedule", c.WebhookRetrySchedule),
+		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 	)
 }
 
@@ -319,6 +348,10 @@ func (c config) validate() error {
 	positive("PAYMENTS_ENQUEUER_POLL_INTERVAL", "enqueuer-poll-interval", c.EnqueuerPollInterval)
 	positive("PAYMENTS_REFUND_RECONCILE_INTERVAL", "refund-reconcile-interval", c.RefundReconcileInterval)
 	positive("PAYMENTS_REFUND_RECONCILE_AFTER", "refund-reconcile-after", c.RefundReconcileAfter)
+	if _, err := c.webhookRetrySchedule(); err != nil {
+		bad("PAYMENTS_WEBHOOK_RETRY_SCHEDULE", "webhook-retry-schedule", "is %q: %v; give positive durations separated by commas, such as 5s,5m,30m",
+			c.WebhookRetrySchedule, err)
+	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}

@@ -22,6 +22,7 @@ import (
 
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
@@ -50,6 +51,8 @@ type setupOpts struct {
 	// webhooks: the simulator sends its events, signed, to the API's
 	// /v1/stripe/webhooks, as Stripe would.
 	webhooks bool
+	// checkURL vets webhook endpoint URLs (api.Config.WebhookURLCheck).
+	checkURL api.URLCheck
 }
 
 const webhookSecret = "whsec_api_test_0123456789"
@@ -90,6 +93,7 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 		Pool: pool, Engine: engine, Payments: svc,
 		Logger: slog.New(slog.DiscardHandler), Registry: reg, RateLimit: o.rateLimit,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
+		Hooks:    merchanthooks.NewService(pool, engine), WebhookURLCheck: o.checkURL,
 	})
 	return &testBundle{pool: pool, server: server, sim: sim, payments: svc}
 }

@@ -5,6 +5,8 @@ import (
 	"log/slog"
 	"net/http"
 
+	"github.com/example/payments/internal/events"
+	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/users"
@@ -27,6 +29,10 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such payment.")
 	case errors.Is(err, payments.ErrRefundNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such refund.")
+	case errors.Is(err, events.ErrNotFound):
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such event.")
+	case errors.Is(err, merchanthooks.ErrEndpointNotFound):
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such webhook endpoint.")
 	default:
 		return problem.New(http.StatusInternalServerError, problem.Internal, "Something went wrong on our side; it has been logged.")
 	}

@@ -12,6 +12,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
@@ -25,6 +26,11 @@ type Config struct {
 	Engine   *recovery.Engine
 	Payments *payments.Service
 	Webhooks *webhooks.Receiver
+	// Hooks runs the webhooks to merchants (endpoints, redelivery).
+	Hooks *merchanthooks.Service
+	// WebhookURLCheck vets a new endpoint's URL beyond its syntax (a public
+	// host, say); nil checks the syntax only.
+	WebhookURLCheck URLCheck
 	// RateLimit bounds each user's requests; zero turns it off.
 	RateLimit RateLimit
 	Logger    *slog.Logger
@@ -43,6 +49,8 @@ type Server struct {
 	engine   *recovery.Engine
 	payments *payments.Service
 	webhooks *webhooks.Receiver
+	hooks    *merchanthooks.Service
+	checkURL URLCheck
 	limiter  *userLimiter // nil: no limit
 	auth     *users.Authenticator
 	log      *slog.Logger
@@ -53,6 +61,7 @@ type Server struct {
 func NewHandler(cfg Config) http.Handler {
 	s := &Server{
 		pool: cfg.Pool, engine: cfg.Engine, payments: cfg.Payments, webhooks: cfg.Webhooks,
+		hooks: cfg.Hooks, checkURL: cfg.WebhookURLCheck,
 		log: cfg.Logger, metrics: newHTTPMetrics(cfg.Registry),
 		auth: users.NewAuthenticator(cfg.Pool, users.AuthenticatorConfig{TTL: cfg.AuthCacheTTL}),
 	}
@@ -88,6 +97,13 @@ func NewHandler(cfg Config) http.Handler {
 		r.Post("/payments/{id}/cancel", s.handle(s.cancelPayment))
 		r.Get("/idempotency_keys/{key}", s.handle(s.getIdempotencyKey))
 		r.Get("/events", s.handle(s.listEvents))
+		r.Get("/events/{id}", s.handle(s.getEvent))
+		r.Get("/events/{id}/deliveries", s.handle(s.listDeliveries))
+		r.Post("/events/{id}/redeliver", s.handle(s.redeliverEvent))
+		r.Get("/webhook_endpoints", s.handle(s.listWebhookEndpoints))
+		r.Post("/webhook_endpoints", s.handle(s.createWebhookEndpoint))
+		r.Get("/webhook_endpoints/{id}", s.handle(s.getWebhookEndpoint))
+		r.Delete("/webhook_endpoints/{id}", s.handle(s.deleteWebhookEndpoint))
 		r.Post("/refunds", s.handle(s.createRefund))
 		r.Get("/refunds/{id}", s.handle(s.getRefund))
 	})

@@ -26,6 +26,7 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/failpoint"
 	"github.com/example/payments/internal/keyfilter"
+	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
@@ -49,7 +50,10 @@ type Config struct {
 	KeyFilter     keyfilter.Config
 	Stripe        *stripeclient.Client
 	WebhookSecret string
-	Logger        *slog.Logger
+	// WebhookURLCheck vets a new webhook endpoint's URL beyond its syntax
+	// (api.Config.WebhookURLCheck); nil checks the syntax only.
+	WebhookURLCheck api.URLCheck
+	Logger          *slog.Logger
 }
 
 // App is the service's parts, wired together.
@@ -59,9 +63,13 @@ type App struct {
 	Engine   *recovery.Engine
 	Payments *payments.Service
 	Webhooks *webhooks.Receiver
+	// Hooks runs the webhooks to merchants: endpoints and redelivery.
+	Hooks *merchanthooks.Service
 	// Registry holds every part's metrics, and the Go runtime's and the
 	// process's.
 	Registry *prometheus.Registry
+
+	checkURL api.URLCheck
 }
 
 // ErrKeyFilterConfig wraps a key filter configuration that keyfilter refused.
@@ -93,6 +101,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return &App{
 		Log: log, Pool: pool, Engine: engine, Registry: reg,
 		Payments: payments.NewService(pool, engine, cfg.Stripe),
+		Hooks:    merchanthooks.NewService(pool, engine), checkURL: cfg.WebhookURLCheck,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{
 			Pool: pool, Secret: cfg.WebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
 		}),
@@ -107,6 +116,7 @@ func (a *App) Close() { a.Pool.Close() }
 func (a *App) APIHandler(limit api.RateLimit, authCacheTTL time.Duration) http.Handler {
 	return api.NewHandler(api.Config{
 		Pool: a.Pool, Engine: a.Engine, Payments: a.Payments, Webhooks: a.Webhooks, Logger: a.Log, Registry: a.Registry,
+		Hooks: a.Hooks, WebhookURLCheck: a.checkURL,
 		RateLimit: limit, AuthCacheTTL: authCacheTTL,
 	})
 }

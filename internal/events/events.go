@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
@@ -39,14 +40,58 @@ func (e Event) MarshalJSON() ([]byte, error) {
 	}{e.Object}, Created: e.Created.Unix()})
 }
 
-// ErrNotFound is returned for a starting_after that names no event of the user.
+// Types are the event types there are (API.md section 2).
+var Types = []string{
+	"payment.succeeded", "payment.failed", "payment.captured", "payment.canceled",
+	"refund.succeeded", "refund.failed",
+}
+
+// IsType tells whether t is one of Types.
+func IsType(t string) bool {
+	for _, known := range Types {
+		if t == known {
+			return true
+		}
+	}
+	return false
+}
+
+// ErrNotFound is returned for an event, or a starting_after, that names no
+// event of the user.
 var ErrNotFound = errors.New("event not found")
 
 var queries = dbsqlc.New()
 
-// List returns up to limit of the user's events, newest first, after the
-// event startingAfter ("" for the first page), and whether more follow.
-func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, limit int, startingAfter string) ([]Event, bool, error) {
+// Get returns the user's event id.
+func Get(ctx context.Context, conn dbsqlc.DBTX, userID int64, id string) (Event, error) {
+	row, err := queries.GetEvent(ctx, conn, dbsqlc.GetEventParams{ID: id, UserID: userID})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Event{}, ErrNotFound
+	}
+	if err != nil {
+		return Event{}, err
+	}
+	return fromRow(row), nil
+}
+
+func fromRow(r dbsqlc.Event) Event {
+	return Event{ID: r.ID, Type: r.Type, Object: r.Data, Created: r.CreatedAt}
+}
+
+// ListParams selects a page of a user's events.
+type ListParams struct {
+	Limit int
+	// StartingAfter is the id of the last event of the previous page; ""
+	// for the first page.
+	StartingAfter string
+	// Type, when not "", keeps only the events of that type.
+	Type string
+}
+
+// List returns a page of the user's events, newest first, and whether more
+// follow.
+func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, p ListParams) ([]Event, bool, error) {
+	limit, startingAfter := p.Limit, p.StartingAfter
 	before, beforeID := db.EndOfTime, ""
 	if startingAfter != "" {
 		cursor, err := queries.GetEvent(ctx, conn, dbsqlc.GetEventParams{ID: startingAfter, UserID: userID})
@@ -59,7 +104,7 @@ func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, limit int, starti
 		before, beforeID = cursor.CreatedAt, cursor.ID
 	}
 	rows, err := queries.ListEvents(ctx, conn, dbsqlc.ListEventsParams{
-		UserID: userID, BeforeCreated: before, BeforeID: beforeID, RowLimit: int32(limit + 1),
+		UserID: userID, EventType: pgtype.Text{String: p.Type, Valid: p.Type != ""}, BeforeCreated: before, BeforeID: beforeID, RowLimit: int32(limit + 1),
 	})
 	if err != nil {
 		return nil, false, err
@@ -67,7 +112,7 @@ func List(ctx context.Context, conn dbsqlc.DBTX, userID int64, limit int, starti
 	rows, hasMore := db.TrimPage(rows, limit)
 	page := make([]Event, len(rows))
 	for i, r := range rows {
-		page[i] = Event{ID: r.ID, Type: r.Type, Object: r.Data, Created: r.CreatedAt}
+		page[i] = fromRow(r)
 	}
 	return page, hasMore, nil
 }

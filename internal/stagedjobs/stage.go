@@ -22,6 +22,9 @@ const (
 	MerchantEvent Kind = "merchant_event"
 	// ReceiptEmail sends the customer a receipt.
 	ReceiptEmail Kind = "receipt_email"
+	// WebhookDelivery POSTs an event to one of the merchant's endpoints
+	// (package merchanthooks does the work).
+	WebhookDelivery Kind = "webhook_delivery"
 )
 
 // Job is one job to stage.
@@ -58,6 +61,15 @@ type ReceiptArgs struct {
 	Reason string `json:"reason"`
 	// Refund is the refund's id, for a refund receipt.
 	Refund string `json:"refund,omitempty"`
+}
+
+// DeliveryArgs are a WebhookDelivery's arguments: which event goes to
+// which endpoint, in which cycle of attempts. The first cycle is 0; each
+// redelivery starts the next, with a job of its own (see DeliveryArgs.InsertOpts).
+type DeliveryArgs struct {
+	EventID    string `json:"event_id"`
+	EndpointID string `json:"endpoint_id"`
+	Cycle      int32  `json:"cycle"`
 }
 
 var queries = dbsqlc.New()

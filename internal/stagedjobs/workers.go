@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
 
@@ -21,6 +22,12 @@ import (
 // own with a few workers (see internal/worker): however long the mail
 // server takes, the other jobs' queue keeps its workers.
 const ReceiptQueue = "receipts"
+
+// WebhookQueue is the River queue of the webhook deliveries: like
+// receipts, they wait on servers the service does not control (the
+// merchants'), so they get a queue of their own with a bounded number of
+// workers (see internal/worker).
+const WebhookQueue = "webhooks"
 
 // DefaultSendTimeout is how long one attempt at sending a receipt may take,
 // from the dial to the mail server's answer, unless WorkersConfig says
@@ -50,13 +57,44 @@ type EventWorker struct {
 	pool *pgxpool.Pool
 }
 
-// Work writes the event, unless it is already there.
+// Work writes the event, unless it is already there, and in the same
+// transaction, the first time only, its webhook deliveries: one row and
+// one staged WebhookDelivery job per enabled endpoint of the user that
+// subscribes to the event's type, as the endpoints are at this moment. So
+// a delivery exists if and only if its event does, and an endpoint made
+// later gets nothing of this event.
 func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
 	a := job.Args
-	_, err := queries.InsertEvent(ctx, w.pool, dbsqlc.InsertEventParams{
-		ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: a.Created,
+	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
+		inserted, err := queries.InsertEvent(ctx, tx, dbsqlc.InsertEventParams{
+			ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: a.Created,
+		})
+		if err != nil || inserted == 0 {
+			return err
+		}
+		deliveries, err := queries.InsertWebhookDeliveries(ctx, tx, dbsqlc.InsertWebhookDeliveriesParams{
+			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type),
+		})
+		if err != nil {
+			return fmt.Errorf("staging the deliveries of event %s: %w", a.EventID, err)
+		}
+		jobs := make([]Job, len(deliveries))
+		for i, d := range deliveries {
+			jobs[i] = Job{Kind: WebhookDelivery, Args: DeliveryArgs{EventID: a.EventID, EndpointID: d.EndpointID, Cycle: d.Cycle}}
+		}
+		return StageUnkeyedTx(ctx, tx, jobs...)
 	})
-	return err
+}
+
+// SubscriptionPatterns are the entries of an endpoint's enabled_events
+// that subscribe it to events of eventType: the type itself, its prefix
+// ("refund.*" for "refund.succeeded") and "*".
+func SubscriptionPatterns(eventType string) []string {
+	patterns := []string{"*", eventType}
+	if i := strings.IndexByte(eventType, '.'); i > 0 {
+		patterns = append(patterns, eventType[:i]+".*")
+	}
+	return patterns
 }
 
 // ReceiptWorker sends a receipt once, however often its job runs, and

@@ -9,6 +9,8 @@
 // workers, fewer than the pool has connections, so a slow or hung mail
 // server cannot take the workers of the other jobs nor, since a receipt
 // holds no connection while it sends, the connections of anything else.
+// Webhook deliveries do the same on theirs (stagedjobs.WebhookQueue), for
+// slow or hung merchants.
 package worker
 
 import (
@@ -16,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"net/http"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -24,6 +27,7 @@ import (
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 
+	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
@@ -39,6 +43,19 @@ type Config struct {
 	Mailer   stagedjobs.Mailer
 	// Payments reconciles refunds left pending (nil: no refund reconciler).
 	Payments *payments.Service
+	// WebhookClient makes the webhook deliveries' attempts: it times out
+	// (merchanthooks.AttemptTimeout), follows no redirects and, in
+	// production, refuses non-public addresses. Nil: a plain client with
+	// that timeout.
+	WebhookClient *http.Client
+	// WebhookRetrySchedule is the delays between a delivery's attempts.
+	// Default merchanthooks.DefaultRetrySchedule.
+	WebhookRetrySchedule []time.Duration
+	// WebhookWorkers is how many deliveries are attempted at once, on
+	// their own queue (stagedjobs.WebhookQueue). Default 10: an attempt
+	// holds no connection while the merchant has it, so a few slow
+	// merchants take only this queue's workers.
+	WebhookWorkers int
 
 	// CompleterInterval is how often the completer runs. Default 10s.
 	CompleterInterval time.Duration
@@ -93,6 +110,10 @@ func Run(ctx context.Context, cfg Config) error {
 		Pool: cfg.Pool, Mailer: cfg.Mailer, SendTimeout: cfg.ReceiptSendTimeout,
 		Logger: cfg.Logger.With(slog.String("component", "receipts")),
 	})
+	river.AddWorker(workers, merchanthooks.NewDeliveryWorker(merchanthooks.DeliveryConfig{
+		Pool: cfg.Pool, Client: cfg.WebhookClient, RetrySchedule: cfg.WebhookRetrySchedule,
+		Logger: cfg.Logger.With(slog.String("component", "webhook_deliveries")), Registry: cfg.Registry,
+	}))
 	river.AddWorker(workers, &completerWorker{completer: completer, log: cfg.Logger})
 	river.AddWorker(workers, &reaperWorker{reaper: reaper, log: cfg.Logger})
 	periodicJobs := []*river.PeriodicJob{
@@ -109,6 +130,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault:      {MaxWorkers: cfg.MaxWorkers},
 			stagedjobs.ReceiptQueue: {MaxWorkers: cfg.ReceiptWorkers},
+			stagedjobs.WebhookQueue: {MaxWorkers: cfg.WebhookWorkers},
 		},
 		Workers: workers,
 		// Every job here is safe to run twice, so a job left "running" by a
@@ -189,6 +211,9 @@ func (cfg *Config) defaults() {
 	}
 	if cfg.ReceiptWorkers <= 0 {
 		cfg.ReceiptWorkers = max(1, min(4, int(cfg.Pool.Config().MaxConns)/2))
+	}
+	if cfg.WebhookWorkers <= 0 {
+		cfg.WebhookWorkers = 10
 	}
 	if cfg.JobTimeout <= 0 {
 		cfg.JobTimeout = 30 * time.Second

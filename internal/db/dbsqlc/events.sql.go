@@ -8,6 +8,8 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const getEvent = `-- name: GetEvent :one
@@ -65,22 +67,26 @@ func (q *Queries) InsertEvent(ctx context.Context, db DBTX, arg InsertEventParam
 const listEvents = `-- name: ListEvents :many
 SELECT id, user_id, type, data, created_at FROM events
 WHERE user_id = $1
-  AND (created_at, id) < ($2::timestamptz, $3::text)
+  AND ($2::text IS NULL OR type = $2)
+  AND (created_at, id) < ($3::timestamptz, $4::text)
 ORDER BY created_at DESC, id DESC
-LIMIT $4
+LIMIT $5
 `
 
 type ListEventsParams struct {
 	UserID        int64
+	EventType     pgtype.Text
 	BeforeCreated time.Time
 	BeforeID      string
 	RowLimit      int32
 }
 
-// Newest first, keyset-paginated like payments.
+// Newest first, keyset-paginated like payments; only events of type
+// event_type when it is not NULL.
 func (q *Queries) ListEvents(ctx context.Context, db DBTX, arg ListEventsParams) ([]Event, error) {
 	rows, err := db.Query(ctx, listEvents,
 		arg.UserID,
+		arg.EventType,
 		arg.BeforeCreated,
 		arg.BeforeID,
 		arg.RowLimit,

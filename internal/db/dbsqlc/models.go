@@ -133,3 +133,44 @@ type User struct {
 	Email     string
 	CreatedAt time.Time
 }
+
+type WebhookAttempt struct {
+	ID          int64
+	EventID     string
+	EndpointID  string
+	Cycle       int32
+	AttemptedAt time.Time
+	DurationMs  int32
+	StatusCode  pgtype.Int4
+	Error       pgtype.Text
+	Succeeded   bool
+}
+
+type WebhookDelivery struct {
+	EventID          string
+	EndpointID       string
+	UserID           int64
+	Status           string
+	Cycle            int32
+	Attempts         int32
+	LastStatusCode   pgtype.Int4
+	LastError        pgtype.Text
+	NextAttemptAt    pgtype.Timestamptz
+	PendingSince     time.Time
+	CreatedAt        time.Time
+	UpdatedAt        time.Time
+	IdempotencyKeyID *uuid.UUID
+}
+
+type WebhookEndpoint struct {
+	ID               string
+	UserID           int64
+	Url              string
+	EnabledEvents    []string
+	Description      pgtype.Text
+	Secret           string
+	Status           string
+	CreatedAt        time.Time
+	DeletedAt        pgtype.Timestamptz
+	IdempotencyKeyID *uuid.UUID
+}

@@ -9,9 +9,11 @@ ON CONFLICT (id) DO NOTHING;
 SELECT * FROM events WHERE id = @id AND user_id = @user_id;
 
 -- name: ListEvents :many
--- Newest first, keyset-paginated like payments.
+-- Newest first, keyset-paginated like payments; only events of type
+-- event_type when it is not NULL.
 SELECT * FROM events
 WHERE user_id = @user_id
+  AND (sqlc.narg('event_type')::text IS NULL OR type = sqlc.narg('event_type'))
   AND (created_at, id) < (@before_created::timestamptz, @before_id::text)
 ORDER BY created_at DESC, id DESC
 LIMIT @row_limit;

@@ -1,0 +1,155 @@
+package merchanthooks
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"time"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/events"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stagedjobs"
+)
+
+// Delivery is one event's delivery to one endpoint.
+type Delivery struct {
+	Event          string
+	Endpoint       string
+	Status         string // pending, succeeded or failed
+	Attempts       int    // every attempt, over every cycle
+	LastStatusCode *int
+	LastError      *string
+	NextAttempt    *time.Time // while pending
+	Created        time.Time
+}
+
+// Delivery statuses.
+const (
+	StatusPending   = "pending"
+	StatusSucceeded = "succeeded"
+	StatusFailed    = "failed"
+)
+
+// MarshalJSON renders the API's WebhookDelivery object.
+func (d Delivery) MarshalJSON() ([]byte, error) {
+	var next *int64
+	if d.NextAttempt != nil {
+		n := d.NextAttempt.Unix()
+		next = &n
+	}
+	return json.Marshal(struct {
+		Object         string  `json:"object"`
+		Event          string  `json:"event"`
+		Endpoint       string  `json:"endpoint"`
+		Status         string  `json:"status"`
+		Attempts       int     `json:"attempts"`
+		LastStatusCode *int    `json:"last_status_code"`
+		LastError      *string `json:"last_error"`
+		NextAttempt    *int64  `json:"next_attempt"`
+		Created        int64   `json:"created"`
+	}{"webhook_delivery", d.Event, d.Endpoint, d.Status, d.Attempts, d.LastStatusCode, d.LastError, next, d.Created.Unix()})
+}
+
+func toDelivery(r dbsqlc.WebhookDelivery) Delivery {
+	d := Delivery{Event: r.EventID, Endpoint: r.EndpointID, Status: r.Status, Attempts: int(r.Attempts), Created: r.CreatedAt}
+	if r.LastStatusCode.Valid {
+		code := int(r.LastStatusCode.Int32)
+		d.LastStatusCode = &code
+	}
+	if r.LastError.Valid {
+		d.LastError = &r.LastError.String
+	}
+	if r.NextAttemptAt.Valid && r.Status == StatusPending {
+		d.NextAttempt = &r.NextAttemptAt.Time
+	}
+	return d
+}
+
+// ListDeliveries returns the deliveries of the user's event eventID, one
+// per endpoint it is sent to. An event of another user, or none, is
+// events.ErrNotFound.
+func ListDeliveries(ctx context.Context, conn dbsqlc.DBTX, userID int64, eventID string) ([]Delivery, error) {
+	if _, err := events.Get(ctx, conn, userID, eventID); err != nil {
+		return nil, err
+	}
+	rows, err := queries.ListWebhookDeliveries(ctx, conn, dbsqlc.ListWebhookDeliveriesParams{EventID: eventID, UserID: userID})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]Delivery, len(rows))
+	for i, r := range rows {
+		out[i] = toDelivery(r)
+	}
+	return out, nil
+}
+
+// RedeliverParams name the event to deliver again.
+type RedeliverParams struct {
+	Event string `json:"event"`
+}
+
+// The redeliver flow, POST /v1/events/{id}/redeliver: one local phase.
+//
+//	started
+//	  │ tx: every delivery of the event whose endpoint still exists and
+//	  │     subscribes to it starts a new cycle, due now; one job staged per
+//	  │     delivery; store 200 with the deliveries
+//	  ▼
+//	finished
+//
+// "Again" is meant literally: the endpoints that get the event are those it
+// was sent to (those that existed when it was created), not endpoints made
+// since, which by API.md section 7 never get events older than they are.
+// A delivery still pending is restarted the same way: its next attempt is
+// due at once, and the job of its earlier cycle, when it runs, stops unsent.
+func (s *Service) redeliverFlow() *recovery.Flow {
+	return &recovery.Flow{Name: "redeliver_event", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+		recovery.Started: recovery.LocalPhase(s.restartDeliveries),
+	}}
+}
+
+// Redeliver runs the redeliver flow for req (whose Params and Flow it
+// sets). The caller has checked that the event is the user's.
+func (s *Service) Redeliver(ctx context.Context, req recovery.Request, p RedeliverParams) (recovery.Response, error) {
+	req.Params, req.Flow = p, s.redeliver
+	return s.engine.Execute(ctx, req)
+}
+
+func (s *Service) restartDeliveries(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	var p RedeliverParams
+	if err := k.DecodeParams(&p); err != nil {
+		return recovery.Outcome{}, err
+	}
+	event, err := events.Get(ctx, tx, k.UserID, p.Event)
+	if err != nil {
+		return recovery.Outcome{}, fmt.Errorf("reading event %s to redeliver: %w", p.Event, err)
+	}
+	rows, err := queries.RestartWebhookDeliveries(ctx, tx, dbsqlc.RestartWebhookDeliveriesParams{
+		EventID: event.ID, UserID: k.UserID, Patterns: stagedjobs.SubscriptionPatterns(event.Type), IdempotencyKeyID: &k.ID,
+	})
+	if err != nil {
+		return recovery.Outcome{}, fmt.Errorf("restarting the deliveries of %s: %w", event.ID, err)
+	}
+	jobs := make([]stagedjobs.Job, len(rows))
+	deliveries := make([]Delivery, len(rows))
+	for i, r := range rows {
+		jobs[i] = stagedjobs.Job{Kind: stagedjobs.WebhookDelivery, Args: stagedjobs.DeliveryArgs{
+			EventID: r.EventID, EndpointID: r.EndpointID, Cycle: r.Cycle,
+		}}
+		deliveries[i] = toDelivery(r)
+	}
+	if err := stagedjobs.StageTx(ctx, tx, k.ID, jobs...); err != nil {
+		return recovery.Outcome{}, err
+	}
+	body, err := json.Marshal(struct {
+		Object  string     `json:"object"`
+		Data    []Delivery `json:"data"`
+		HasMore bool       `json:"has_more"`
+	}{"list", deliveries, false})
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	return recovery.Respond(200, body), nil
+}

@@ -1,0 +1,34 @@
+// Package merchanthooks owns the webhooks the service sends to merchants
+// (API.md section 7): their endpoints, the deliveries of each event to
+// each endpoint, and the job that makes one attempt at a delivery.
+//
+// The shape is the outbox again, as for receipts. The event worker
+// (package stagedjobs) writes an event and, in the same transaction, one
+// delivery row and one staged job per endpoint that subscribes to it, so a
+// delivery exists if and only if its event does. The enqueuer moves the
+// jobs into River, on a queue of their own (stagedjobs.WebhookQueue), and
+// DeliveryWorker makes the attempts:
+//
+//  1. a short read of the delivery, its endpoint and its event, with no
+//     transaction kept open;
+//  2. the POST, signed as the Standard Webhooks specification says
+//     (webhook-id is the event's id, the same on every attempt and every
+//     redelivery, so the merchant deduplicates by it), with nothing held;
+//  3. the attempt recorded in a short statement of its own, on a context
+//     detached from the job's, so an attempt that happened is recorded even
+//     if the job's context ended meanwhile.
+//
+// A failed attempt returns an error, and River runs the job again after the
+// next delay of the retry schedule (DeliveryWorker.NextRetry); after the
+// last one the delivery is failed. A redelivery starts a new cycle of
+// attempts with a job of its own; a job of an earlier cycle stops unsent.
+//
+// Endpoint creation and redelivery are flows on the idempotency engine,
+// like payments: one local phase each, whose commit writes the rows and
+// stores the answer. An endpoint's secret is drawn in that phase, so the
+// stored answer, and every replay of it, carries the one secret that was
+// committed.
+//
+// This package must never hold a transaction, or a pool connection, open
+// across an HTTP call to a merchant.
+package merchanthooks

@@ -17,6 +17,7 @@ import (
 	"github.com/example/payments/internal/failpoint"
 	"github.com/example/payments/internal/keyfilter"
 	"github.com/example/payments/internal/merchanthooks"
+	"github.com/example/payments/internal/safehttp"
 	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/worker"
 )
@@ -44,7 +45,7 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 		KeyFilter: keyfilter.Config{
 			ExpectedKeysPerSlice: uint(cfg.KeyFilterExpectedKeys), FalsePositiveRate: cfg.KeyFilterFPRate, Disabled: !cfg.KeyFilter,
 		},
-		Stripe: stripe, WebhookSecret: cfg.StripeWebhookSecret, Logger: log,
+		Stripe: stripe, WebhookSecret: cfg.StripeWebhookSecret, Logger: log, WebhookURLCheck: webhookURLCheck(cfg),
 	})
 	if errors.Is(err, app.ErrKeyFilterConfig) {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -97,16 +98,20 @@ func (p *process) runWorker(ctx context.Context) error {
 	})
 }
 
-// webhookClient is the HTTP client of the webhook deliveries: it times
-// out after merchanthooks.AttemptTimeout and follows no redirects (a 3xx is
-// a failed attempt). It does not yet refuse non-public addresses when
-// WebhookAllowPrivate is off: internal/safehttp's client, which does, takes
-// its place when it lands.
+// webhookClient is the HTTP client of the webhook deliveries
+// (internal/safehttp): it times out after merchanthooks.AttemptTimeout,
+// follows no redirects (a 3xx is a failed attempt), and, unless
+// WebhookAllowPrivate, refuses to connect to a non-public address.
 func webhookClient(cfg config) *http.Client {
-	_ = cfg.WebhookAllowPrivate
-	return &http.Client{
-		Timeout:       merchanthooks.AttemptTimeout,
-		CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse },
+	return safehttp.NewClient(safehttp.Config{AllowPrivate: cfg.WebhookAllowPrivate, Timeout: merchanthooks.AttemptTimeout})
+}
+
+// webhookURLCheck refuses, at creation, an endpoint URL the delivery
+// client would refuse to connect to (a non-public address), unless private
+// addresses are allowed.
+func webhookURLCheck(cfg config) func(context.Context, string) error {
+	return func(ctx context.Context, rawURL string) error {
+		return safehttp.CheckURL(ctx, rawURL, cfg.WebhookAllowPrivate)
 	}
 }
 

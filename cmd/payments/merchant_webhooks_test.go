@@ -25,7 +25,9 @@ func TestWorker_everyEventReachesTheMerchantThroughASIGKILL(t *testing.T) {
 	simURL := startSimulator(t)
 	dbURL := dbtest.NewURL(t)
 	seedDemoUsers(t, dbURL)
-	_, base := startServe(t, dbURL, simURL)
+	// The receiver listens on loopback, which serve and worker refuse
+	// unless told otherwise (see the next test).
+	_, base := startServe(t, dbURL, simURL, "PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true")
 
 	receiver := webhooktest.NewReceiver(t)
 	receiver.SetMode(webhooktest.Fail)
@@ -38,7 +40,7 @@ func TestWorker_everyEventReachesTheMerchantThroughASIGKILL(t *testing.T) {
 
 	workerEnv := []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
 		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_ENQUEUER_POLL_INTERVAL=50ms",
-		"PAYMENTS_WEBHOOK_RETRY_SCHEDULE=500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms"}
+		"PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE=500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms,500ms"}
 	doomed := startProc(t, workerEnv, "worker")
 
 	const payments = 5
@@ -93,4 +95,51 @@ func TestWorker_everyEventReachesTheMerchantThroughASIGKILL(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM webhook_deliveries WHERE status = 'succeeded'").Scan(&succeeded))
 		return succeeded == len(eventIDs)
 	}, 30*time.Second, 50*time.Millisecond)
+}
+
+// API.md section 7: payments serve refuses an endpoint on a non-public
+// address, and a worker connects to none, checked when it connects (so an
+// endpoint registered where private addresses were allowed, or a name that
+// resolves elsewhere later, still gets nothing), unless
+// PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true.
+func TestServe_webhookEndpointsOnNonPublicAddressesAreRefused(t *testing.T) {
+	t.Parallel()
+	simURL := startSimulator(t)
+	dbURL := dbtest.NewURL(t)
+	seedDemoUsers(t, dbURL)
+	_, strict := startServe(t, dbURL, simURL)
+	receiver := webhooktest.NewReceiver(t)
+	for i, url := range []string{receiver.URL(), "http://10.1.2.3/hooks", "http://169.254.169.254/latest/meta-data",
+		"http://[::1]:8080/x", "http://100.64.0.1/x", "http://localhost:9/x"} {
+		status, data, err := postIdempotent(strict, "/v1/webhook_endpoints", fmt.Sprintf("private-%d", i), `{"url":"`+url+`"}`)
+		require.NoError(t, err)
+		require.Equal(t, http.StatusBadRequest, status, "%s: %s", url, data)
+		var p struct{ Code string }
+		require.NoError(t, json.Unmarshal(data, &p))
+		require.Equal(t, "validation_failed", p.Code, url)
+	}
+
+	// Registered through an instance that allows private addresses, the
+	// endpoint still gets nothing from a worker that does not: its dialer
+	// refuses the address, and the delivery says why.
+	_, lax := startServe(t, dbURL, simURL, "PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true")
+	status, data, err := postIdempotent(lax, "/v1/webhook_endpoints", "private-allowed", `{"url":"`+receiver.URL()+`"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status, string(data))
+	startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
+		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_ENQUEUER_POLL_INTERVAL=50ms",
+		"PAYMENTS_WEBHOOK_RETRY_SCHEDULE=1h"}, "worker")
+	status, data, err = createPayment(lax, "private-order")
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status, string(data))
+
+	pool := dbtestPool(t, dbURL)
+	var lastError string
+	require.Eventually(t, func() bool {
+		err := pool.QueryRow(context.Background(),
+			"SELECT coalesce(last_error, '') FROM webhook_deliveries WHERE attempts > 0").Scan(&lastError)
+		return err == nil
+	}, 60*time.Second, 50*time.Millisecond, "the delivery was attempted")
+	require.Contains(t, lastError, "loopback")
+	require.Empty(t, receiver.Deliveries(), "nothing reached the non-public address")
 }

@@ -1,11 +1,7 @@
 package chaos
 
 import (
-	"crypto/hmac"
-	"crypto/sha256"
-	"encoding/base64"
 	"encoding/json"
-	"errors"
 	"io"
 	"math/rand/v2"
 	"net"
@@ -13,12 +9,15 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/example/payments/internal/webhooktest"
 )
 
 // The merchant side of the run (API.md section 7): one HTTP server stands
 // for every merchant's endpoint (the path names the endpoint), verifies each
-// delivery's Standard Webhooks signature with its own code (not the
-// service's), and records what arrived. Now and then it fails (500),
+// delivery's Standard Webhooks signature with internal/webhooktest's
+// independent implementation (not the service's code), and records what
+// arrived. Now and then it fails (500),
 // answers too late (past the service's 10 s), or disappears for a few
 // seconds (its listener closed, so connections are refused), as a real
 // merchant's server does.
@@ -56,7 +55,7 @@ type merchant struct {
 	ln       net.Listener
 	srv      *http.Server
 	mode     merchantMode
-	secrets  map[string][]byte // endpoint name -> HMAC key
+	secrets  map[string]string // endpoint name -> its whsec_ secret
 	arrivals []Arrival
 }
 
@@ -65,7 +64,7 @@ func startMerchant() (*merchant, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &merchant{addr: ln.Addr().String(), secrets: map[string][]byte{}}
+	m := &merchant{addr: ln.Addr().String(), secrets: map[string]string{}}
 	m.serve(ln)
 	return m, nil
 }
@@ -74,15 +73,10 @@ func startMerchant() (*merchant, error) {
 func (m *merchant) URL(name string) string { return "http://" + m.addr + "/hooks/" + name }
 
 // setSecret gives the receiver an endpoint's secret (whsec_<base64>).
-func (m *merchant) setSecret(name, secret string) error {
-	key, err := base64.StdEncoding.DecodeString(strings.TrimPrefix(secret, "whsec_"))
-	if err != nil {
-		return err
-	}
+func (m *merchant) setSecret(name, secret string) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	m.secrets[name] = key
-	return nil
+	m.secrets[name] = secret
 }
 
 func (m *merchant) serve(ln net.Listener) {
@@ -129,7 +123,7 @@ func (m *merchant) receive(w http.ResponseWriter, r *http.Request) {
 	mode, key := m.mode, m.secrets[name]
 	m.mu.Unlock()
 	a := Arrival{Endpoint: name, WebhookID: r.Header.Get("webhook-id"), EventID: event.ID, EventType: event.Type,
-		ValidSig: key != nil && verifyStandardWebhook(key, r.Header, body) == nil, At: time.Now()}
+		ValidSig: key != "" && webhooktest.Verify(key, r.Header, body, time.Now()) == nil, At: time.Now()}
 	switch mode {
 	case merchantFailing:
 		a.Answered = http.StatusInternalServerError
@@ -183,31 +177,4 @@ func troubleMerchant(done <-chan struct{}, m *merchant, rng *rand.Rand, stats *S
 		}
 		m.setMode(merchantUp)
 	}
-}
-
-// verifyStandardWebhook checks a delivery's signature as the Standard
-// Webhooks specification says, with nothing of the service's code:
-// HMAC-SHA256 over "{webhook-id}.{webhook-timestamp}.{body}", keyed with the
-// secret's decoded bytes, base64, one of the space-separated "v1,<sig>" of
-// webhook-signature.
-func verifyStandardWebhook(key []byte, h http.Header, body []byte) error {
-	id, ts, sigs := h.Get("webhook-id"), h.Get("webhook-timestamp"), h.Get("webhook-signature")
-	if id == "" || ts == "" || sigs == "" {
-		return errors.New("missing webhook-id, webhook-timestamp or webhook-signature")
-	}
-	mac := hmac.New(sha256.New, key)
-	mac.Write([]byte(id + "." + ts + "."))
-	mac.Write(body)
-	want := mac.Sum(nil)
-	for _, s := range strings.Fields(sigs) {
-		version, sig, ok := strings.Cut(s, ",")
-		if !ok || version != "v1" {
-			continue
-		}
-		got, err := base64.StdEncoding.DecodeString(sig)
-		if err == nil && hmac.Equal(got, want) {
-			return nil
-		}
-	}
-	return errors.New("no valid v1 signature")
 }

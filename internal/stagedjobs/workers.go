@@ -60,9 +60,10 @@ type EventWorker struct {
 // Work writes the event, unless it is already there, and in the same
 // transaction, the first time only, its webhook deliveries: one row and
 // one staged WebhookDelivery job per enabled endpoint of the user that
-// subscribes to the event's type, as the endpoints are at this moment. So
-// a delivery exists if and only if its event does, and an endpoint made
-// later gets nothing of this event.
+// subscribes to the event's type, existed when the event was created (the
+// change's commit, maybe a while before this job runs) and still exists.
+// So a delivery exists if and only if its event does, and an endpoint made
+// after the change gets nothing of this event.
 func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
 	a := job.Args
 	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
@@ -73,7 +74,7 @@ func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error
 			return err
 		}
 		deliveries, err := queries.InsertWebhookDeliveries(ctx, tx, dbsqlc.InsertWebhookDeliveriesParams{
-			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type),
+			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type), EventCreated: a.Created,
 		})
 		if err != nil {
 			return fmt.Errorf("staging the deliveries of event %s: %w", a.EventID, err)

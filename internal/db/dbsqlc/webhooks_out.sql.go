@@ -127,15 +127,17 @@ INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id)
 SELECT $1, e.id, e.user_id
 FROM webhook_endpoints e
 WHERE e.user_id = $2 AND e.deleted_at IS NULL AND e.status = 'enabled'
-  AND e.enabled_events && $3::text[]
+  AND e.created_at <= $3::timestamptz
+  AND e.enabled_events && $4::text[]
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 RETURNING endpoint_id, cycle
 `
 
 type InsertWebhookDeliveriesParams struct {
-	EventID  string
-	UserID   int64
-	Patterns []string
+	EventID      string
+	UserID       int64
+	EventCreated time.Time
+	Patterns     []string
 }
 
 type InsertWebhookDeliveriesRow struct {
@@ -143,11 +145,18 @@ type InsertWebhookDeliveriesRow struct {
 	Cycle      int32
 }
 
-// One delivery per enabled endpoint of the user, existing now, that
-// subscribes to the event: its enabled_events hold one of patterns (the
-// type, its prefix "refund.*", "*").
+// One delivery per enabled endpoint of the user that existed when the
+// event was created (API.md: an endpoint never gets events older than
+// itself, even one the event worker writes after it was made), still
+// exists, and subscribes to the event: its enabled_events hold one of
+// patterns (the type, its prefix "refund.*", "*").
 func (q *Queries) InsertWebhookDeliveries(ctx context.Context, db DBTX, arg InsertWebhookDeliveriesParams) ([]InsertWebhookDeliveriesRow, error) {
-	rows, err := db.Query(ctx, insertWebhookDeliveries, arg.EventID, arg.UserID, arg.Patterns)
+	rows, err := db.Query(ctx, insertWebhookDeliveries,
+		arg.EventID,
+		arg.UserID,
+		arg.EventCreated,
+		arg.Patterns,
+	)
 	if err != nil {
 		return nil, err
 	}

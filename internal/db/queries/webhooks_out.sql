@@ -21,13 +21,16 @@ UPDATE webhook_endpoints SET deleted_at = now()
 WHERE id = @id AND user_id = @user_id AND deleted_at IS NULL;
 
 -- name: InsertWebhookDeliveries :many
--- One delivery per enabled endpoint of the user, existing now, that
--- subscribes to the event: its enabled_events hold one of patterns (the
--- type, its prefix "refund.*", "*").
+-- One delivery per enabled endpoint of the user that existed when the
+-- event was created (API.md: an endpoint never gets events older than
+-- itself, even one the event worker writes after it was made), still
+-- exists, and subscribes to the event: its enabled_events hold one of
+-- patterns (the type, its prefix "refund.*", "*").
 INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id)
 SELECT @event_id, e.id, e.user_id
 FROM webhook_endpoints e
 WHERE e.user_id = @user_id AND e.deleted_at IS NULL AND e.status = 'enabled'
+  AND e.created_at <= @event_created::timestamptz
   AND e.enabled_events && @patterns::text[]
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 RETURNING endpoint_id, cycle;

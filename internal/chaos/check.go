@@ -46,6 +46,10 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 //	receipt           one receipt per capture and per refund, sent
 //	receipt-once      the mail server accepted each receipt once, and every receipt marked sent
 //	job               staged jobs drained into River, each once, each run to completion
+//	merchant-webhook  every event reached every endpoint of its user that subscribed to it when it was
+//	                  created (and still exists), at least once, with its id as webhook-id and a valid
+//	                  signature; nothing reached another user's endpoint, an unsubscribed one, one made
+//	                  after the event, or one after its deletion
 //	stripe-request    every mutating call to Stripe carried an idempotency key
 func Check(s *Snapshot, records []Record) []Violation {
 	c := newChecker(s, records)
@@ -57,6 +61,7 @@ func Check(s *Snapshot, records []Record) []Violation {
 	c.checkEvents()
 	c.checkReceipts()
 	c.checkJobs()
+	c.checkMerchantWebhooks()
 	c.checkStripeRequests()
 	return c.violations
 }
@@ -298,7 +303,7 @@ func (c *checker) checkKeys() {
 		case k.NeedsAttention:
 			c.fail("key", k.Key, "marked as needing attention (flow %s, id %s)", k.Flow, k.ID)
 		}
-		if c.recordByKey[userKey{k.UserID, k.Key}] == nil {
+		if c.recordByKey[userKey{k.UserID, k.Key}] == nil && !strings.HasPrefix(k.Key, merchantKeyPrefix) {
 			c.fail("key", k.Key, "no client sent this key (user %d, %s %s)", k.UserID, k.Method, k.Path)
 		}
 	}
@@ -663,6 +668,76 @@ func (c *checker) checkReceipts() {
 			c.fail("receipt-once", id, "the mail server accepted this receipt %d times", c.s.Mail.Duplicates[id])
 		}
 	}
+}
+
+// deletionSlack is how long after an endpoint's deletion an attempt that
+// read it just before may still arrive.
+const deletionSlack = 2 * time.Second
+
+// checkMerchantWebhooks: API.md section 7, from what the merchants'
+// receiver got and the service's rows.
+func (c *checker) checkMerchantWebhooks() {
+	byName, byID := map[string]*Endpoint{}, map[string]*Endpoint{}
+	for i := range c.s.Endpoints {
+		ep := &c.s.Endpoints[i]
+		byName[ep.Name], byID[ep.ID] = ep, ep
+	}
+	events := map[string]*Event{}
+	for i := range c.s.Events {
+		events[c.s.Events[i].ID] = &c.s.Events[i]
+	}
+	type pair struct{ endpoint, event string }
+	acknowledged := map[pair]bool{}
+	for _, a := range c.s.Arrivals {
+		ep, e := byName[a.Endpoint], events[a.EventID]
+		switch {
+		case ep == nil:
+			c.fail("merchant-webhook", a.Endpoint, "event %s reached an endpoint nobody registered", a.EventID)
+		case !a.ValidSig:
+			c.fail("merchant-webhook", ep.ID, "event %s arrived with a signature that does not verify", a.EventID)
+		case a.WebhookID != a.EventID:
+			c.fail("merchant-webhook", ep.ID, "webhook-id %q on a delivery of event %q", a.WebhookID, a.EventID)
+		case e == nil:
+			c.fail("merchant-webhook", ep.ID, "event %q arrived, which the service never wrote", a.EventID)
+		case e.UserID != ep.UserID:
+			c.fail("merchant-webhook", ep.ID, "event %s of user %d reached an endpoint of user %d", e.ID, e.UserID, ep.UserID)
+		case !subscribes(ep.EnabledEvents, e.Type):
+			c.fail("merchant-webhook", ep.ID, "event %s (%s) reached an endpoint that subscribes to %v", e.ID, e.Type, ep.EnabledEvents)
+		case e.Created.Before(ep.Created):
+			c.fail("merchant-webhook", ep.ID, "event %s, created %v, reached an endpoint created %v", e.ID, e.Created, ep.Created)
+		case !ep.Deleted.IsZero() && a.At.After(ep.Deleted.Add(deletionSlack)):
+			c.fail("merchant-webhook", ep.ID, "event %s arrived %v after the endpoint was deleted", e.ID, a.At.Sub(ep.Deleted).Round(time.Millisecond))
+		}
+		if ep != nil && a.Acknowledged {
+			acknowledged[pair{ep.ID, a.EventID}] = true
+		}
+	}
+	for _, e := range c.s.Events {
+		for _, ep := range c.s.Endpoints {
+			if ep.UserID != e.UserID || !ep.Deleted.IsZero() || e.Created.Before(ep.Created) || !subscribes(ep.EnabledEvents, e.Type) {
+				continue
+			}
+			if !acknowledged[pair{ep.ID, e.ID}] {
+				c.fail("merchant-webhook", e.ID, "%s never acknowledged by endpoint %s (%s), which subscribed to it when it was created", e.Type, ep.ID, ep.Name)
+			}
+		}
+	}
+	for _, d := range c.s.Deliveries {
+		if ep := byID[d.EndpointID]; ep != nil && ep.Deleted.IsZero() && d.Status != "succeeded" {
+			c.fail("merchant-webhook", d.EventID, "its delivery to endpoint %s is %s", d.EndpointID, d.Status)
+		}
+	}
+}
+
+// subscribes tells whether enabled_events takes eventType: "*", the type, or
+// its prefix ("refund.*").
+func subscribes(enabled []string, eventType string) bool {
+	for _, p := range enabled {
+		if p == "*" || p == eventType || (strings.HasSuffix(p, ".*") && strings.HasPrefix(eventType, strings.TrimSuffix(p, "*"))) {
+			return true
+		}
+	}
+	return false
 }
 
 // checkJobs: the staged jobs all reached River, each once, and ran to completion.

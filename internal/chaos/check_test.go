@@ -101,6 +101,17 @@ func world() (*Snapshot, []Record) {
 			},
 		},
 	}
+	// One merchant endpoint of alice's, subscribed to everything, made
+	// before her events, which all reached it.
+	t0 := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+	s.Endpoints = []Endpoint{{ID: "we_1", UserID: alice, Name: "all-1", EnabledEvents: []string{"*"}, Created: t0}}
+	for i := range s.Events {
+		e := &s.Events[i]
+		e.Created = t0.Add(time.Duration(i+1) * time.Second)
+		s.Deliveries = append(s.Deliveries, Delivery{EventID: e.ID, EndpointID: "we_1", Status: "succeeded"})
+		s.Arrivals = append(s.Arrivals, Arrival{Endpoint: "all-1", WebhookID: e.ID, EventID: e.ID, EventType: e.Type,
+			ValidSig: true, At: e.Created.Add(time.Second), Answered: 200, Acknowledged: true})
+	}
 	return s, records
 }
 
@@ -303,6 +314,8 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 		{"a state change without its event", func(s *Snapshot, r []Record) []Record {
 			s.Events = slices.DeleteFunc(s.Events, func(e Event) bool { return e.ID == "evt_3" })
 			s.RiverJobs = slices.DeleteFunc(s.RiverJobs, func(j RiverJob) bool { return j.EventID == "evt_3" })
+			s.Deliveries = slices.DeleteFunc(s.Deliveries, func(d Delivery) bool { return d.EventID == "evt_3" })
+			s.Arrivals = slices.DeleteFunc(s.Arrivals, func(a Arrival) bool { return a.EventID == "evt_3" })
 			return r
 		}, "event", "pay_C", false},
 		{"a receipt never sent", func(s *Snapshot, r []Record) []Record {
@@ -345,6 +358,46 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 			refuseCancelOfC(s, r)
 			return r
 		}, "expected-answer", "k-c-cancel", false},
+		{"an event that never reached a subscribed endpoint", func(s *Snapshot, r []Record) []Record {
+			s.Arrivals = s.Arrivals[1:]
+			return r
+		}, "merchant-webhook", "evt_1", false},
+		{"an event that reached its endpoint only past the sender's timeout", func(s *Snapshot, r []Record) []Record {
+			s.Arrivals[0].Acknowledged = false
+			return r
+		}, "merchant-webhook", "evt_1", false},
+		{"a delivery with a signature that does not verify", func(s *Snapshot, r []Record) []Record {
+			s.Arrivals[1].ValidSig = false
+			return r
+		}, "merchant-webhook", "we_1", false},
+		{"a delivery under another webhook-id", func(s *Snapshot, r []Record) []Record {
+			s.Arrivals[1].WebhookID = "evt_other"
+			return r
+		}, "merchant-webhook", "we_1", false},
+		{"an event that reached another user's endpoint", func(s *Snapshot, r []Record) []Record {
+			s.Endpoints = append(s.Endpoints, Endpoint{ID: "we_2", UserID: 2, Name: "bob-1", EnabledEvents: []string{"*"}, Created: s.Endpoints[0].Created})
+			s.Arrivals = append(s.Arrivals, s.Arrivals[0])
+			s.Arrivals[len(s.Arrivals)-1].Endpoint = "bob-1"
+			return r
+		}, "merchant-webhook", "we_2", false},
+		{"an event that reached an endpoint not subscribed to it", func(s *Snapshot, r []Record) []Record {
+			s.Endpoints[0].EnabledEvents = []string{"refund.*"}
+			s.Deliveries = s.Deliveries[3:]
+			s.Arrivals = append(s.Arrivals[:1], s.Arrivals[3:]...)
+			return r
+		}, "merchant-webhook", "we_1", false},
+		{"an event older than the endpoint it reached", func(s *Snapshot, r []Record) []Record {
+			s.Endpoints[0].Created = s.Events[0].Created.Add(time.Millisecond)
+			return r
+		}, "merchant-webhook", "we_1", false},
+		{"an event that reached an endpoint after its deletion", func(s *Snapshot, r []Record) []Record {
+			s.Endpoints[0].Deleted = s.Arrivals[3].At.Add(-deletionSlack - time.Second)
+			return r
+		}, "merchant-webhook", "we_1", false},
+		{"a delivery left failed", func(s *Snapshot, r []Record) []Record {
+			s.Deliveries[2].Status = "failed"
+			return r
+		}, "merchant-webhook", "evt_3", false},
 		{"a mutating Stripe call without an idempotency key", func(s *Snapshot, r []Record) []Record {
 			s.Sim.Requests = append(s.Sim.Requests, SimRequest{Method: "POST", Path: "/v1/refunds", Status: 200})
 			return r

@@ -81,6 +81,11 @@ var instanceSettings = []struct {
 	{name: "worker-b", worker: true, lockMult: 1.5, env: []string{"PAYMENTS_COMPLETER_GRACE=" + (2 * completerGrace).String()}},
 }
 
+// webhookRetrySchedule is the run's PAYMENTS_WEBHOOK_RETRY_SCHEDULE: a
+// dozen retries over about half a minute (River adds up to 5 s to each),
+// longer than any trouble of the merchants' receiver lasts.
+const webhookRetrySchedule = "200ms,500ms,1s,1s,2s,2s,2s,2s,3s,3s,3s,3s"
+
 // minLockTimeout is the shortest lock timeout a process of the run gets.
 const minLockTimeout = 300 * time.Millisecond
 
@@ -114,6 +119,9 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 		// The simulator's search shows an object at once, unlike Stripe's:
 		// a key Stripe stored a 500 under moves on after a second, not an hour.
 		"PAYMENTS_STRIPE_SEARCH_LAG=1s",
+		// The merchants' receiver is on loopback; retries come within
+		// seconds, not hours, so that the run sees them all.
+		"PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE=" + webhookRetrySchedule,
 	}
 	if cfg.KeyTTL > 0 {
 		common = append(common, "PAYMENTS_IDEMPOTENCY_KEY_TTL="+cfg.KeyTTL.String())

@@ -1,11 +1,15 @@
 package chaos
 
 import (
+	"bytes"
+	"context"
 	"encoding/json"
+	"fmt"
 	"io"
 	"math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -45,6 +49,9 @@ type Arrival struct {
 	ValidSig  bool
 	At        time.Time
 	Answered  int // the status the receiver answered
+	// Acknowledged: answered 2xx in time, so the sender counts it delivered
+	// (a slow answer comes after the sender gave up).
+	Acknowledged bool
 }
 
 // merchant is the receiver.
@@ -131,7 +138,7 @@ func (m *merchant) receive(w http.ResponseWriter, r *http.Request) {
 		time.Sleep(11 * time.Second)
 		a.Answered = http.StatusOK // too late: the sender gave up after 10 s
 	default:
-		a.Answered = http.StatusOK
+		a.Answered, a.Acknowledged = http.StatusOK, true
 	}
 	m.mu.Lock()
 	m.arrivals = append(m.arrivals, a)
@@ -176,5 +183,83 @@ func troubleMerchant(done <-chan struct{}, m *merchant, rng *rand.Rand, stats *S
 		case <-time.After(trouble):
 		}
 		m.setMode(merchantUp)
+	}
+}
+
+// merchantKeyPrefix starts the Idempotency-Keys of the endpoints' creation,
+// which the run's clients do not send (and the checker does not look for).
+const merchantKeyPrefix = "chaos-endpoint-"
+
+// merchantEndpoints are the endpoints each user registers before the
+// clients start: everything, the payment events, and two refund types.
+var merchantEndpoints = []struct {
+	name    string
+	enabled []string
+}{
+	{"all", []string{"*"}},
+	{"payments", []string{"payment.*"}},
+	{"refunds", []string{"refund.succeeded", "refund.failed"}},
+}
+
+// registerEndpoint creates the endpoint named name for the user of apiKey,
+// pointing at the receiver, retrying with one Idempotency-Key until the
+// answer is final, and gives the receiver its secret. It returns its id.
+func (m *merchant) registerEndpoint(ctx context.Context, base, apiKey, name string, enabled []string) (string, error) {
+	body, _ := json.Marshal(map[string]any{"url": m.URL(name), "enabled_events": enabled})
+	data, err := callUntilFinal(ctx, http.MethodPost, base+"/v1/webhook_endpoints", apiKey, merchantKeyPrefix+name, body, http.StatusCreated)
+	if err != nil {
+		return "", fmt.Errorf("chaos: registering endpoint %s: %w", name, err)
+	}
+	var ep struct{ ID, Secret string }
+	if err := json.Unmarshal(data, &ep); err != nil {
+		return "", err
+	}
+	m.setSecret(name, ep.Secret)
+	return ep.ID, nil
+}
+
+// deleteEndpoint deletes endpoint id of the user of apiKey. A 404 is an
+// earlier attempt's success whose answer was lost to a crash.
+func deleteEndpoint(ctx context.Context, base, apiKey, id string) error {
+	_, err := callUntilFinal(ctx, http.MethodDelete, base+"/v1/webhook_endpoints/"+id, apiKey, "", nil, http.StatusOK, http.StatusNotFound)
+	return err
+}
+
+// callUntilFinal sends a request until it gets an answer that is not 409,
+// 429 or 5xx (the instances are being crashed meanwhile), and returns its
+// body if its status is want.
+func callUntilFinal(ctx context.Context, method, url, apiKey, key string, body []byte, want ...int) ([]byte, error) {
+	for attempt := 0; ; attempt++ {
+		req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
+		if err != nil {
+			return nil, err
+		}
+		req.Header.Set("Authorization", "Bearer "+apiKey)
+		if key != "" {
+			req.Header.Set("Idempotency-Key", key)
+		}
+		if body != nil {
+			req.Header.Set("Content-Type", "application/json")
+		}
+		resp, err := controlClient.Do(req)
+		if err == nil {
+			data, readErr := io.ReadAll(resp.Body)
+			resp.Body.Close()
+			switch {
+			case readErr != nil:
+			case slices.Contains(want, resp.StatusCode):
+				return data, nil
+			case resp.StatusCode != http.StatusConflict && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500:
+				return nil, fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, data)
+			}
+		}
+		if attempt == 100 {
+			return nil, fmt.Errorf("%s %s: no final answer in 100 attempts", method, url)
+		}
+		select {
+		case <-ctx.Done():
+			return nil, ctx.Err()
+		case <-time.After(200 * time.Millisecond):
+		}
 	}
 }

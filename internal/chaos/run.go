@@ -96,6 +96,21 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	logf("chaos: seed %d; simulator at %s; API at %s and %s; logs in %s", cfg.Seed, cluster.SimURL,
 		cluster.Serve[0].URL(), cluster.Serve[1].URL(), logDir)
 
+	merchants, err := startMerchant()
+	if err != nil {
+		return nil, fmt.Errorf("chaos: starting the merchants' receiver: %w", err)
+	}
+	defer merchants.close()
+	endpoints := map[string]string{} // name -> id
+	for _, u := range clientUsers {
+		for _, ep := range merchantEndpoints {
+			name := fmt.Sprintf("%s-%d", ep.name, u.id)
+			if endpoints[name], err = merchants.registerEndpoint(ctx, cluster.Serve[0].URL(), u.apiKey, name, ep.enabled); err != nil {
+				return nil, err
+			}
+		}
+	}
+
 	stats := &Stats{}
 	ledger := &Ledger{}
 	d := newDriver(cluster.Serve, ledger, stats, cfg.RequestBudget)
@@ -111,6 +126,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	webhookRNG, mailRNG := rand.New(rand.NewPCG(seeds.Uint64(), 3)), rand.New(rand.NewPCG(seeds.Uint64(), 4))
 	chaos.Go(func() { injectWebhookFaults(chaosCtx, cluster.SimURL, webhookRNG, stats, logf) })
 	chaos.Go(func() { troubleMail(chaosCtx, mail, mailRNG, stats) })
+	merchantRNG := rand.New(rand.NewPCG(seeds.Uint64(), 5))
+	chaos.Go(func() { troubleMerchant(chaosCtx.Done(), merchants, merchantRNG, stats) })
+	chaos.Go(func() { changeEndpoints(chaosCtx, cfg.Duration, cluster, merchants, clientUsers, endpoints, stats, logf) })
 	chaos.Go(func() { cr.run(chaosCtx) })
 	chaos.Go(func() { progress(chaosCtx, stats, logf) })
 
@@ -150,6 +168,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	}
 	records := ledger.Records()
 	snap.KeysExpire = cfg.KeyTTL > 0
+	snap.Arrivals = merchants.Arrivals()
 	snap.Mail = MailState{Accepted: len(mail.Accepted()), Distinct: len(mail.CountByMessageID()), Duplicates: mail.Duplicates(),
 		WorkersKilled: cfg.KillWorker}
 	violations = append(violations, Check(snap, records)...)
@@ -242,4 +261,33 @@ func progress(ctx context.Context, stats *Stats, logf func(string, ...any)) {
 				time.Since(start).Round(time.Second), c["attempts"], c["retries"], faults, crashes, kills, c["restarts"])
 		}
 	}
+}
+
+// changeEndpoints registers one more endpoint a third into the run (it
+// must get every event from then on, none from before) and deletes one two
+// thirds in (it must get nothing after).
+func changeEndpoints(ctx context.Context, d time.Duration, cluster *Cluster, m *merchant, us []user, endpoints map[string]string,
+	stats *Stats, logf func(string, ...any)) {
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(d / 3):
+	}
+	first := us[0]
+	if _, err := m.registerEndpoint(ctx, cluster.Serve[0].URL(), first.apiKey, fmt.Sprintf("late-%d", first.id), []string{"*"}); err != nil {
+		logf("chaos: %v", err)
+		return
+	}
+	stats.Add("merchant endpoints registered mid-run", 1)
+	select {
+	case <-ctx.Done():
+		return
+	case <-time.After(d / 3):
+	}
+	last := us[len(us)-1]
+	if err := deleteEndpoint(ctx, cluster.Serve[1].URL(), last.apiKey, endpoints[fmt.Sprintf("payments-%d", last.id)]); err != nil {
+		logf("chaos: deleting an endpoint: %v", err)
+		return
+	}
+	stats.Add("merchant endpoints deleted mid-run", 1)
 }

@@ -15,28 +15,30 @@ type backlog struct {
 	pendingJobs    int // River jobs of the staged kinds not yet finalized (the workers')
 	pendingRefunds int // refunds Stripe has not decided yet (it does within seconds)
 	expiredAuths   int // authorisations past their lifetime, not yet canceled here
+	deliveries     int // webhook deliveries to merchants still pending
 	webhooks       int // 1 while the simulator may still have events to deliver
 }
 
 func (b backlog) empty() bool { return b == backlog{} }
 
 func (b backlog) size() int {
-	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.expiredAuths + b.webhooks
+	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.expiredAuths + b.deliveries + b.webhooks
 }
 
 func (b backlog) String() string {
 	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, %d refunds pending, "+
-		"%d authorisations past their lifetime still requires_capture, webhooks drained: %v",
-		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.expiredAuths, b.webhooks == 0)
+		"%d authorisations past their lifetime still requires_capture, %d deliveries to merchants pending, webhooks drained: %v",
+		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.expiredAuths, b.deliveries, b.webhooks == 0)
 }
 
 const backlogQuery = `SELECT
 	(SELECT count(*) FROM idempotency_keys WHERE recovery_point <> 'finished' AND needs_attention_at IS NULL),
 	(SELECT count(*) FROM staged_jobs),
-	(SELECT count(*) FROM river_job WHERE kind IN ('merchant_event', 'receipt_email')
+	(SELECT count(*) FROM river_job WHERE kind IN ('merchant_event', 'receipt_email', 'webhook_delivery')
 		AND state NOT IN ('completed', 'discarded', 'cancelled')),
 	(SELECT count(*) FROM refunds WHERE status = 'pending'),
-	(SELECT count(*) FROM payments WHERE status = 'requires_capture' AND created_at < now() - make_interval(secs => $1))`
+	(SELECT count(*) FROM payments WHERE status = 'requires_capture' AND created_at < now() - make_interval(secs => $1)),
+	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending')`
 
 // retryReceiptsNow makes the receipts waiting for a retry (the mail server
 // misbehaved) due at once, as an operator would once the server is well
@@ -106,7 +108,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall,
 
 func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, authDeadline time.Duration) (backlog, error) {
 	var b backlog
-	if err := pool.QueryRow(ctx, backlogQuery, authDeadline.Seconds()).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds, &b.expiredAuths); err != nil {
+	if err := pool.QueryRow(ctx, backlogQuery, authDeadline.Seconds()).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds, &b.expiredAuths, &b.deliveries); err != nil {
 		return b, fmt.Errorf("chaos: measuring the backlog: %w", err)
 	}
 	if !relay.drained() {

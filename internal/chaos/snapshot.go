@@ -29,6 +29,12 @@ type Snapshot struct {
 	KeysExpire bool
 	// Mail is what the mail server saw.
 	Mail MailState
+	// Endpoints and Deliveries are the merchants' webhook endpoints and
+	// the service's deliveries to them; Arrivals what the merchants'
+	// receiver got.
+	Endpoints  []Endpoint
+	Deliveries []Delivery
+	Arrivals   []Arrival
 }
 
 // MailState is what the run's mail server accepted.
@@ -94,6 +100,24 @@ type Event struct {
 	UserID   int64
 	Type     string
 	ObjectID string
+	Created  time.Time
+}
+
+// Endpoint is a row of webhook_endpoints.
+type Endpoint struct {
+	ID            string
+	UserID        int64
+	Name          string // the last part of its URL's path: the receiver's name for it
+	EnabledEvents []string
+	Created       time.Time
+	Deleted       time.Time // zero while it exists
+}
+
+// Delivery is a row of webhook_deliveries.
+type Delivery struct {
+	EventID    string
+	EndpointID string
+	Status     string
 }
 
 // Receipt is a row of receipts.
@@ -216,8 +240,12 @@ FROM refunds ORDER BY created_at, id`
 	keysQuery = `SELECT id::text, user_id, idempotency_key, flow, request_method, request_path, recovery_point,
 	coalesce(response_code, 0), coalesce(response_body, ''::bytea), needs_attention_at IS NOT NULL
 FROM idempotency_keys ORDER BY created_at, id`
-	eventsQuery = `SELECT id, user_id, type, coalesce(data->>'id', '')
+	eventsQuery = `SELECT id, user_id, type, coalesce(data->>'id', ''), created_at
 FROM events ORDER BY created_at, id`
+	endpointsQuery = `SELECT id, user_id, regexp_replace(url, '^.*/', ''), enabled_events, created_at,
+	coalesce(deleted_at, 'epoch'::timestamptz)
+FROM webhook_endpoints ORDER BY created_at, id`
+	deliveriesQuery = `SELECT event_id, endpoint_id, status FROM webhook_deliveries ORDER BY event_id, endpoint_id`
 	receiptsQuery   = `SELECT payment_id, kind, sent_at IS NOT NULL FROM receipts ORDER BY payment_id, kind`
 	stagedJobsQuery = `SELECT id, kind FROM staged_jobs ORDER BY id`
 	riverJobsQuery  = `SELECT id, kind, state::text, attempt, coalesce(args->>'event_id', ''), coalesce(args->>'payment', ''),
@@ -247,7 +275,23 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, simURL string) (*Snap
 		return nil, err
 	}
 	if s.Events, err = queryAll(ctx, pool, eventsQuery, func(r pgx.Rows, e *Event) error {
-		return r.Scan(&e.ID, &e.UserID, &e.Type, &e.ObjectID)
+		return r.Scan(&e.ID, &e.UserID, &e.Type, &e.ObjectID, &e.Created)
+	}); err != nil {
+		return nil, err
+	}
+	if s.Endpoints, err = queryAll(ctx, pool, endpointsQuery, func(r pgx.Rows, e *Endpoint) error {
+		if err := r.Scan(&e.ID, &e.UserID, &e.Name, &e.EnabledEvents, &e.Created, &e.Deleted); err != nil {
+			return err
+		}
+		if e.Deleted.Equal(time.Unix(0, 0)) {
+			e.Deleted = time.Time{}
+		}
+		return nil
+	}); err != nil {
+		return nil, err
+	}
+	if s.Deliveries, err = queryAll(ctx, pool, deliveriesQuery, func(r pgx.Rows, d *Delivery) error {
+		return r.Scan(&d.EventID, &d.EndpointID, &d.Status)
 	}); err != nil {
 		return nil, err
 	}

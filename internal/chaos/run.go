@@ -128,7 +128,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	chaos.Go(func() { troubleMail(chaosCtx, mail, mailRNG, stats) })
 	merchantRNG := rand.New(rand.NewPCG(seeds.Uint64(), 5))
 	chaos.Go(func() { troubleMerchant(chaosCtx.Done(), merchants, merchantRNG, stats) })
-	chaos.Go(func() { changeEndpoints(chaosCtx, cfg.Duration, cluster, merchants, clientUsers, endpoints, stats, logf) })
+	chaos.Go(func() {
+		changeEndpoints(chaosCtx, cfg.Duration, cluster, merchants, clientUsers, endpoints, stats, logf)
+	})
 	chaos.Go(func() { cr.run(chaosCtx) })
 	chaos.Go(func() { progress(chaosCtx, stats, logf) })
 
@@ -155,7 +157,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 
 	// 4. Settle and check.
 	logf("chaos: waiting for the background work to settle")
-	settled, settleErr := settle(ctx, pool, cluster.relay, cfg.SettleTimeout, cfg.AuthorisationLifetime, logf)
+	settled, settleErr := settle(ctx, pool, cluster.relay, cfg.SettleTimeout, logf)
 	rep.Settle = settled
 	cr.reviveDead() // a process that died since the chaos ended is a problem too
 	violations := cr.violations()
@@ -178,6 +180,14 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 		"webhook deliveries duplicated": cluster.relay.duplicates.Load(), "webhook deliveries failed (retried by Stripe)": cluster.relay.failed.Load()} {
 		rep.Counters[k] = v
 	}
+	acknowledged := 0
+	for _, a := range snap.Arrivals {
+		if a.Acknowledged {
+			acknowledged++
+		}
+	}
+	rep.Counters["merchant deliveries received"] = int64(len(snap.Arrivals))
+	rep.Counters["merchant deliveries acknowledged"] = int64(acknowledged)
 	rep.World = countWorld(snap, records)
 	rep.World["Stripe events"] = int64(len(snap.Sim.Events))
 	rep.World["Stripe events no instance acknowledged"] = int64(cluster.relay.unacknowledged(snap.Sim.Events))

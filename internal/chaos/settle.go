@@ -14,7 +14,7 @@ type backlog struct {
 	stagedJobs     int // jobs not yet moved into River (the enqueuer's)
 	pendingJobs    int // River jobs of the staged kinds not yet finalized (the workers')
 	pendingRefunds int // refunds Stripe has not decided yet (it does within seconds)
-	expiredAuths   int // authorisations past their lifetime, not yet canceled here
+	authorised     int // payments still authorised: each is captured, canceled or expires (and then changes)
 	deliveries     int // webhook deliveries to merchants still pending
 	webhooks       int // 1 while the simulator may still have events to deliver
 }
@@ -22,13 +22,13 @@ type backlog struct {
 func (b backlog) empty() bool { return b == backlog{} }
 
 func (b backlog) size() int {
-	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.expiredAuths + b.deliveries + b.webhooks
+	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.authorised + b.deliveries + b.webhooks
 }
 
 func (b backlog) String() string {
 	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, %d refunds pending, "+
-		"%d authorisations past their lifetime still requires_capture, %d deliveries to merchants pending, webhooks drained: %v",
-		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.expiredAuths, b.deliveries, b.webhooks == 0)
+		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v",
+		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0)
 }
 
 const backlogQuery = `SELECT
@@ -37,7 +37,7 @@ const backlogQuery = `SELECT
 	(SELECT count(*) FROM river_job WHERE kind IN ('merchant_event', 'receipt_email', 'webhook_delivery')
 		AND state NOT IN ('completed', 'discarded', 'cancelled')),
 	(SELECT count(*) FROM refunds WHERE status = 'pending'),
-	(SELECT count(*) FROM payments WHERE status = 'requires_capture' AND created_at < now() - make_interval(secs => $1)),
+	(SELECT count(*) FROM payments WHERE status = 'requires_capture'),
 	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending')`
 
 // retryReceiptsNow makes the receipts waiting for a retry (the mail server
@@ -47,23 +47,21 @@ const backlogQuery = `SELECT
 const retryReceiptsNow = `UPDATE river_job SET scheduled_at = now()
 	WHERE kind = 'receipt_email' AND state = 'retryable' AND scheduled_at > now()`
 
-// webhookGrace is how long after an authorisation's lifetime its
-// payment_intent.canceled may take to arrive (Stripe retries a failed
-// delivery for about 13 s).
-const webhookGrace = 20 * time.Second
-
 // webhookQuiet is how long the relay must have been idle after a failed
 // delivery before the simulator has surely given up on it (after about 13 s
 // of failures).
 const webhookQuiet = 15 * time.Second
 
 // settle waits until the background work is done: every key finished (or
-// marked for attention), every staged job moved into River and run, and
+// marked for attention), every staged job moved into River and run, every
+// authorisation captured, canceled or expired (an expiry writes an event,
+// and so deliveries: the world must stand still before it is read), every
+// delivery to a merchant made, and
 // every webhook delivered or abandoned, twice in a row. A big backlog may
 // take long to drain, so the wait fails only when the backlog has not
 // shrunk for stall, or after 20 stalls in all. It returns how long the wait
 // took, or the backlog left.
-func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall, authLifetime time.Duration,
+func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall time.Duration,
 	logf func(string, ...any)) (time.Duration, error) {
 	start := time.Now()
 	lastLog, lastProgress := start, start
@@ -73,7 +71,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall,
 		if _, err := pool.Exec(ctx, retryReceiptsNow); err != nil {
 			return time.Since(start), fmt.Errorf("chaos: retrying receipts: %w", err)
 		}
-		b, err := measureBacklog(ctx, pool, relay, authLifetime+webhookGrace)
+		b, err := measureBacklog(ctx, pool, relay)
 		if err != nil {
 			return time.Since(start), err
 		}
@@ -106,9 +104,9 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall,
 	}
 }
 
-func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, authDeadline time.Duration) (backlog, error) {
+func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay) (backlog, error) {
 	var b backlog
-	if err := pool.QueryRow(ctx, backlogQuery, authDeadline.Seconds()).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds, &b.expiredAuths, &b.deliveries); err != nil {
+	if err := pool.QueryRow(ctx, backlogQuery).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds, &b.authorised, &b.deliveries); err != nil {
 		return b, fmt.Errorf("chaos: measuring the backlog: %w", err)
 	}
 	if !relay.drained() {

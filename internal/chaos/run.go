@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -101,11 +102,9 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 		return nil, fmt.Errorf("chaos: starting the merchants' receiver: %w", err)
 	}
 	defer merchants.close()
-	endpoints := map[string]string{} // name -> id
 	for _, u := range clientUsers {
 		for _, ep := range merchantEndpoints {
-			name := fmt.Sprintf("%s-%d", ep.name, u.id)
-			if endpoints[name], err = merchants.registerEndpoint(ctx, cluster.Serve[0].URL(), u.apiKey, name, ep.enabled); err != nil {
+			if _, err := merchants.registerEndpoint(ctx, cluster.Serve[0].URL(), u.apiKey, fmt.Sprintf("%s-%d", ep.name, u.id), ep.enabled); err != nil {
 				return nil, err
 			}
 		}
@@ -128,9 +127,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	chaos.Go(func() { troubleMail(chaosCtx, mail, mailRNG, stats) })
 	merchantRNG := rand.New(rand.NewPCG(seeds.Uint64(), 5))
 	chaos.Go(func() { troubleMerchant(chaosCtx.Done(), merchants, merchantRNG, stats) })
-	chaos.Go(func() {
-		changeEndpoints(chaosCtx, cfg.Duration, cluster, merchants, clientUsers, endpoints, stats, logf)
-	})
+	endpointRNG := rand.New(rand.NewPCG(seeds.Uint64(), 6))
+	chaos.Go(func() { changeEndpoints(chaosCtx, cluster, merchants, clientUsers, endpointRNG, stats, logf) })
 	chaos.Go(func() { cr.run(chaosCtx) })
 	chaos.Go(func() { progress(chaosCtx, stats, logf) })
 
@@ -273,31 +271,45 @@ func progress(ctx context.Context, stats *Stats, logf func(string, ...any)) {
 	}
 }
 
-// changeEndpoints registers one more endpoint a third into the run (it
-// must get every event from then on, none from before) and deletes one two
-// thirds in (it must get nothing after).
-func changeEndpoints(ctx context.Context, d time.Duration, cluster *Cluster, m *merchant, us []user, endpoints map[string]string,
-	stats *Stats, logf func(string, ...any)) {
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(d / 3):
+// changeEndpoints registers and deletes endpoints every few seconds until
+// ctx ends, as merchants do: a new one must get every event created after
+// it and none from before (even one the event worker writes after it was
+// made), a deleted one nothing after its deletion.
+func changeEndpoints(ctx context.Context, cluster *Cluster, m *merchant, us []user, rng *rand.Rand, stats *Stats, logf func(string, ...any)) {
+	type made struct {
+		id  string
+		key string
 	}
-	first := us[0]
-	if _, err := m.registerEndpoint(ctx, cluster.Serve[0].URL(), first.apiKey, fmt.Sprintf("late-%d", first.id), []string{"*"}); err != nil {
-		logf("chaos: %v", err)
-		return
+	var live []made
+	subscriptions := [][]string{{"*"}, {"payment.*"}, {"refund.*"}, {"payment.canceled", "refund.failed"}}
+	for n := 0; ; n++ {
+		select {
+		case <-ctx.Done():
+			return
+		case <-time.After(time.Duration(1000+rng.IntN(2000)) * time.Millisecond):
+		}
+		base := cluster.Serve[rng.IntN(len(cluster.Serve))].URL()
+		if len(live) > 0 && rng.IntN(3) == 0 {
+			i := rng.IntN(len(live))
+			if err := deleteEndpoint(ctx, base, live[i].key, live[i].id); err != nil {
+				if ctx.Err() == nil {
+					logf("chaos: deleting an endpoint: %v", err)
+				}
+				continue
+			}
+			live = slices.Delete(live, i, i+1)
+			stats.Add("merchant endpoints deleted mid-run", 1)
+			continue
+		}
+		u := us[rng.IntN(len(us))]
+		id, err := m.registerEndpoint(ctx, base, u.apiKey, fmt.Sprintf("churn%d-%d", n, u.id), subscriptions[rng.IntN(len(subscriptions))])
+		if err != nil {
+			if ctx.Err() == nil {
+				logf("chaos: %v", err)
+			}
+			continue
+		}
+		live = append(live, made{id: id, key: u.apiKey})
+		stats.Add("merchant endpoints registered mid-run", 1)
 	}
-	stats.Add("merchant endpoints registered mid-run", 1)
-	select {
-	case <-ctx.Done():
-		return
-	case <-time.After(d / 3):
-	}
-	last := us[len(us)-1]
-	if err := deleteEndpoint(ctx, cluster.Serve[1].URL(), last.apiKey, endpoints[fmt.Sprintf("payments-%d", last.id)]); err != nil {
-		logf("chaos: deleting an endpoint: %v", err)
-		return
-	}
-	stats.Add("merchant endpoints deleted mid-run", 1)
 }

@@ -99,11 +99,13 @@ type RedeliverParams struct {
 //	  ▼
 //	finished
 //
-// "Again" is meant literally: the endpoints that get the event are those it
-// was sent to (those that existed when it was created), not endpoints made
-// since, which by API.md section 7 never get events older than they are.
-// A delivery still pending is restarted the same way: its next attempt is
-// due at once, and the job of its earlier cycle, when it runs, stops unsent.
+// Every endpoint of the user that subscribes to the event's type and still
+// exists gets it (API.md section 7), also one made after the event: a
+// merchant who redelivers asks for it, where the automatic delivery never
+// sends an endpoint events older than itself. Such an endpoint gets its
+// delivery row here. A delivery still pending is restarted the same way as
+// a finished one: its next attempt is due at once, and the job of its
+// earlier cycle, when it runs, stops unsent.
 func (s *Service) redeliverFlow() *recovery.Flow {
 	return &recovery.Flow{Name: "redeliver_event", Phases: map[recovery.RecoveryPoint]recovery.Phase{
 		recovery.Started: recovery.LocalPhase(s.restartDeliveries),
@@ -126,6 +128,11 @@ func (s *Service) restartDeliveries(ctx context.Context, tx *db.Tx, k *recovery.
 	if err != nil {
 		return recovery.Outcome{}, fmt.Errorf("reading event %s to redeliver: %w", p.Event, err)
 	}
+	if _, err := queries.InsertWebhookDeliveries(ctx, tx, dbsqlc.InsertWebhookDeliveriesParams{
+		EventID: event.ID, UserID: k.UserID, Patterns: stagedjobs.SubscriptionPatterns(event.Type), EventCreated: db.EndOfTime,
+	}); err != nil {
+		return recovery.Outcome{}, fmt.Errorf("adding the endpoints made since event %s: %w", event.ID, err)
+	}
 	rows, err := queries.RestartWebhookDeliveries(ctx, tx, dbsqlc.RestartWebhookDeliveriesParams{
 		EventID: event.ID, UserID: k.UserID, Patterns: stagedjobs.SubscriptionPatterns(event.Type), IdempotencyKeyID: &k.ID,
 	})
@@ -140,7 +147,10 @@ func (s *Service) restartDeliveries(ctx context.Context, tx *db.Tx, k *recovery.
 		}}
 		deliveries[i] = toDelivery(r)
 	}
-	if err := stagedjobs.StageTx(ctx, tx, k.ID, jobs...); err != nil {
+	// One job per endpoint, and staged_jobs holds one job of a kind per
+	// idempotency key (a flow's marker of its own work): the jobs are staged
+	// unkeyed, and the delivery rows carry the key that restarted them.
+	if err := stagedjobs.StageUnkeyedTx(ctx, tx, jobs...); err != nil {
 		return recovery.Outcome{}, err
 	}
 	body, err := json.Marshal(struct {

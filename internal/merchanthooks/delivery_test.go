@@ -224,6 +224,23 @@ func TestDelivery_signedEventToEverySubscribedEndpointThatExisted(t *testing.T) 
 		require.Empty(t, r.Invalid(), "every delivery verifies with the independent implementation")
 	}
 	require.Equal(t, 5.0, counter(t, b, "succeeded"), "two events to all and payments, one to late")
+
+	// A redelivery goes to every endpoint that subscribes and exists (API.md
+	// section 7), the one made after the event too: the merchant asked.
+	status, data := b.call(t, http.MethodPost, "/v1/events/"+first+"/redeliver", "again-first", "")
+	require.Equal(t, http.StatusOK, status, string(data))
+	var list struct {
+		Data []struct{ Endpoint string }
+	}
+	require.NoError(t, json.Unmarshal(data, &list))
+	var got3 []string
+	for _, d := range list.Data {
+		got3 = append(got3, d.Endpoint)
+	}
+	require.ElementsMatch(t, []string{allID, paymentsID, lateID}, got3)
+	b.waitDelivery(t, first, lateID, merchanthooks.StatusSucceeded)
+	require.Len(t, late.Acknowledged()[first], 1)
+	require.Empty(t, refunds.Deliveries(), "refund.* still does not subscribe")
 }
 
 func TestDelivery_retriesOnTheScheduleThenFailsAndARedeliveryKeepsTheID(t *testing.T) {

@@ -703,7 +703,7 @@ func (c *checker) checkMerchantWebhooks() {
 			c.fail("merchant-webhook", ep.ID, "event %s of user %d reached an endpoint of user %d", e.ID, e.UserID, ep.UserID)
 		case !subscribes(ep.EnabledEvents, e.Type):
 			c.fail("merchant-webhook", ep.ID, "event %s (%s) reached an endpoint that subscribes to %v", e.ID, e.Type, ep.EnabledEvents)
-		case e.Created.Before(ep.Created):
+		case e.Created.Before(ep.Created) && !c.s.Redelivered[e.ID]:
 			c.fail("merchant-webhook", ep.ID, "event %s, created %v, reached an endpoint created %v", e.ID, e.Created, ep.Created)
 		case !ep.Deleted.IsZero() && a.At.After(ep.Deleted.Add(deletionSlack)):
 			c.fail("merchant-webhook", ep.ID, "event %s arrived %v after the endpoint was deleted", e.ID, a.At.Sub(ep.Deleted).Round(time.Millisecond))
@@ -722,6 +722,7 @@ func (c *checker) checkMerchantWebhooks() {
 			}
 		}
 	}
+	c.violations = append(c.violations, c.s.RedeliveryProblems...)
 	for _, d := range c.s.Deliveries {
 		if ep := byID[d.EndpointID]; ep != nil && ep.Deleted.IsZero() && d.Status != "succeeded" {
 			c.fail("merchant-webhook", d.EventID, "its delivery to endpoint %s is %s", d.EndpointID, d.Status)

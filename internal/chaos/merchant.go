@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"maps"
 	"math/rand/v2"
 	"net"
 	"net/http"
@@ -64,6 +65,10 @@ type merchant struct {
 	mode     merchantMode
 	secrets  map[string]string // endpoint name -> its whsec_ secret
 	arrivals []Arrival
+	// redelivered are the events a merchant asked to redeliver, which may
+	// reach endpoints made after them; problems are redeliveries refused.
+	redelivered map[string]bool
+	problems    []Violation
 }
 
 func startMerchant() (*merchant, error) {
@@ -71,7 +76,7 @@ func startMerchant() (*merchant, error) {
 	if err != nil {
 		return nil, err
 	}
-	m := &merchant{addr: ln.Addr().String(), secrets: map[string]string{}}
+	m := &merchant{addr: ln.Addr().String(), secrets: map[string]string{}, redelivered: map[string]bool{}}
 	m.serve(ln)
 	return m, nil
 }
@@ -262,4 +267,50 @@ func callUntilFinal(ctx context.Context, method, url, apiKey, key string, body [
 		case <-time.After(200 * time.Millisecond):
 		}
 	}
+}
+
+// redeliverLatest asks the service to redeliver the newest event of the
+// user of apiKey (POST /v1/events/{id}/redeliver): every endpoint that
+// subscribes to it and exists gets it again, one made since too. Anything
+// but 200 is a problem.
+func (m *merchant) redeliverLatest(ctx context.Context, base, apiKey string, n int, stats *Stats, logf func(string, ...any)) {
+	data, err := callUntilFinal(ctx, http.MethodGet, base+"/v1/events?limit=1", apiKey, "", nil, http.StatusOK)
+	if err != nil {
+		if ctx.Err() == nil {
+			logf("chaos: listing events: %v", err)
+		}
+		return
+	}
+	var list struct{ Data []struct{ ID string } }
+	if err := json.Unmarshal(data, &list); err != nil || len(list.Data) == 0 {
+		return
+	}
+	id := list.Data[0].ID
+	m.mu.Lock()
+	m.redelivered[id] = true // before the request: its deliveries may arrive before its answer
+	m.mu.Unlock()
+	if _, err := callUntilFinal(ctx, http.MethodPost, base+"/v1/events/"+id+"/redeliver", apiKey,
+		fmt.Sprintf("%sredeliver-%d", merchantKeyPrefix, n), nil, http.StatusOK); err != nil {
+		if ctx.Err() != nil {
+			return
+		}
+		m.mu.Lock()
+		m.problems = append(m.problems, Violation{Rule: "merchant-webhook", Key: id, Detail: "redelivery refused: " + err.Error()})
+		m.mu.Unlock()
+		return
+	}
+	stats.Add("merchant redeliveries", 1)
+}
+
+// Redelivered are the events redelivered during the run.
+func (m *merchant) Redelivered() map[string]bool {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return maps.Clone(m.redelivered)
+}
+
+func (m *merchant) redeliveryProblems() []Violation {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return slices.Clone(m.problems)
 }

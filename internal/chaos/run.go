@@ -168,7 +168,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	}
 	records := ledger.Records()
 	snap.KeysExpire = cfg.KeyTTL > 0
-	snap.Arrivals = merchants.Arrivals()
+	snap.Arrivals, snap.Redelivered, snap.RedeliveryProblems = merchants.Arrivals(), merchants.Redelivered(), merchants.redeliveryProblems()
 	snap.Mail = MailState{Accepted: len(mail.Accepted()), Distinct: len(mail.CountByMessageID()), Duplicates: mail.Duplicates(),
 		WorkersKilled: cfg.KillWorker}
 	violations = append(violations, Check(snap, records)...)
@@ -289,6 +289,10 @@ func changeEndpoints(ctx context.Context, cluster *Cluster, m *merchant, us []us
 		case <-time.After(time.Duration(1000+rng.IntN(2000)) * time.Millisecond):
 		}
 		base := cluster.Serve[rng.IntN(len(cluster.Serve))].URL()
+		if rng.IntN(4) == 0 {
+			m.redeliverLatest(ctx, base, us[rng.IntN(len(us))].apiKey, n, stats, logf)
+			continue
+		}
 		if len(live) > 0 && rng.IntN(3) == 0 {
 			i := rng.IntN(len(live))
 			if err := deleteEndpoint(ctx, base, live[i].key, live[i].id); err != nil {

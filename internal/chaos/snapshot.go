@@ -35,6 +35,11 @@ type Snapshot struct {
 	Endpoints  []Endpoint
 	Deliveries []Delivery
 	Arrivals   []Arrival
+	// Redelivered are the events a merchant asked to redeliver (they may
+	// reach endpoints newer than they are); RedeliveryProblems the
+	// redeliveries the service refused.
+	Redelivered        map[string]bool
+	RedeliveryProblems []Violation
 }
 
 // MailState is what the run's mail server accepted.

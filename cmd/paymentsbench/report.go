@@ -136,6 +136,7 @@ func (b *bench) report() string {
 	b.writeMethod(p)
 	b.writeResults(p)
 	b.writeStorm(p)
+	b.writeBackground(p)
 	b.writeRatios(p)
 	b.writeCPU(p)
 	b.writeGoals(p)
@@ -456,6 +457,7 @@ func (b *bench) writeGoals(p func(string, ...any)) {
 	} else {
 		p("| replays C ≥ 4 × new payments B at 16 clients | not measured in this run | – |\n")
 	}
+	b.writeBackgroundGoals(p, verdict)
 	b.writeFilterGoals(p, verdict)
 	if bOn, bOff := b.get("B", 16), b.get("E", 16); bOn != nil && bOff != nil {
 		p("| the filter's effect, reported honestly (16 clients) | with / without: %.0f / %.0f req/s (%.2f×), %.1f / %.1f statements, %.3f / %.3f retries per request | reported |\n",

@@ -34,10 +34,11 @@ type cellResult struct {
 	// The whole cell, warm-up included: per-request costs divide by total.
 	total    int
 	outcomes map[string]int
-	errs     map[string]int // unexpected errors, by message (first 120 characters)
-	client   clientCounts   // statements, round trips, transactions, as the client sent them
-	server   serverCounters // deltas
-	retries  uint64         // db.WithTx retries after serialization failures or deadlocks
+	errs     map[string]int    // unexpected errors, by message (first 120 characters)
+	client   clientCounts      // statements, round trips, transactions, as the client sent them
+	server   serverCounters    // deltas
+	retries  uint64            // db.WithTx retries after serialization failures or deadlocks
+	bg       *backgroundResult // F only
 }
 
 func (r *cellResult) perReq(n float64) float64 {
@@ -187,6 +188,8 @@ type scenario struct {
 	do      op
 	doRound func(ctx context.Context, client, round int, rng *rand.Rand) (string, error)
 	close   func()
+	// background is F's worker and receiver, measured after the window.
+	background *background
 }
 
 // runCell resets the database, sets the scenario up, runs its load and
@@ -213,8 +216,10 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 
 	profiling := b.o.profileCell == fmt.Sprintf("%s:%d", name, clients)
 	windows := 0
+	var windowEdges [2]time.Time
 	onWindow := func() {
 		res.cpu[windows] = sampleCPU(b.server.PID())
+		windowEdges[windows] = time.Now()
 		if profiling && windows == 0 {
 			if f, err := os.Create(b.o.profileOut); err == nil {
 				if pprof.StartCPUProfile(f) != nil {
@@ -237,6 +242,11 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 	}
 	if err := ctx.Err(); err != nil {
 		return nil, err
+	}
+	if sc.background != nil {
+		if res.bg, err = sc.background.measure(ctx, windowEdges[0], windowEdges[1]); err != nil {
+			return nil, fmt.Errorf("measuring the background work: %w", err)
+		}
 	}
 	res.retries = db.SerializationRetries() - retriesBefore
 	clientAfter := sc.tracer.snapshot()

@@ -232,6 +232,31 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 			},
 		}, nil
 
+	case "F":
+		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
+			return nil, err
+		}
+		svc, err := b.startService(ctx, dbPayments, true, tracer)
+		if err != nil {
+			return nil, err
+		}
+		client, us := httpClient(clients), b.users
+		bg, err := b.startBackground(ctx, dbPayments, svc.url, client)
+		if err != nil {
+			svc.close()
+			return nil, err
+		}
+		return &scenario{dbname: dbPayments, conns: serviceConns, tracer: tracer, background: bg,
+			close: func() {
+				bg.close()
+				client.CloseIdleConnections()
+				svc.close()
+			},
+			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) {
+				return postPayment(ctx, client, svc.url, us[rng.IntN(len(us))], uuid.NewString())
+			},
+		}, nil
+
 	case "B", "B-young", "E", "D":
 		template := tmplPayments
 		if name == "B-young" {

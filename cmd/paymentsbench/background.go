@@ -1,0 +1,321 @@
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"net"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/example/payments/internal/app"
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/stripeclient"
+	"github.com/example/payments/internal/worker"
+)
+
+// Scenario F is B with the background work running, as in production: a
+// worker (its own pool, as `payments worker` has) drains the staged jobs
+// into River, writes the events and receipts, and delivers every event to
+// its user's webhook endpoint, one per user, on a loopback receiver that
+// answers 204 at once. It measures what that work costs the foreground
+// (F against B, in the same run) and how soon a merchant hears of a
+// payment: the lag from an event's creation (the payment's commit) to its
+// delivery, and whether the backlog of staged jobs and pending deliveries
+// stays bounded while the load goes on.
+
+// backgroundResult is what F measures besides B's figures.
+type backgroundResult struct {
+	events      int           // events created in the window
+	delivered   int           // of those, delivered by the end of the drain
+	lagP50      time.Duration // event creation to delivery
+	lagP99      time.Duration
+	backlog     []int // staged jobs + pending deliveries, sampled over the window
+	backlogEdge [2]int
+}
+
+// bounded tells whether the backlog kept up: at the end of the window it
+// is at most a fifth (and a few jobs of noise) above where it started.
+func (r *backgroundResult) bounded() bool {
+	if len(r.backlog) < 4 {
+		return false
+	}
+	return r.backlogEdge[1] <= r.backlogEdge[0]*6/5+50
+}
+
+// backgroundClients are the client counts F runs at (the issue's); it is
+// the slowest scenario to set up and to measure.
+var backgroundClients = []int{16, 64}
+
+// backgroundDrain is how long after the window the events created in it
+// may still take to be delivered before they count as late.
+const backgroundDrain = 10 * time.Second
+
+// background is F's worker and merchant receiver.
+type background struct {
+	app    *app.App
+	cancel context.CancelFunc
+	done   chan error
+	srv    *http.Server
+	url    string
+
+	mu       sync.Mutex
+	arrivals map[string]time.Time // event id -> first delivery
+	samples  []backlogSample
+	stop     chan struct{}
+	sampled  chan struct{}
+}
+
+type backlogSample struct {
+	at      time.Time
+	backlog int
+}
+
+// startBackground starts the worker on dbname and the receiver, and gives
+// every user an endpoint there through the service at serviceURL.
+func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, client *http.Client) (*background, error) {
+	log := slog.New(slog.DiscardHandler)
+	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_simulator", APIBase: b.simURL, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	a, err := app.New(ctx, app.Config{DatabaseURL: b.server.URL(dbname), Stripe: stripe, Logger: log})
+	if err != nil {
+		return nil, err
+	}
+	bg := &background{app: a, arrivals: map[string]time.Time{}, stop: make(chan struct{}), sampled: make(chan struct{}), done: make(chan error, 1)}
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		a.Close()
+		return nil, err
+	}
+	bg.url = "http://" + ln.Addr().String()
+	bg.srv = &http.Server{Handler: http.HandlerFunc(bg.receive), ReadHeaderTimeout: 5 * time.Second}
+	go func() { _ = bg.srv.Serve(ln) }()
+	for _, u := range b.users {
+		if err := registerEndpoint(ctx, client, serviceURL, u, bg.url+"/hooks"); err != nil {
+			bg.close()
+			return nil, err
+		}
+	}
+	workerCtx, cancel := context.WithCancel(ctx)
+	bg.cancel = cancel
+	go func() {
+		bg.done <- worker.Run(workerCtx, worker.Config{
+			Pool: a.Pool, Logger: log, Registry: a.Registry, Engine: a.Engine, Payments: a.Payments,
+			Flows: append(a.Payments.Flows(), a.Hooks.Flows()...), Mailer: stagedjobs.LogMailer{Log: log},
+			WebhookClient: &http.Client{Timeout: 10 * time.Second}, ShutdownTimeout: 5 * time.Second,
+		})
+	}()
+	go bg.sample(ctx)
+	return bg, nil
+}
+
+// registerEndpoint gives u an endpoint at url, subscribed to every event.
+func registerEndpoint(ctx context.Context, client *http.Client, serviceURL string, u benchUser, url string) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, serviceURL+"/v1/webhook_endpoints",
+		strings.NewReader(fmt.Sprintf(`{"url":%q}`, url)))
+	if err != nil {
+		return err
+	}
+	req.Header.Set("Authorization", "Bearer "+u.apiKey)
+	req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-endpoint-%d", u.id))
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	body, _ := io.ReadAll(resp.Body)
+	if resp.StatusCode != http.StatusCreated {
+		return fmt.Errorf("registering an endpoint: %d %s", resp.StatusCode, body)
+	}
+	return nil
+}
+
+func (bg *background) receive(w http.ResponseWriter, r *http.Request) {
+	_, _ = io.Copy(io.Discard, r.Body)
+	at, id := time.Now(), r.Header.Get("webhook-id")
+	bg.mu.Lock()
+	if _, seen := bg.arrivals[id]; !seen {
+		bg.arrivals[id] = at
+	}
+	bg.mu.Unlock()
+	w.WriteHeader(http.StatusNoContent)
+}
+
+// sample measures the backlog every 250 ms until stopped.
+func (bg *background) sample(ctx context.Context) {
+	defer close(bg.sampled)
+	tick := time.NewTicker(250 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		select {
+		case <-bg.stop:
+			return
+		case <-ctx.Done():
+			return
+		case <-tick.C:
+		}
+		var n int
+		if err := bg.app.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM staged_jobs) +
+			(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending')`).Scan(&n); err != nil {
+			continue
+		}
+		bg.mu.Lock()
+		bg.samples = append(bg.samples, backlogSample{at: time.Now(), backlog: n})
+		bg.mu.Unlock()
+	}
+}
+
+// measure reads F's figures for the window [from, to]: it stops sampling,
+// waits up to backgroundDrain for the window's events to be delivered, and
+// computes their lag.
+func (bg *background) measure(ctx context.Context, from, to time.Time) (*backgroundResult, error) {
+	close(bg.stop)
+	<-bg.sampled
+	res := &backgroundResult{}
+	bg.mu.Lock()
+	for _, s := range bg.samples {
+		if !s.at.Before(from) && !s.at.After(to) {
+			res.backlog = append(res.backlog, s.backlog)
+		}
+	}
+	bg.mu.Unlock()
+	if len(res.backlog) > 0 {
+		res.backlogEdge = [2]int{res.backlog[0], res.backlog[len(res.backlog)-1]}
+	}
+	type event struct {
+		id      string
+		created time.Time
+	}
+	var events []event
+	rows, err := bg.app.Pool.Query(ctx, `SELECT id, created_at FROM events WHERE created_at BETWEEN $1 AND $2`, from, to)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var e event
+		if err := rows.Scan(&e.id, &e.created); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		events = append(events, e)
+	}
+	rows.Close()
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	// Events made by the window's last requests are written a moment after
+	// it ends: wait for the drain.
+	deadline := time.Now().Add(backgroundDrain)
+	for {
+		bg.mu.Lock()
+		missing := 0
+		for _, e := range events {
+			if _, ok := bg.arrivals[e.id]; !ok {
+				missing++
+			}
+		}
+		bg.mu.Unlock()
+		if missing == 0 || time.Now().After(deadline) {
+			break
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
+	var lags []time.Duration
+	bg.mu.Lock()
+	for _, e := range events {
+		at, ok := bg.arrivals[e.id]
+		if !ok {
+			continue
+		}
+		lags = append(lags, at.Sub(e.created))
+	}
+	bg.mu.Unlock()
+	res.events, res.delivered = len(events), len(lags)
+	if len(lags) > 0 {
+		slices.Sort(lags)
+		res.lagP50, res.lagP99 = lags[len(lags)/2], lags[min(len(lags)-1, len(lags)*99/100)]
+	}
+	return res, nil
+}
+
+// close stops the worker, the receiver and the worker's pool.
+func (bg *background) close() {
+	if bg.cancel != nil {
+		bg.cancel()
+		if err := <-bg.done; err != nil && !errors.Is(err, context.Canceled) {
+			slog.Warn("F's worker stopped with an error", slog.String("error", err.Error()))
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	_ = bg.srv.Shutdown(ctx)
+	bg.app.Close()
+}
+
+// writeBackground is F's section of the report.
+func (b *bench) writeBackground(p func(string, ...any)) {
+	var rows []*cellResult
+	for _, c := range b.o.clients {
+		if r := b.get("F", c); r != nil && r.bg != nil {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("## Background work (F)\n\n")
+	p("F is B with a worker running beside the service (its own pool of %d connections, as `payments worker` has): "+
+		"the staged jobs drained into River, the events and receipts written, and every event delivered, signed, to its "+
+		"user's endpoint (one per user, on a loopback receiver answering 204). Lag is from an event's creation (the "+
+		"payment's commit) to its delivery, over the events created in the window (each given %v after it to arrive). "+
+		"The backlog is the staged jobs plus the pending deliveries, sampled every 250 ms over the window.\n\n",
+		db.DefaultMaxConns(), backgroundDrain)
+	p("| clients | F req/s | B req/s | F / B | events | delivered | lag p50 | lag p99 | backlog first / max / last | bounded |\n")
+	p("|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
+	for _, r := range rows {
+		bRPS, ratio := "–", "–"
+		if bb := b.get("B", r.clients); bb != nil {
+			bRPS, ratio = fmt.Sprintf("%.0f", bb.rps), fmt.Sprintf("%.2f", r.rps/bb.rps)
+		}
+		g := r.bg
+		max := 0
+		if len(g.backlog) > 0 {
+			max = slices.Max(g.backlog)
+		}
+		p("| %d | %.0f | %s | %s | %d | %d | %s ms | %s ms | %d / %d / %d | %v |\n", r.clients, r.rps, bRPS, ratio,
+			g.events, g.delivered, ms(g.lagP50), ms(g.lagP99), g.backlogEdge[0], max, g.backlogEdge[1], g.bounded())
+	}
+	p("\n")
+}
+
+// writeBackgroundGoals are issue 16's rows.
+func (b *bench) writeBackgroundGoals(p func(string, ...any), verdict func(bool) string) {
+	for _, c := range []int{16, 64} {
+		f, bb := b.get("F", c), b.get("B", c)
+		if f == nil || f.bg == nil || bb == nil {
+			p("| background work: F ≥ 0.7 × B, lag p99 < 2 s, backlog bounded (%d clients) | not measured in this run | – |\n", c)
+			continue
+		}
+		ratio := f.rps / bb.rps
+		all := f.bg.delivered == f.bg.events
+		p("| background work costs at most 30 %% of the foreground: F ≥ 0.7 × B at %d clients | %.2f (%.0f vs %.0f req/s) | %s |\n",
+			c, ratio, f.rps, bb.rps, verdict(ratio >= 0.7))
+		p("| event-to-delivery lag p99 < 2 s at %d clients | p50 %s ms, p99 %s ms; %d of %d events delivered | %s |\n",
+			c, ms(f.bg.lagP50), ms(f.bg.lagP99), f.bg.delivered, f.bg.events, verdict(all && f.bg.lagP99 < 2*time.Second))
+		p("| backlog of staged jobs and pending deliveries bounded at %d clients | first %d, last %d over %d samples | %s |\n",
+			c, f.bg.backlogEdge[0], f.bg.backlogEdge[1], len(f.bg.backlog), verdict(f.bg.bounded()))
+	}
+}
+
+func init() {
+	scenarioTitles["F"] = "F: B with the worker running and every event delivered to a webhook endpoint"
+}

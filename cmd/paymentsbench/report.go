@@ -527,7 +527,7 @@ func (b *bench) writeNotes(p func(string, ...any)) {
 	p("## Notes\n\n")
 	p("- The load generator, the service and the Stripe simulator run in one process on the same cores as PostgreSQL; " +
 		"their CPU is all in *CPU ms here*. The simulator keeps its state under one mutex; it is reset before each cell.\n")
-	p("- No background worker runs: staged jobs are not drained into River, so the drain's own statements are not counted.\n")
+	p("- No background worker runs but in F: elsewhere staged jobs are not drained into River, so the drain's own statements are not counted; in F the worker's statements are not counted either (its pool has no statement counter), though its CPU and PostgreSQL's are in F's CPU figures.\n")
 	p("- Every cell starts right after a CHECKPOINT, so the first change of each page writes a full-page image: the WAL " +
 		"per request is at its highest, more so for random keys (uuid, `pay_...`) that touch many pages than for " +
 		"bigserial ones that append to the same pages.\n")

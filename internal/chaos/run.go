@@ -271,6 +271,9 @@ func progress(ctx context.Context, stats *Stats, logf func(string, ...any)) {
 	}
 }
 
+// maxChurnEndpoints bounds the endpoints changeEndpoints keeps registered.
+const maxChurnEndpoints = 4
+
 // changeEndpoints registers and deletes endpoints every few seconds until
 // ctx ends, as merchants do: a new one must get every event created after
 // it and none from before (even one the event worker writes after it was
@@ -293,7 +296,10 @@ func changeEndpoints(ctx context.Context, cluster *Cluster, m *merchant, us []us
 			m.redeliverLatest(ctx, base, us[rng.IntN(len(us))].apiKey, n, stats, logf)
 			continue
 		}
-		if len(live) > 0 && rng.IntN(3) == 0 {
+		// Deletions keep up with registrations: at most maxChurnEndpoints
+		// live at once, so that a long run's events do not fan out to ever
+		// more endpoints (ten minutes of unbounded churn left 160,000 deliveries pending).
+		if len(live) >= maxChurnEndpoints || (len(live) > 0 && rng.IntN(3) == 0) {
 			i := rng.IntN(len(live))
 			if err := deleteEndpoint(ctx, base, live[i].key, live[i].id); err != nil {
 				if ctx.Err() == nil {

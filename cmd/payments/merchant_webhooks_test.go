@@ -67,7 +67,8 @@ func TestWorker_everyEventReachesTheMerchantThroughASIGKILL(t *testing.T) {
 		var events int
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE type = 'payment.succeeded'").Scan(&events))
 		return events == payments
-	}, 60*time.Second, 50*time.Millisecond)
+	}, 150*time.Second, 50*time.Millisecond,
+		"every event is written (an event job running at the SIGKILL is rescued by River a minute after it started, at its rescuer's next pass)")
 	rows, err := pool.Query(ctx, "SELECT id FROM events")
 	require.NoError(t, err)
 	var eventIDs []string

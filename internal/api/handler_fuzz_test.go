@@ -96,6 +96,14 @@ func FuzzHandler(f *testing.F) {
 		{get, "/v1/idempotency_keys/a%00b", "", "", "", ""},
 		{get, "/v1/payments", "starting_after=%00", "", "", ""},
 		{get, "/v1/events", "starting_after=%ff", "", "", ""},
+		// Webhooks to merchants (API.md section 7).
+		{post, "/v1/webhook_endpoints", "", "seed-14", jsonType, `{"url":"https://example.com/hooks","enabled_events":["refund.*"],"description":"d"}`},
+		{post, "/v1/webhook_endpoints", "", "seed-15", jsonType, "{\"url\":\"https://example.com/a\u0000b\",\"enabled_events\":[\"*\",\"\xff\"]}"},
+		{get, "/v1/webhook_endpoints", "limit=1&starting_after=we_%00", "", "", ""},
+		{del, "/v1/webhook_endpoints/we_%ff", "", "", "", ""},
+		{get, "/v1/events", "type=refund.failed", "", "", ""},
+		{get, "/v1/events/evt_%00/deliveries", "", "", "", ""},
+		{post, "/v1/events/evt_%ff/redeliver", "", "seed-16", "", ""},
 	} {
 		f.Add(seed.method, seed.path, seed.query, seed.idemKey, seed.mediaType, []byte(seed.body))
 	}

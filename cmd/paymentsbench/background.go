@@ -9,7 +9,6 @@ import (
 	"net"
 	"net/http"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -119,24 +118,12 @@ func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, 
 
 // registerEndpoint gives u an endpoint at url, subscribed to every event.
 func registerEndpoint(ctx context.Context, client *http.Client, serviceURL string, u benchUser, url string) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, serviceURL+"/v1/webhook_endpoints",
-		strings.NewReader(fmt.Sprintf(`{"url":%q}`, url)))
-	if err != nil {
-		return err
+	outcome, err := postIdempotent(ctx, client, serviceURL+"/v1/webhook_endpoints", u,
+		fmt.Sprintf("bench-endpoint-%d", u.id), fmt.Sprintf(`{"url":%q}`, url))
+	if err == nil && outcome != "201" {
+		err = fmt.Errorf("registering an endpoint: answered %s", outcome)
 	}
-	req.Header.Set("Authorization", "Bearer "+u.apiKey)
-	req.Header.Set("Idempotency-Key", fmt.Sprintf("bench-endpoint-%d", u.id))
-	req.Header.Set("Content-Type", "application/json")
-	resp, err := client.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	body, _ := io.ReadAll(resp.Body)
-	if resp.StatusCode != http.StatusCreated {
-		return fmt.Errorf("registering an endpoint: %d %s", resp.StatusCode, body)
-	}
-	return nil
+	return err
 }
 
 func (bg *background) receive(w http.ResponseWriter, r *http.Request) {

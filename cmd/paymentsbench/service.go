@@ -95,7 +95,14 @@ func httpClient(clients int) *http.Client {
 // postPayment sends POST /v1/payments and says how it ended: the status,
 // and " replayed" when the answer was a replay.
 func postPayment(ctx context.Context, client *http.Client, baseURL string, u benchUser, key string) (string, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, baseURL+"/v1/payments", bytes.NewReader([]byte(createBody)))
+	return postIdempotent(ctx, client, baseURL+"/v1/payments", u, key, createBody)
+}
+
+// postIdempotent sends body to url as u with the Idempotency-Key key, and
+// says how it ended: the status, and " replayed" when the answer was a
+// replay.
+func postIdempotent(ctx context.Context, client *http.Client, url string, u benchUser, key, body string) (string, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader([]byte(body)))
 	if err != nil {
 		return "", err
 	}

@@ -12,6 +12,7 @@ import (
 	"regexp"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"go.yaml.in/yaml/v3"
@@ -40,6 +41,7 @@ type composeFile struct {
 		Image       string            `yaml:"image"`
 		Command     []string          `yaml:"command"`
 		Restart     string            `yaml:"restart"`
+		StopGrace   string            `yaml:"stop_grace_period"`
 		Environment map[string]string `yaml:"environment"`
 		DependsOn   map[string]struct {
 			Condition string `yaml:"condition"`
@@ -65,6 +67,12 @@ func TestDeploy_composeFileRunsRealCommands(t *testing.T) {
 		s := c.Services[name]
 		require.Equal(t, "service_completed_successfully", s.DependsOn["migrate"].Condition, "%s waits for the migration", name)
 		require.NotEmpty(t, s.Environment["DATABASE_URL"])
+		// README, "Shutting down": Docker must give the process longer than
+		// its shutdown timeout (35 s by default) to cancel and answer what
+		// is still in flight before it SIGKILLs it (Docker's default is 10 s).
+		grace, err := time.ParseDuration(s.StopGrace)
+		require.NoError(t, err, "%s sets stop_grace_period", name)
+		require.Greater(t, grace, 35*time.Second+cancelledAnswers, "%s's stop_grace_period", name)
 	}
 	for name, s := range c.Services {
 		oneShot := s.Restart == "no"
@@ -127,3 +135,7 @@ func TestDeploy_dockerfileIsMultiStageNonRootAndBuildsTheBinary(t *testing.T) {
 	require.NotNil(t, goVersion)
 	require.Contains(t, froms[0], "golang:"+string(goVersion[1]))
 }
+
+// cancelledAnswers is how long a process may take, after its shutdown
+// timeout, to answer the requests it cancelled.
+const cancelledAnswers = 10 * time.Second

@@ -741,7 +741,8 @@ func subscribes(enabled []string, eventType string) bool {
 	return false
 }
 
-// checkJobs: the staged jobs all reached River, each once, and ran to completion.
+// checkJobs: the staged jobs were all drained, each once, and the River jobs
+// ran to completion.
 func (c *checker) checkJobs() {
 	for _, j := range c.s.StagedJobs {
 		c.fail("job", fmt.Sprint(j.ID), "staged %s job never moved into River", j.Kind)
@@ -777,11 +778,10 @@ func (c *checker) checkJobs() {
 			c.fail("job", id, "receipt enqueued %d times", perReceipt[id])
 		}
 	}
-	for _, e := range c.s.Events {
-		if perEvent[e.ID] == 0 {
-			c.fail("job", e.ID, "%s event in the feed with no job behind it", e.Type)
-		}
-	}
+	// An event usually has no River job: the drain writes it itself
+	// (stagedjobs.Enqueuer.writeEventsInline); only a batch it could not
+	// write goes to River as event jobs. The event rule checks that every
+	// change has its one event.
 }
 
 // checkStripeRequests: every mutating call to Stripe carried an idempotency key,

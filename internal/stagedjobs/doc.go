@@ -2,7 +2,10 @@
 // receipts to customers and events to merchants. A flow stages them with
 // StageTx in the same transaction as the change itself, so a job exists if
 // and only if its change committed; the enqueuer later moves them, exactly
-// once, into the job queue (River), and the workers here apply them.
+// once, into the job queue (River), and the workers here apply them. Events
+// are the exception: the enqueuer writes them itself, with their webhook
+// deliveries, in the transaction that deletes their staged rows, and queues
+// only the deliveries (Enqueuer.writeEventsInline says why).
 //
 // # Receipts and the mail server
 //

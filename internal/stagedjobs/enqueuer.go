@@ -108,8 +108,14 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 		if err != nil || len(jobs) == 0 {
 			return err
 		}
-		if _, err := e.cfg.River.InsertManyTx(ctx, tx, toInsertParams(jobs)); err != nil {
-			return fmt.Errorf("inserting into River: %w", err)
+		queued, err := e.writeEventsInline(ctx, tx, jobs)
+		if err != nil {
+			return err
+		}
+		if len(queued) > 0 {
+			if _, err := e.cfg.River.InsertManyTx(ctx, tx, queued); err != nil {
+				return fmt.Errorf("inserting into River: %w", err)
+			}
 		}
 		if err := queries.DeleteStagedJobs(ctx, tx, ids(jobs)); err != nil {
 			return err
@@ -129,12 +135,72 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 	return moved, nil
 }
 
-func toInsertParams(jobs []dbsqlc.StagedJob) []river.InsertManyParams {
-	params := make([]river.InsertManyParams, len(jobs))
-	for i, job := range jobs {
-		params[i] = river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}}
+// writeEventsInline is the drain's one exception to "move each staged job
+// into River": a MerchantEvent job is applied here, in the drain's
+// transaction, instead of becoming a River job of its own. Writing an event
+// is local (a row in events and one in webhook_deliveries per subscribed
+// endpoint) and cannot fail for a reason a retry would fix, so a River job
+// bought it nothing but cost: its arguments carry the object's whole JSON,
+// which River indexes (GIN) on insert and again on every change of the
+// job's state, and the job's deliveries then needed a second trip through
+// staged_jobs and the drain. Measured with make bench, scenario F at 16
+// clients: see docs/BENCHMARKS.md and docs/architecture.md ("Events are
+// written by the drain").
+//
+// The guarantee is the staged job's own: the event, its deliveries, their
+// River jobs and the staged row's deletion commit together, so an event is
+// written once and each of its deliveries is queued once. It returns what
+// to insert into River: the batch's other jobs as they were staged, and a
+// job per new delivery.
+//
+// Should the batch's events fail to be written (a staged event the code
+// cannot apply: a bug, not an outage, which would fail the whole
+// transaction), they are handed to River as MerchantEvent jobs instead,
+// written by EventWorker with River's retries: one bad event then waits in
+// River's retries alone, and never stops the drain, the receipts or the
+// other events.
+func (e *Enqueuer) writeEventsInline(ctx context.Context, tx pgx.Tx, jobs []dbsqlc.StagedJob) ([]river.InsertManyParams, error) {
+	var params, events []river.InsertManyParams
+	var eventIDs []int64
+	for _, job := range jobs {
+		asStaged := river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}}
+		if job.Kind == string(MerchantEvent) {
+			events, eventIDs = append(events, asStaged), append(eventIDs, job.ID)
+			continue
+		}
+		params = append(params, asStaged)
 	}
-	return params
+	if len(eventIDs) == 0 {
+		return params, nil
+	}
+	deliveries, err := writeStagedEvents(ctx, tx, eventIDs)
+	if err != nil {
+		if ctx.Err() != nil {
+			return nil, err
+		}
+		e.log.WarnContext(ctx, "enqueuer: could not write the batch's events; River's event jobs will",
+			slog.Int("events", len(eventIDs)), slog.String("error", err.Error()))
+		return append(params, events...), nil
+	}
+	for _, d := range deliveries {
+		params = append(params, river.InsertManyParams{Args: DeliveryArgs{EventID: d.EventID, EndpointID: d.EndpointID, Cycle: d.Cycle}})
+	}
+	return params, nil
+}
+
+// writeStagedEvents runs WriteStagedEvents in a savepoint, so that its
+// failure leaves the drain's transaction usable.
+func writeStagedEvents(ctx context.Context, tx pgx.Tx, ids []int64) ([]dbsqlc.WriteStagedEventsRow, error) {
+	savepoint, err := tx.Begin(ctx)
+	if err != nil {
+		return nil, err
+	}
+	deliveries, err := queries.WriteStagedEvents(ctx, savepoint, ids)
+	if err != nil {
+		_ = savepoint.Rollback(ctx)
+		return nil, err
+	}
+	return deliveries, savepoint.Commit(ctx)
 }
 
 func ids(jobs []dbsqlc.StagedJob) []int64 {

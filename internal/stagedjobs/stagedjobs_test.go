@@ -38,18 +38,20 @@ func setup(t *testing.T) *testBundle {
 	return &testBundle{pool: pool, river: client}
 }
 
-// stage writes n staged jobs straight into the table, each numbered in its args.
+// stage writes n staged jobs straight into the table, each numbered in its
+// args. They are of a kind the drain moves into River as they are
+// (receipts): events it writes itself (TestEnqueuer_writesEvents...).
 func (b *testBundle) stage(t *testing.T, n int) {
 	t.Helper()
 	_, err := b.pool.Exec(context.Background(), `INSERT INTO staged_jobs (kind, args)
-		SELECT 'merchant_event', jsonb_build_object('n', g) FROM generate_series(1, $1) g`, n)
+		SELECT 'receipt_email', jsonb_build_object('n', g) FROM generate_series(1, $1) g`, n)
 	require.NoError(t, err)
 }
 
 // riverCounts says, for each staged number, how many River jobs carry it.
 func (b *testBundle) riverCounts(t *testing.T) map[int]int {
 	t.Helper()
-	rows, err := b.pool.Query(context.Background(), "SELECT (args->>'n')::int FROM river_job WHERE kind = 'merchant_event'")
+	rows, err := b.pool.Query(context.Background(), "SELECT (args->>'n')::int FROM river_job WHERE kind = 'receipt_email'")
 	require.NoError(t, err)
 	counts := map[int]int{}
 	for rows.Next() {
@@ -162,7 +164,7 @@ func TestEnqueuer_runningFindsJobsStagedAfterItStarted(t *testing.T) {
 	require.NoError(t, err)
 	keyID := insertKey(t, tx)
 	require.NoError(t, stagedjobs.StageTx(context.Background(), tx, keyID, stagedjobs.Job{
-		Kind: stagedjobs.MerchantEvent, Args: map[string]int{"n": 7},
+		Kind: stagedjobs.ReceiptEmail, Args: map[string]int{"n": 7},
 	}))
 	require.NoError(t, tx.Commit(context.Background()))
 

@@ -16,3 +16,32 @@ DELETE FROM staged_jobs WHERE id = ANY(@ids::bigint[]);
 
 -- name: CountStagedJobs :one
 SELECT count(*) FROM staged_jobs;
+
+-- name: WriteStagedEvents :many
+-- Writes the events of the staged merchant_event jobs staged_ids (their
+-- arguments are stagedjobs.EventArgs, read here field by field), and in the
+-- same statement one delivery per enabled endpoint of the event's user that
+-- existed when the event was created (API.md: an endpoint never gets
+-- events older than itself), still exists, and subscribes to its type, the
+-- type's prefix ("refund.*") or "*". An event already written (a drain
+-- that ran twice) writes nothing, deliveries included. Returns the new
+-- deliveries, for their jobs.
+WITH written AS (
+    INSERT INTO events (id, user_id, type, data, created_at)
+    SELECT s.args->>'event_id', (s.args->>'user_id')::bigint, s.args->>'type', s.args->'object',
+           (s.args->>'created')::timestamptz
+    FROM staged_jobs s
+    WHERE s.id = ANY(@staged_ids::bigint[]) AND s.kind = 'merchant_event'
+    ORDER BY s.id
+    ON CONFLICT (id) DO NOTHING
+    RETURNING id, user_id, type, created_at
+)
+INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id)
+SELECT w.id, e.id, e.user_id
+FROM written w
+JOIN webhook_endpoints e ON e.user_id = w.user_id
+WHERE e.deleted_at IS NULL AND e.status = 'enabled'
+  AND e.created_at <= w.created_at
+  AND e.enabled_events && ARRAY['*', w.type, split_part(w.type, '.', 1) || '.*']
+ON CONFLICT (event_id, endpoint_id) DO NOTHING
+RETURNING event_id, endpoint_id, cycle;

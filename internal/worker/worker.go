@@ -5,12 +5,20 @@
 // leader inserts periodic jobs, so one run of each happens at a time across
 // every instance. Any number of workers may run at once.
 //
-// Receipts run on a queue of their own (stagedjobs.ReceiptQueue) with a few
-// workers, fewer than the pool has connections, so a slow or hung mail
-// server cannot take the workers of the other jobs nor, since a receipt
-// holds no connection while it sends, the connections of anything else.
-// Webhook deliveries do the same on theirs (stagedjobs.WebhookQueue), for
-// slow or hung merchants.
+// Receipts run on a queue of their own (stagedjobs.ReceiptQueue) with
+// workers of their own, so a slow or hung mail server cannot take the
+// workers of the other jobs nor, since a receipt holds no connection while
+// it sends, the connections of anything else. Webhook deliveries do the
+// same on theirs (stagedjobs.WebhookQueue), for slow or hung merchants.
+//
+// How many jobs a queue runs per second is bounded by its workers and
+// River's fetch cooldown: a queue fetches at most as many jobs as it has
+// idle workers, then waits FetchCooldown before it fetches again. With
+// River's defaults (100 ms) and the 4 receipt and 10 delivery workers this
+// package had, receipts could not pass 40 a second nor deliveries 100, far
+// below the payments an instance takes (make bench, scenario F, found it:
+// docs/BENCHMARKS.md). The workers and the cooldown below lift those
+// ceilings to 800 receipts and 2,000 deliveries a second per process.
 package worker
 
 import (
@@ -52,9 +60,9 @@ type Config struct {
 	// Default merchanthooks.DefaultRetrySchedule.
 	WebhookRetrySchedule []time.Duration
 	// WebhookWorkers is how many deliveries are attempted at once, on
-	// their own queue (stagedjobs.WebhookQueue). Default 10: an attempt
-	// holds no connection while the merchant has it, so a few slow
-	// merchants take only this queue's workers.
+	// their own queue (stagedjobs.WebhookQueue). Default 50: an attempt
+	// holds no connection while the merchant has it, so slow merchants
+	// take only this queue's workers (goroutines waiting on sockets).
 	WebhookWorkers int
 
 	// CompleterInterval is how often the completer runs. Default 10s.
@@ -77,10 +85,11 @@ type Config struct {
 	// a connection only for its statement.
 	MaxWorkers int
 	// ReceiptWorkers is how many receipts are sent at once, on their own
-	// queue (stagedjobs.ReceiptQueue). Default: half the pool's
-	// connections, at most 4, at least 1. A receipt holds no connection
-	// while the mail server has it; the cap bounds the connections its
-	// short writes take, and the mail server's load.
+	// queue (stagedjobs.ReceiptQueue). Default 20. A receipt holds no
+	// connection while the mail server has it, only for its short writes
+	// around the send; the cap bounds the mail server's load (20
+	// conversations at once, under the 50 a Postfix server allows a client
+	// by default).
 	ReceiptWorkers int
 	// ReceiptSendTimeout bounds one attempt at sending a receipt. Default
 	// stagedjobs.DefaultSendTimeout.
@@ -133,6 +142,9 @@ func Run(ctx context.Context, cfg Config) error {
 			stagedjobs.WebhookQueue: {MaxWorkers: cfg.WebhookWorkers},
 		},
 		Workers: workers,
+		// See the package doc: a queue fetches at most its idle workers'
+		// worth of jobs per cooldown.
+		FetchCooldown: fetchCooldown,
 		// Every job here is safe to run twice, so a job left "running" by a
 		// worker that was killed is taken up again after a minute, not after
 		// River's default hour.
@@ -181,6 +193,10 @@ func stop(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Durati
 	return client.StopAndCancel(cancelCtx)
 }
 
+// fetchCooldown is the least time between two fetches of one queue
+// (River's default: 100 ms).
+const fetchCooldown = 25 * time.Millisecond
+
 // cancelledJobsTimeout bounds how long cancelled jobs take to return.
 const cancelledJobsTimeout = 10 * time.Second
 
@@ -210,10 +226,10 @@ func (cfg *Config) defaults() {
 		cfg.MaxWorkers = 50
 	}
 	if cfg.ReceiptWorkers <= 0 {
-		cfg.ReceiptWorkers = max(1, min(4, int(cfg.Pool.Config().MaxConns)/2))
+		cfg.ReceiptWorkers = 20
 	}
 	if cfg.WebhookWorkers <= 0 {
-		cfg.WebhookWorkers = 10
+		cfg.WebhookWorkers = 50
 	}
 	if cfg.JobTimeout <= 0 {
 		cfg.JobTimeout = 30 * time.Second

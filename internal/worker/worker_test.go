@@ -130,7 +130,10 @@ func (b *testBundle) count(t *testing.T, query string, args ...any) int {
 
 // With the mail server hung, and more receipts waiting on it than the pool
 // has connections, the API still answers within its budget and the rest of
-// the background work (the drain, events, the completer) goes on.
+// the background work (the drain, events, the completer) goes on. (Until
+// make bench's scenario F showed that 4 receipt workers cap receipts at 40 a
+// second, there were fewer receipt workers than connections; a receipt never
+// held a connection while it sends, and this test now shows it.)
 func TestRun_aHungMailServerStallsNothingElse(t *testing.T) {
 	t.Parallel()
 	b := setup(t, smtptest.Behaviour{Mode: smtptest.HangOnConnect})
@@ -139,11 +142,12 @@ func TestRun_aHungMailServerStallsNothingElse(t *testing.T) {
 	for i := range payments {
 		b.createPayment(t, fmt.Sprintf("hung-%d", i), 5*time.Second)
 	}
-	require.Eventually(t, func() bool { return b.smtp.OpenConnections() > 0 }, 10*time.Second, 20*time.Millisecond,
+	// More receipts wait on the hung server at once than the pool has
+	// connections: they hold none while they wait.
+	require.Eventually(t, func() bool { return b.smtp.OpenConnections() > poolSize }, 10*time.Second, 20*time.Millisecond,
 		"receipts are waiting on the hung server")
 	require.Zero(t, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND queue <> $1", stagedjobs.ReceiptQueue),
 		"receipts wait on their own queue")
-	require.LessOrEqual(t, b.smtp.OpenConnections(), poolSize/2, "a few receipt workers, fewer than the pool's connections")
 	completersBefore := b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'")
 
 	// Once receipts hang, the API still answers, reads and writes alike.

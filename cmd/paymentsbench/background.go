@@ -14,6 +14,7 @@ import (
 
 	"github.com/example/payments/internal/app"
 	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/safehttp"
 	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/worker"
@@ -26,7 +27,7 @@ import (
 // answers 204 at once. It measures what that work costs the foreground
 // (F against B, in the same run) and how soon a merchant hears of a
 // payment: the lag from an event's creation (the payment's commit) to its
-// delivery, and whether the backlog of staged jobs and pending deliveries
+// delivery, and whether the backlog of staged jobs, pending deliveries and unsent receipts
 // stays bounded while the load goes on.
 
 // backgroundResult is what F measures besides B's figures.
@@ -35,8 +36,20 @@ type backgroundResult struct {
 	delivered   int           // of those, delivered by the end of the drain
 	lagP50      time.Duration // event creation to delivery
 	lagP99      time.Duration
-	backlog     []int // staged jobs + pending deliveries, sampled over the window
+	backlog     []int // staged jobs + pending deliveries + unsent receipts, sampled over the window
 	backlogEdge [2]int
+
+	alone *aloneResult // G only
+}
+
+// aloneResult is G's measure: the background work of a cell's payments,
+// done by a worker started after the load stopped, with nothing else running.
+type aloneResult struct {
+	payments int           // whose background work was drained
+	took     time.Duration // from the worker's start to an empty backlog
+	self     time.Duration // CPU of this process: the worker, the receiver, and the idle service and simulator
+	postgres time.Duration // CPU of PostgreSQL
+	drained  bool          // the backlog emptied before backgroundAloneLimit
 }
 
 // bounded tells whether the backlog kept up: at the end of the window it
@@ -56,13 +69,21 @@ var backgroundClients = []int{16, 64}
 // may still take to be delivered before they count as late.
 const backgroundDrain = 10 * time.Second
 
-// background is F's worker and merchant receiver.
+// backgroundAloneLimit bounds G's drain.
+const backgroundAloneLimit = 3 * time.Minute
+
+// background is F's and G's worker and merchant receiver.
 type background struct {
 	app    *app.App
 	cancel context.CancelFunc
 	done   chan error
 	srv    *http.Server
 	url    string
+	// startWorker starts the worker; G calls it only after the window.
+	startWorker func()
+	deferred    bool
+	started     bool
+	postmaster  int
 
 	mu       sync.Mutex
 	arrivals map[string]time.Time // event id -> first delivery
@@ -78,7 +99,10 @@ type backlogSample struct {
 
 // startBackground starts the worker on dbname and the receiver, and gives
 // every user an endpoint there through the service at serviceURL.
-func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, client *http.Client) (*background, error) {
+//
+// With deferWorker (G), the worker starts only when measure is called, after
+// the load stopped, and measure times it doing the cell's background work alone.
+func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, client *http.Client, deferWorker bool) (*background, error) {
 	log := slog.New(slog.DiscardHandler)
 	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_simulator", APIBase: b.simURL, Logger: log})
 	if err != nil {
@@ -88,7 +112,8 @@ func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, 
 	if err != nil {
 		return nil, err
 	}
-	bg := &background{app: a, arrivals: map[string]time.Time{}, stop: make(chan struct{}), sampled: make(chan struct{}), done: make(chan error, 1)}
+	bg := &background{app: a, arrivals: map[string]time.Time{}, stop: make(chan struct{}), sampled: make(chan struct{}), done: make(chan error, 1),
+		deferred: deferWorker, postmaster: b.server.PID()}
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		a.Close()
@@ -105,13 +130,20 @@ func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, 
 	}
 	workerCtx, cancel := context.WithCancel(ctx)
 	bg.cancel = cancel
-	go func() {
-		bg.done <- worker.Run(workerCtx, worker.Config{
-			Pool: a.Pool, Logger: log, Registry: a.Registry, Engine: a.Engine, Payments: a.Payments,
-			Flows: append(a.Payments.Flows(), a.Hooks.Flows()...), Mailer: stagedjobs.LogMailer{Log: log},
-			WebhookClient: &http.Client{Timeout: 10 * time.Second}, ShutdownTimeout: 5 * time.Second,
-		})
-	}()
+	bg.startWorker = func() {
+		bg.started = true
+		go func() {
+			bg.done <- worker.Run(workerCtx, worker.Config{
+				Pool: a.Pool, Logger: log, Registry: a.Registry, Engine: a.Engine, Payments: a.Payments,
+				Flows: append(a.Payments.Flows(), a.Hooks.Flows()...), Mailer: stagedjobs.LogMailer{Log: log},
+				// payments worker's own client (private addresses allowed: the receiver is on loopback)
+				WebhookClient: safehttp.NewClient(safehttp.Config{AllowPrivate: true}), ShutdownTimeout: 5 * time.Second,
+			})
+		}()
+	}
+	if !deferWorker {
+		bg.startWorker()
+	}
 	go bg.sample(ctx)
 	return bg, nil
 }
@@ -137,6 +169,12 @@ func (bg *background) receive(w http.ResponseWriter, r *http.Request) {
 	w.WriteHeader(http.StatusNoContent)
 }
 
+// backlogQuery counts the background work waiting: staged jobs, pending
+// deliveries, and receipts not yet sent (River's unfinished receipt jobs).
+const backlogQuery = `SELECT (SELECT count(*) FROM staged_jobs) +
+	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending') +
+	(SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND state IN ('available', 'running', 'retryable', 'scheduled'))`
+
 // sample measures the backlog every 250 ms until stopped.
 func (bg *background) sample(ctx context.Context) {
 	defer close(bg.sampled)
@@ -151,8 +189,7 @@ func (bg *background) sample(ctx context.Context) {
 		case <-tick.C:
 		}
 		var n int
-		if err := bg.app.Pool.QueryRow(ctx, `SELECT (SELECT count(*) FROM staged_jobs) +
-			(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending')`).Scan(&n); err != nil {
+		if err := bg.app.Pool.QueryRow(ctx, backlogQuery).Scan(&n); err != nil {
 			continue
 		}
 		bg.mu.Lock()
@@ -167,6 +204,10 @@ func (bg *background) sample(ctx context.Context) {
 func (bg *background) measure(ctx context.Context, from, to time.Time) (*backgroundResult, error) {
 	close(bg.stop)
 	<-bg.sampled
+	if bg.deferred {
+		alone, err := bg.measureAlone(ctx)
+		return &backgroundResult{alone: alone}, err
+	}
 	res := &backgroundResult{}
 	bg.mu.Lock()
 	for _, s := range bg.samples {
@@ -234,12 +275,41 @@ func (bg *background) measure(ctx context.Context, from, to time.Time) (*backgro
 	return res, nil
 }
 
+// measureAlone starts the worker on the cell's staged work and times it,
+// with its CPU and PostgreSQL's, until nothing is left: every event written
+// and delivered, every receipt sent.
+func (bg *background) measureAlone(ctx context.Context) (*aloneResult, error) {
+	res := &aloneResult{}
+	if err := bg.app.Pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs WHERE kind = 'receipt_email'`).Scan(&res.payments); err != nil {
+		return nil, err
+	}
+	before := sampleCPU(bg.postmaster)
+	bg.startWorker()
+	deadline := before.at.Add(backgroundAloneLimit)
+	for time.Now().Before(deadline) {
+		var left int
+		if err := bg.app.Pool.QueryRow(ctx, backlogQuery).Scan(&left); err != nil {
+			return nil, err
+		}
+		if left == 0 {
+			res.drained = true
+			break
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	after := sampleCPU(bg.postmaster)
+	res.took, res.self, res.postgres = after.at.Sub(before.at), after.self-before.self, after.postgres-before.postgres
+	return res, nil
+}
+
 // close stops the worker, the receiver and the worker's pool.
 func (bg *background) close() {
 	if bg.cancel != nil {
 		bg.cancel()
-		if err := <-bg.done; err != nil && !errors.Is(err, context.Canceled) {
-			slog.Warn("F's worker stopped with an error", slog.String("error", err.Error()))
+		if bg.started {
+			if err := <-bg.done; err != nil && !errors.Is(err, context.Canceled) {
+				slog.Warn("the background's worker stopped with an error", slog.String("error", err.Error()))
+			}
 		}
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
@@ -264,7 +334,7 @@ func (b *bench) writeBackground(p func(string, ...any)) {
 		"the staged jobs drained into River, the events and receipts written, and every event delivered, signed, to its "+
 		"user's endpoint (one per user, on a loopback receiver answering 204). Lag is from an event's creation (the "+
 		"payment's commit) to its delivery, over the events created in the window (each given %v after it to arrive). "+
-		"The backlog is the staged jobs plus the pending deliveries, sampled every 250 ms over the window.\n\n",
+		"The backlog is the staged jobs, the pending deliveries and the receipts not yet sent, sampled every 250 ms over the window.\n\n",
 		db.DefaultMaxConns(), backgroundDrain)
 	p("| clients | F req/s | B req/s | F / B | events | delivered | lag p50 | lag p99 | backlog first / max / last | bounded |\n")
 	p("|--:|--:|--:|--:|--:|--:|--:|--:|---|---|\n")
@@ -280,6 +350,52 @@ func (b *bench) writeBackground(p func(string, ...any)) {
 		}
 		p("| %d | %.0f | %s | %s | %d | %d | %s ms | %s ms | %d / %d / %d | %v |\n", r.clients, r.rps, bRPS, ratio,
 			g.events, g.delivered, ms(g.lagP50), ms(g.lagP99), g.backlogEdge[0], max, g.backlogEdge[1], g.bounded())
+	}
+	p("\n")
+	b.writeBackgroundAlone(p)
+}
+
+// writeBackgroundAlone is G's table: what the background work of one payment
+// costs, measured with nothing else running, against what B's request costs.
+func (b *bench) writeBackgroundAlone(p func(string, ...any)) {
+	var rows []*cellResult
+	for _, c := range b.o.clients {
+		if r := b.get("G", c); r != nil && r.bg != nil && r.bg.alone != nil {
+			rows = append(rows, r)
+		}
+	}
+	if len(rows) == 0 {
+		return
+	}
+	p("### The background work alone (G)\n\n")
+	p("G is B with the endpoints of F and no worker during the window; after it, a worker starts on the cell's staged work " +
+		"(warm-up included) and is timed until nothing is left: every event written and delivered, every receipt sent. " +
+		"CPU per payment is over that drain: *here* is this process (the worker, the merchant's receiver, and the idle " +
+		"service and simulator), *postgres* is PostgreSQL. The last column is what F / B could be at best on these cores " +
+		"if the foreground cost what B's request costs and the background what G's drain costs per payment: B's CPU per " +
+		"request over the sum of both.\n\n")
+	p("| clients | payments drained | took | payments/s | CPU ms here | CPU ms postgres | CPU ms total | B's CPU ms per request | best F / B |\n")
+	p("|--:|--:|--:|--:|--:|--:|--:|--:|--:|\n")
+	for _, r := range rows {
+		a := r.bg.alone
+		if a.payments == 0 {
+			continue
+		}
+		per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(a.payments) }
+		took := fmt.Sprintf("%.1f s", a.took.Seconds())
+		if !a.drained {
+			took = "> " + took + " (not drained)"
+		}
+		bCPU, best := "–", "–"
+		if bb := b.get("B", r.clients); bb != nil {
+			if here, pg, _, _, _ := bb.cpuPerReq(); here+pg > 0 {
+				c := here + pg
+				total := per(a.self) + per(a.postgres)
+				bCPU, best = fmt.Sprintf("%.2f", c), fmt.Sprintf("%.2f", c/(c+total))
+			}
+		}
+		p("| %d | %d | %s | %.0f | %.2f | %.2f | %.2f | %s | %s |\n", r.clients, a.payments, took,
+			float64(a.payments)/a.took.Seconds(), per(a.self), per(a.postgres), per(a.self)+per(a.postgres), bCPU, best)
 	}
 	p("\n")
 }
@@ -298,11 +414,12 @@ func (b *bench) writeBackgroundGoals(p func(string, ...any), verdict func(bool) 
 			c, ratio, f.rps, bb.rps, verdict(ratio >= 0.7))
 		p("| event-to-delivery lag p99 < 2 s at %d clients | p50 %s ms, p99 %s ms; %d of %d events delivered | %s |\n",
 			c, ms(f.bg.lagP50), ms(f.bg.lagP99), f.bg.delivered, f.bg.events, verdict(all && f.bg.lagP99 < 2*time.Second))
-		p("| backlog of staged jobs and pending deliveries bounded at %d clients | first %d, last %d over %d samples | %s |\n",
+		p("| backlog of staged jobs, pending deliveries and unsent receipts bounded at %d clients | first %d, last %d over %d samples | %s |\n",
 			c, f.bg.backlogEdge[0], f.bg.backlogEdge[1], len(f.bg.backlog), verdict(f.bg.bounded()))
 	}
 }
 
 func init() {
 	scenarioTitles["F"] = "F: B with the worker running and every event delivered to a webhook endpoint"
+	scenarioTitles["G"] = "G: B with F's endpoints and no worker; then the worker alone drains the cell's background work"
 }

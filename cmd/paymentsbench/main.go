@@ -65,7 +65,7 @@ type options struct {
 }
 
 // allScenarios in the order they run at each client count.
-var allScenarios = []string{"A-naive", "A-own", "B", "B-young", "E", "F", "C", "D"}
+var allScenarios = []string{"A-naive", "A-own", "B", "B-young", "E", "F", "G", "C", "D"}
 
 // gogc is the garbage collector's setting in force (see internal/tuning).
 var gogc string
@@ -158,7 +158,7 @@ func run() error {
 	for round := 1; round <= o.rounds; round++ {
 		for _, c := range o.clients {
 			for _, s := range allScenarios {
-				if !slices.Contains(o.scenarios, s) || (s == "F" && !slices.Contains(backgroundClients, c)) {
+				if !slices.Contains(o.scenarios, s) || ((s == "F" || s == "G") && !slices.Contains(backgroundClients, c)) {
 					continue
 				}
 				if err := ctx.Err(); err != nil {

@@ -239,7 +239,7 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 			},
 		}, nil
 
-	case "F":
+	case "F", "G":
 		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
 			return nil, err
 		}
@@ -248,7 +248,7 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 			return nil, err
 		}
 		client, us := httpClient(clients), b.users
-		bg, err := b.startBackground(ctx, dbPayments, svc.url, client)
+		bg, err := b.startBackground(ctx, dbPayments, svc.url, client, name == "G")
 		if err != nil {
 			svc.close()
 			return nil, err

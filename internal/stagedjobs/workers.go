@@ -205,13 +205,9 @@ var (
 // reserve creates or reserves the receipt's row and says to whom to send
 // it, and until when the reservation holds (its fence for ReleaseReceipt).
 func (w *ReceiptWorker) reserve(ctx context.Context, a ReceiptArgs, kind string) (string, pgtype.Timestamptz, error) {
-	email, err := queries.GetUserEmail(ctx, w.pool, a.UserID)
-	if err != nil {
-		return "", pgtype.Timestamptz{}, fmt.Errorf("reading the receipt's recipient: %w", err)
-	}
 	lease := w.sendTimeout + recordTimeout
 	row, err := queries.ReserveReceipt(ctx, w.pool, dbsqlc.ReserveReceiptParams{
-		PaymentID: a.Payment, Kind: kind, Recipient: email, LeaseMs: lease.Milliseconds(),
+		PaymentID: a.Payment, Kind: kind, UserID: a.UserID, LeaseMs: lease.Milliseconds(),
 	})
 	if err == nil {
 		return row.Recipient, row.SendingUntil, nil

@@ -34,17 +34,6 @@ func (q *Queries) GetReceipt(ctx context.Context, db DBTX, arg GetReceiptParams)
 	return i, err
 }
 
-const getUserEmail = `-- name: GetUserEmail :one
-SELECT email FROM users WHERE id = $1
-`
-
-func (q *Queries) GetUserEmail(ctx context.Context, db DBTX, id int64) (string, error) {
-	row := db.QueryRow(ctx, getUserEmail, id)
-	var email string
-	err := row.Scan(&email)
-	return email, err
-}
-
 const markReceiptSent = `-- name: MarkReceiptSent :exec
 UPDATE receipts SET sent_at = coalesce(sent_at, now()), sending_until = NULL
 WHERE payment_id = $1 AND kind = $2
@@ -81,7 +70,8 @@ func (q *Queries) ReleaseReceipt(ctx context.Context, db DBTX, arg ReleaseReceip
 
 const reserveReceipt = `-- name: ReserveReceipt :one
 INSERT INTO receipts (payment_id, kind, recipient, sending_until)
-VALUES ($1, $2, $3, now() + make_interval(secs => $4::bigint / 1000.0))
+SELECT $1, $2, u.email, now() + make_interval(secs => $3::bigint / 1000.0)
+FROM users u WHERE u.id = $4
 ON CONFLICT (payment_id, kind) DO UPDATE SET sending_until = excluded.sending_until
     WHERE receipts.sent_at IS NULL AND (receipts.sending_until IS NULL OR receipts.sending_until <= now())
 RETURNING recipient, sending_until
@@ -90,8 +80,8 @@ RETURNING recipient, sending_until
 type ReserveReceiptParams struct {
 	PaymentID string
 	Kind      string
-	Recipient string
 	LeaseMs   int64
+	UserID    int64
 }
 
 type ReserveReceiptRow struct {
@@ -104,13 +94,14 @@ type ReserveReceiptRow struct {
 // it unless it was sent or another attempt's reservation still holds. No
 // row: sent, or reserved by another attempt (GetReceipt says which). The
 // recipient is the row's: a retry writes to the address the first attempt
-// chose.
+// chose, read from the user's row in this same statement (one round trip
+// fewer per receipt than a read before it).
 func (q *Queries) ReserveReceipt(ctx context.Context, db DBTX, arg ReserveReceiptParams) (ReserveReceiptRow, error) {
 	row := db.QueryRow(ctx, reserveReceipt,
 		arg.PaymentID,
 		arg.Kind,
-		arg.Recipient,
 		arg.LeaseMs,
+		arg.UserID,
 	)
 	var i ReserveReceiptRow
 	err := row.Scan(&i.Recipient, &i.SendingUntil)

@@ -16,6 +16,7 @@ help:
 	@echo "make run    build and start payments dev on http://127.0.0.1:8080"
 	@echo "make test   run every test (installs PostgreSQL's server first if missing)"
 	@echo "make check  gofmt, go vet, and generated code up to date"
+	@echo "make lint-api  lint the OpenAPI document (GET /openapi.json) with Redocly CLI"
 	@echo "make bench  run the benchmarks and write docs/BENCHMARKS.md"
 
 deps:
@@ -61,6 +62,14 @@ fuzz: deps
 		echo "fuzz $$pkg $$fn ($(FUZZTIME))"; \
 		$(GO) test -run '^$$' -fuzz "^$$fn$$" -fuzztime $(FUZZTIME) $$pkg || exit 1; \
 	done
+
+# The OpenAPI document (internal/api/openapi.json, served at GET /openapi.json)
+# through Redocly CLI's linter (installed once, pinned, into TOOLS_DIR), under
+# redocly.yaml's rules. The tests hold the service to the document; this holds
+# the document to the usual rules of OpenAPI documents.
+.PHONY: lint-api
+lint-api:
+	TOOLS_DIR='$(TOOLS_DIR)' ./scripts/lint-api.sh
 
 # api.http, every request and check, run end to end by httpyac (installed
 # once, pinned, into TOOLS_DIR) against a fresh `payments dev` on free ports.

@@ -41,12 +41,12 @@ func startServe(t *testing.T, dbURL, simURL string, env ...string) (*proc, strin
 
 // postIdempotent posts body to path with the Idempotency-Key key, as alice;
 // err is set when the connection died without an answer.
-func postIdempotent(base, path, key, body string) (int, []byte, error) {
+func postIdempotent(t testing.TB, base, path, key, body string) (int, []byte, error) {
 	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 	req.Header.Set("Authorization", "Bearer "+aliceKey)
 	req.Header.Set("Idempotency-Key", key)
 	req.Header.Set("Content-Type", "application/json")
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiClient(t).Do(req)
 	if err != nil {
 		return 0, nil, err
 	}
@@ -56,8 +56,8 @@ func postIdempotent(base, path, key, body string) (int, []byte, error) {
 }
 
 // createPayment posts the same create request every time.
-func createPayment(base, key string) (int, []byte, error) {
-	return postIdempotent(base, "/v1/payments", key,
+func createPayment(t testing.TB, base, key string) (int, []byte, error) {
+	return postIdempotent(t, base, "/v1/payments", key,
 		`{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","metadata":{"order":"crash-1"}}`)
 }
 
@@ -114,7 +114,7 @@ func TestCrash_createPaymentRecoversAtEveryFailpoint(t *testing.T) {
 	cleanDB := dbtest.NewURL(t)
 	seedDemoUsers(t, cleanDB)
 	_, base := startServe(t, cleanDB, simURL)
-	status, cleanBody, err := createPayment(base, "clean-run")
+	status, cleanBody, err := createPayment(t, base, "clean-run")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(cleanBody))
 	clean := comparable(t, cleanBody)
@@ -134,7 +134,7 @@ func TestCrash_createPaymentRecoversAtEveryFailpoint(t *testing.T) {
 			key := "crash-" + fp
 
 			doomed, base := startServe(t, dbURL, simURL, "PAYMENTS_FAILPOINTS="+fp+"=crash")
-			_, _, err := createPayment(base, key)
+			_, _, err := createPayment(t, base, key)
 			require.Error(t, err, "the process dies before it can answer")
 			select {
 			case <-doomed.exited:
@@ -144,7 +144,7 @@ func TestCrash_createPaymentRecoversAtEveryFailpoint(t *testing.T) {
 			require.Equal(t, -1, doomed.cmd.ProcessState.ExitCode(), "killed by a signal")
 
 			_, base = startServe(t, dbURL, simURL)
-			status, body := retryUntilFinal(t, func() (int, []byte, error) { return createPayment(base, key) })
+			status, body := retryUntilFinal(t, func() (int, []byte, error) { return createPayment(t, base, key) })
 			require.Equal(t, http.StatusCreated, status, string(body))
 			require.Equal(t, clean, comparable(t, body), "the same answer as a clean run")
 
@@ -153,7 +153,7 @@ func TestCrash_createPaymentRecoversAtEveryFailpoint(t *testing.T) {
 			pis := simPaymentIntents(t, simURL, pay.ID)
 			require.Len(t, pis, 1, "Stripe saw one PaymentIntent for the payment")
 
-			status, replay, err := createPayment(base, key)
+			status, replay, err := createPayment(t, base, key)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusCreated, status)
 			require.Equal(t, string(body), string(replay), "later retries replay the same answer")

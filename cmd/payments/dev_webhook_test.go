@@ -17,7 +17,7 @@ func TestDev_theSimulatorsWebhooksReachTheService(t *testing.T) {
 	t.Parallel()
 	dev, base := startDev(t, filepath.Join(worldReachableDir(t), "data"))
 
-	status, body, err := createPayment(base, "webhook-demo")
+	status, body, err := createPayment(t, base, "webhook-demo")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(body))
 	dev.waitFor(t, &dev.stderr, webhookApplied)

@@ -36,19 +36,19 @@ func TestServe_aKeyThatFinishesAfterItsTTLIsReplayedNotRunAgain(t *testing.T) {
 	_, base := startServe(t, dbURL, simURL, "PAYMENTS_IDEMPOTENCY_KEY_TTL="+ttl.String())
 
 	addSimFault(t, simURL, `{"path_prefix":"/v1/payment_intents","method":"POST","kind":"lost_response","count":1}`)
-	status, data, err := createPayment(base, "late-finish")
+	status, data, err := createPayment(t, base, "late-finish")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusServiceUnavailable, status, string(data))
 
 	// Real time must pass: the binary reads the real clock. The key is
 	// unfinished, so it must not expire meanwhile.
 	time.Sleep(ttl + 500*time.Millisecond)
-	status, first, err := createPayment(base, "late-finish")
+	status, first, err := createPayment(t, base, "late-finish")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(first))
 	finished := time.Now()
 
-	status, again, err := createPayment(base, "late-finish")
+	status, again, err := createPayment(t, base, "late-finish")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(again))
 	require.Equal(t, first, again, "replayed byte for byte")

@@ -3,13 +3,12 @@ package main
 import (
 	"bytes"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"strconv"
@@ -19,6 +18,7 @@ import (
 
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/example/payments/client"
 	"github.com/example/payments/internal/users"
 )
 
@@ -225,83 +225,33 @@ type webhookEndpoint struct {
 // for `payments dev` started at the same moment to come up.
 const registrationDeadline = time.Minute
 
-// createEndpoint registers url, retrying network errors, 409, 429 and 503
-// with the one Idempotency-Key made for this call: however many tries it
-// takes, the API creates one endpoint, and a retry after a lost answer gets
-// that endpoint's answer again, secret included.
+// createEndpoint registers url through the service's Go client, which
+// retries network errors, 409, 429 and 5xx with the one Idempotency-Key it
+// makes for the call: however many tries it takes, the API creates one
+// endpoint, and a retry after a lost answer gets that endpoint's answer
+// again, secret included.
 func (c *apiClient) createEndpoint(ctx context.Context, url string, events []string) (*webhookEndpoint, error) {
-	body, err := json.Marshal(map[string]any{"url": url, "enabled_events": events, "description": "payments listen"})
+	ctx, cancel := context.WithTimeout(ctx, registrationDeadline)
+	defer cancel()
+	api := client.New(c.base, c.key, client.WithHTTPClient(c.http),
+		// Bounded by registrationDeadline rather than by a count.
+		client.WithMaxAttempts(math.MaxInt), client.WithBackoff(100*time.Millisecond, 5*time.Second),
+		client.WithObserver(func(a client.Attempt) {
+			if a.Retry {
+				c.log.Warn("registering the webhook endpoint: trying again",
+					slog.Int("status", a.Status), slog.Any("error", a.Err), slog.Duration("wait", a.Wait))
+			}
+		}))
+	e, err := api.CreateWebhookEndpoint(ctx, client.CreateWebhookEndpointParams{
+		URL: url, EnabledEvents: events, Description: client.String("payments listen"),
+	})
 	if err != nil {
 		return nil, err
 	}
-	random := make([]byte, 16)
-	_, _ = rand.Read(random) // crypto/rand.Read never fails
-	idempotencyKey := "listen-" + hex.EncodeToString(random)
-
-	ctx, cancel := context.WithTimeout(ctx, registrationDeadline)
-	defer cancel()
-	backoff := 100 * time.Millisecond
-	for {
-		endpoint, retryAfter, err := c.tryCreateEndpoint(ctx, body, idempotencyKey)
-		var retry *retryableError
-		if !errors.As(err, &retry) {
-			return endpoint, err
-		}
-		c.log.Warn("registering the webhook endpoint: trying again", slog.Any("error", err))
-		wait := backoff
-		if retryAfter >= 0 {
-			wait = retryAfter
-		}
-		select {
-		case <-ctx.Done():
-			return nil, fmt.Errorf("gave up after %v: %w", registrationDeadline, err)
-		case <-time.After(wait):
-		}
-		backoff = min(2*backoff, 5*time.Second)
+	if e.ID == "" || e.Secret == "" {
+		return nil, fmt.Errorf("the API answered 201 without an endpoint id and secret")
 	}
-}
-
-// retryableError is an answer worth trying again with the same key.
-type retryableError struct{ err error }
-
-func (e *retryableError) Error() string { return e.err.Error() }
-func (e *retryableError) Unwrap() error { return e.err }
-
-// tryCreateEndpoint is one try. retryAfter is the answer's Retry-After, or
-// -1 when it has none.
-func (c *apiClient) tryCreateEndpoint(ctx context.Context, body []byte, idempotencyKey string) (_ *webhookEndpoint, retryAfter time.Duration, _ error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.base+"/v1/webhook_endpoints", bytes.NewReader(body))
-	if err != nil {
-		return nil, -1, err
-	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("Idempotency-Key", idempotencyKey)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return nil, -1, &retryableError{err}
-	}
-	defer resp.Body.Close()
-	answer, err := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if err != nil {
-		return nil, -1, &retryableError{err}
-	}
-	retryAfter = -1
-	if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err == nil && s >= 0 {
-		retryAfter = time.Duration(s) * time.Second
-	}
-	switch resp.StatusCode {
-	case http.StatusCreated:
-		var endpoint webhookEndpoint
-		if err := json.Unmarshal(answer, &endpoint); err != nil || endpoint.ID == "" || endpoint.Secret == "" {
-			return nil, -1, fmt.Errorf("the API answered 201 without an endpoint id and secret: %.200s", answer)
-		}
-		return &endpoint, -1, nil
-	case http.StatusConflict, http.StatusTooManyRequests, http.StatusServiceUnavailable:
-		return nil, retryAfter, &retryableError{fmt.Errorf("the API answered %s", resp.Status)}
-	default:
-		return nil, -1, fmt.Errorf("the API answered %s: %.500s", resp.Status, answer)
-	}
+	return &webhookEndpoint{ID: e.ID, URL: e.URL, Secret: e.Secret}, nil
 }
 
 // deleteEndpoint deletes the endpoint, also after the command's context is
@@ -310,19 +260,10 @@ func (c *apiClient) tryCreateEndpoint(ctx context.Context, body []byte, idempote
 func (c *apiClient) deleteEndpoint(id string) error {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	req, err := http.NewRequestWithContext(ctx, http.MethodDelete, c.base+"/v1/webhook_endpoints/"+id, nil)
-	if err != nil {
-		return err
+	_, err := client.New(c.base, c.key, client.WithHTTPClient(c.http)).DeleteWebhookEndpoint(ctx, id)
+	var answer *client.Error
+	if errors.As(err, &answer) && answer.Status == http.StatusNotFound {
+		return nil
 	}
-	req.Header.Set("Authorization", "Bearer "+c.key)
-	resp, err := c.http.Do(req)
-	if err != nil {
-		return err
-	}
-	defer resp.Body.Close()
-	answer, _ := io.ReadAll(io.LimitReader(resp.Body, 64<<10))
-	if resp.StatusCode != http.StatusOK && resp.StatusCode != http.StatusNotFound {
-		return fmt.Errorf("the API answered %s: %.500s", resp.Status, answer)
-	}
-	return nil
+	return err
 }

@@ -58,7 +58,7 @@ func TestListen_printsVerifiedDeliveriesForwardsThemAndDeletesItsEndpoint(t *tes
 	forwardingEndpoint := forwarding.waitFor(t, &forwarding.stdout, listenReady)
 	require.NotEqual(t, printingEndpoint, forwardingEndpoint)
 
-	status, body, err := createPayment(base, "listen-demo")
+	status, body, err := createPayment(t, base, "listen-demo")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(body))
 	var payment struct{ ID string }

@@ -29,6 +29,7 @@ import (
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/openapitest"
 	"github.com/example/payments/migrations"
 )
 
@@ -134,6 +135,13 @@ func startDev(t *testing.T, dataDir string) (*proc, string) {
 	return p, base
 }
 
+// apiClient is the client of the tests that talk to the service: every
+// exchange is checked against the OpenAPI document (internal/openapitest),
+// and a mismatch fails t.
+func apiClient(t testing.TB) *http.Client {
+	return &http.Client{Transport: openapitest.Transport(t, nil)}
+}
+
 func get(t *testing.T, url, key string) (int, string) {
 	t.Helper()
 	req, err := http.NewRequest(http.MethodGet, url, nil)
@@ -141,7 +149,7 @@ func get(t *testing.T, url, key string) (int, string) {
 	if key != "" {
 		req.Header.Set("Authorization", "Bearer "+key)
 	}
-	resp, err := http.DefaultClient.Do(req)
+	resp, err := apiClient(t).Do(req)
 	require.NoError(t, err)
 	defer resp.Body.Close()
 	body, err := io.ReadAll(resp.Body)

@@ -31,7 +31,7 @@ func TestWorker_everyEventReachesTheMerchantThroughASIGKILL(t *testing.T) {
 
 	receiver := webhooktest.NewReceiver(t)
 	receiver.SetMode(webhooktest.Fail)
-	status, data, err := postIdempotent(base, "/v1/webhook_endpoints", "endpoint-1", `{"url":"`+receiver.URL()+`"}`)
+	status, data, err := postIdempotent(t, base, "/v1/webhook_endpoints", "endpoint-1", `{"url":"`+receiver.URL()+`"}`)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(data))
 	var endpoint struct{ ID, Secret string }
@@ -45,7 +45,7 @@ func TestWorker_everyEventReachesTheMerchantThroughASIGKILL(t *testing.T) {
 
 	const payments = 5
 	for i := range payments {
-		status, data, err := createPayment(base, fmt.Sprintf("order-%d", i))
+		status, data, err := createPayment(t, base, fmt.Sprintf("order-%d", i))
 		require.NoError(t, err)
 		require.Equal(t, http.StatusCreated, status, string(data))
 	}
@@ -112,7 +112,7 @@ func TestServe_webhookEndpointsOnNonPublicAddressesAreRefused(t *testing.T) {
 	receiver := webhooktest.NewReceiver(t)
 	for i, url := range []string{receiver.URL(), "http://10.1.2.3/hooks", "http://169.254.169.254/latest/meta-data",
 		"http://[::1]:8080/x", "http://100.64.0.1/x", "http://localhost:9/x"} {
-		status, data, err := postIdempotent(strict, "/v1/webhook_endpoints", fmt.Sprintf("private-%d", i), `{"url":"`+url+`"}`)
+		status, data, err := postIdempotent(t, strict, "/v1/webhook_endpoints", fmt.Sprintf("private-%d", i), `{"url":"`+url+`"}`)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", url, data)
 		var p struct{ Code string }
@@ -124,13 +124,13 @@ func TestServe_webhookEndpointsOnNonPublicAddressesAreRefused(t *testing.T) {
 	// endpoint still gets nothing from a worker that does not: its dialer
 	// refuses the address, and the delivery says why.
 	_, lax := startServe(t, dbURL, simURL, "PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true")
-	status, data, err := postIdempotent(lax, "/v1/webhook_endpoints", "private-allowed", `{"url":"`+receiver.URL()+`"}`)
+	status, data, err := postIdempotent(t, lax, "/v1/webhook_endpoints", "private-allowed", `{"url":"`+receiver.URL()+`"}`)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(data))
 	startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
 		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_ENQUEUER_POLL_INTERVAL=50ms",
 		"PAYMENTS_WEBHOOK_RETRY_SCHEDULE=1h"}, "worker")
-	status, data, err = createPayment(lax, "private-order")
+	status, data, err = createPayment(t, lax, "private-order")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(data))
 

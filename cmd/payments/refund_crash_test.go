@@ -19,8 +19,8 @@ import (
 )
 
 // postRefund posts a refund with the Idempotency-Key key.
-func postRefund(base, key, body string) (int, []byte, error) {
-	return postIdempotent(base, "/v1/refunds", key, body)
+func postRefund(t testing.TB, base, key, body string) (int, []byte, error) {
+	return postIdempotent(t, base, "/v1/refunds", key, body)
 }
 
 // simRefunds lists the simulator's refunds of a PaymentIntent.
@@ -60,7 +60,7 @@ func TestCrash_refundRecoversAtEveryFailpoint(t *testing.T) {
 			// The payment is made and captured by a healthy service: the
 			// finished failpoints fire in every flow.
 			_, base := startServe(t, dbURL, simURL)
-			status, created, err := createPayment(base, "order-"+fp)
+			status, created, err := createPayment(t, base, "order-"+fp)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusCreated, status, string(created))
 			var pay struct {
@@ -74,7 +74,7 @@ func TestCrash_refundRecoversAtEveryFailpoint(t *testing.T) {
 			key := "refund-" + fp
 			body := fmt.Sprintf(`{"payment":%q,"amount":1500,"reason":"requested_by_customer"}`, pay.ID)
 			doomed, doomedBase := startServe(t, dbURL, simURL, "PAYMENTS_FAILPOINTS="+fp+"=crash")
-			_, _, err = postRefund(doomedBase, key, body)
+			_, _, err = postRefund(t, doomedBase, key, body)
 			require.Error(t, err, "the process dies before it can answer")
 			select {
 			case <-doomed.exited:
@@ -84,7 +84,7 @@ func TestCrash_refundRecoversAtEveryFailpoint(t *testing.T) {
 			require.Equal(t, -1, doomed.cmd.ProcessState.ExitCode(), "killed by a signal")
 
 			_, base = startServe(t, dbURL, simURL)
-			status, answer := retryUntilFinal(t, func() (int, []byte, error) { return postRefund(base, key, body) })
+			status, answer := retryUntilFinal(t, func() (int, []byte, error) { return postRefund(t, base, key, body) })
 			require.Equal(t, http.StatusCreated, status, string(answer))
 			var re struct {
 				ID           string  `json:"id"`
@@ -123,7 +123,7 @@ func TestCrash_refundRecoversAtEveryFailpoint(t *testing.T) {
 			require.Equal(t, http.StatusOK, status, got)
 			require.Contains(t, got, `"recovery_point":"finished"`)
 
-			status, replay, err := postRefund(base, key, body)
+			status, replay, err := postRefund(t, base, key, body)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusCreated, status)
 			require.Equal(t, string(answer), string(replay), "later retries replay the same answer")

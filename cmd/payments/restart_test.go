@@ -56,7 +56,7 @@ func TestDev_restartsAtOnceAfterSIGKILLWithARequestInFlight(t *testing.T) {
 	paymentOf := map[string]string{} // key -> payment id
 	finish := func(key string) {
 		t.Helper()
-		status, body := retryUntilFinal(t, func() (int, []byte, error) { return createPayment(base, key) })
+		status, body := retryUntilFinal(t, func() (int, []byte, error) { return createPayment(t, base, key) })
 		require.Equal(t, http.StatusCreated, status, string(body))
 		id := paymentID(t, body)
 		require.Len(t, simPaymentIntents(t, simURL, id), 1, "key %s: Stripe saw one PaymentIntent for its payment", key)
@@ -67,7 +67,7 @@ func TestDev_restartsAtOnceAfterSIGKILLWithARequestInFlight(t *testing.T) {
 		key := fmt.Sprintf("restart-%d", round)
 		inFlight := make(chan error, 1)
 		go func() {
-			_, _, err := createPayment(base, key)
+			_, _, err := createPayment(t, base, key)
 			inFlight <- err
 		}()
 		// The claim has committed the payment; the request now sleeps at the
@@ -87,7 +87,7 @@ func TestDev_restartsAtOnceAfterSIGKILLWithARequestInFlight(t *testing.T) {
 		// The killed request resumes to one payment; every earlier key replays its own.
 		finish(key)
 		for k, id := range paymentOf {
-			status, body, err := createPayment(base, k)
+			status, body, err := createPayment(t, base, k)
 			require.NoError(t, err)
 			require.Equal(t, http.StatusCreated, status, string(body))
 			require.Equal(t, id, paymentID(t, body), "key %s", k)

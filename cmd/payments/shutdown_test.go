@@ -62,7 +62,7 @@ func sigtermWhileStuck(t *testing.T, fault, failpoints string) {
 		req.Header.Set("Authorization", "Bearer "+aliceKey)
 		req.Header.Set("Idempotency-Key", "sigterm-mid-stripe")
 		req.Header.Set("Content-Type", "application/json")
-		resp, err := http.DefaultClient.Do(req)
+		resp, err := apiClient(t).Do(req)
 		if err != nil {
 			answered <- answer{err: err}
 			return
@@ -111,7 +111,7 @@ func sigtermWhileStuck(t *testing.T, fault, failpoints string) {
 	require.Equal(t, "payment_created", state.RecoveryPoint)
 
 	status, data := retryUntilFinal(t, func() (int, []byte, error) {
-		return postIdempotent(base2, "/v1/payments", "sigterm-mid-stripe", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa"}`)
+		return postIdempotent(t, base2, "/v1/payments", "sigterm-mid-stripe", `{"amount":4200,"currency":"eur","payment_method":"pm_card_visa"}`)
 	})
 	require.Equal(t, http.StatusCreated, status, string(data))
 	require.Len(t, simPaymentIntents(t, simURL, paymentID(t, data)), 1, "one PaymentIntent")
@@ -127,7 +127,7 @@ func TestWorker_SIGTERMCancelsACompleterStuckAtStripeAndUnlocksTheKey(t *testing
 	dbURL := dbtest.NewURL(t)
 	seedDemoUsers(t, dbURL)
 	doomed, base := startServe(t, dbURL, simURL, "PAYMENTS_FAILPOINTS=after_commit:payment_created=crash")
-	_, _, err := createPayment(base, "worker-sigterm")
+	_, _, err := createPayment(t, base, "worker-sigterm")
 	require.Error(t, err)
 	<-doomed.exited
 

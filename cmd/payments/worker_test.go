@@ -25,7 +25,7 @@ func TestWorker_finishesAPaymentWhoseClientVanished(t *testing.T) {
 	// The service dies right after committing the payment row; the client
 	// never retries.
 	doomed, base := startServe(t, dbURL, simURL, "PAYMENTS_FAILPOINTS=after_commit:payment_created=crash")
-	_, _, err := createPayment(base, "vanished")
+	_, _, err := createPayment(t, base, "vanished")
 	require.Error(t, err)
 	<-doomed.exited
 
@@ -76,13 +76,13 @@ func TestWorker_settlesARefundWhoseWebhookWasLost(t *testing.T) {
 	seedDemoUsers(t, dbURL)
 	_, base := startServe(t, dbURL, simURL)
 
-	status, data, err := postIdempotent(base, "/v1/payments", "order-1",
+	status, data, err := postIdempotent(t, base, "/v1/payments", "order-1",
 		`{"amount":2000,"currency":"usd","payment_method":"pm_card_pendingRefund"}`)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(data))
 	var pay struct{ ID string }
 	require.NoError(t, json.Unmarshal(data, &pay))
-	status, data, err = postIdempotent(base, "/v1/refunds", "refund-1", `{"payment":"`+pay.ID+`","amount":500}`)
+	status, data, err = postIdempotent(t, base, "/v1/refunds", "refund-1", `{"payment":"`+pay.ID+`","amount":500}`)
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, status, string(data))
 	var re struct{ ID, Status string }

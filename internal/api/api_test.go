@@ -23,6 +23,7 @@ import (
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/dbtest"
 	"github.com/example/payments/internal/merchanthooks"
+	"github.com/example/payments/internal/openapitest"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
@@ -43,6 +44,9 @@ type testBundle struct {
 	server   *httptest.Server
 	sim      *stripesim.Simulator
 	payments *payments.Service
+	// handler is the API's handler itself, without the server's check
+	// against the OpenAPI document (FuzzHandler wraps it per input).
+	handler http.Handler
 }
 
 type setupOpts struct {
@@ -70,8 +74,9 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 
 	// The API's server starts first, so that the simulator can be told
 	// where to send webhooks; its handler is set once the rest exists.
+	// Every exchange it serves is checked against the OpenAPI document.
 	var handler http.Handler
-	server := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) }))
+	server := httptest.NewServer(openapitest.Handler(t, http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { handler.ServeHTTP(w, r) })))
 	t.Cleanup(server.Close)
 
 	simCfg := stripesim.Config{}
@@ -95,7 +100,7 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
 		Hooks:    merchanthooks.NewService(pool, engine), WebhookURLCheck: o.checkURL,
 	})
-	return &testBundle{pool: pool, server: server, sim: sim, payments: svc}
+	return &testBundle{pool: pool, server: server, sim: sim, payments: svc, handler: handler}
 }
 
 // do sends a request and returns the response with its body read.

@@ -15,6 +15,7 @@ import (
 
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/openapitest"
 	"github.com/example/payments/internal/users"
 )
 
@@ -29,9 +30,9 @@ func setupAuthCache(t *testing.T, ttl time.Duration) *authCacheBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
-	server := httptest.NewServer(api.NewHandler(api.Config{
+	server := httptest.NewServer(openapitest.Handler(t, api.NewHandler(api.Config{
 		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), AuthCacheTTL: ttl,
-	}))
+	})))
 	t.Cleanup(server.Close)
 	return &authCacheBundle{pool: pool, server: server}
 }

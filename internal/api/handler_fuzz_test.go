@@ -11,6 +11,8 @@ import (
 	"testing"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/openapitest"
 )
 
 // fuzzMethods are the methods FuzzHandler picks from.
@@ -108,8 +110,10 @@ func FuzzHandler(f *testing.F) {
 		f.Add(seed.method, seed.path, seed.query, seed.idemKey, seed.mediaType, []byte(seed.body))
 	}
 
-	handler := b.server.Config.Handler
 	f.Fuzz(func(t *testing.T, method byte, path, query, idemKey, mediaType string, body []byte) {
+		// Each input's exchange is checked against the OpenAPI document too:
+		// the request may be anything, but the answer must be one it lists.
+		handler := openapitest.Handler(t, b.handler)
 		var raw bytes.Buffer
 		target := withIDs(path)
 		if !strings.HasPrefix(target, "/") {

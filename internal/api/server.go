@@ -85,6 +85,7 @@ func NewHandler(cfg Config) http.Handler {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
+	r.Get("/openapi.json", serveOpenAPI)
 
 	// Stripe signs its deliveries instead of sending an API key.
 	r.Post("/v1/stripe/webhooks", s.handle(s.receiveStripeWebhook))

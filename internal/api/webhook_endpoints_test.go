@@ -194,7 +194,7 @@ func TestWebhookEndpoints_invalidInputIsRefusedAndNotStored(t *testing.T) {
 func (b *testBundle) insertEvent(t *testing.T, email, id, eventType string) {
 	t.Helper()
 	_, err := b.pool.Exec(context.Background(), `INSERT INTO events (id, user_id, type, data)
-		SELECT $1, id, $2, '{"id":"pay_x","object":"payment"}' FROM users WHERE email = $3`, id, eventType, email)
+		SELECT $1, id, $2, $4 FROM users WHERE email = $3`, id, eventType, email, eventPayment)
 	require.NoError(t, err)
 }
 
@@ -212,7 +212,9 @@ func TestEvents_getOneFilterByTypeAndNotFoundAcrossUsers(t *testing.T) {
 	require.Equal(t, "evt_ok", e["id"])
 	require.Equal(t, "event", e["object"])
 	require.Equal(t, "payment.succeeded", e["type"])
-	require.Equal(t, map[string]any{"object": map[string]any{"id": "pay_x", "object": "payment"}}, e["data"])
+	var payment map[string]any
+	require.NoError(t, json.Unmarshal([]byte(eventPayment), &payment))
+	require.Equal(t, map[string]any{"object": payment}, e["data"])
 
 	for _, path := range []string{"/v1/events/evt_bob", "/v1/events/evt_nope", "/v1/events/evt_bob/deliveries"} {
 		resp, data = b.do(t, http.MethodGet, path, aliceKey, nil, nil)

@@ -11,9 +11,11 @@
 //     the simulator's signed events to whichever instance is up (sometimes
 //     twice, as Stripe may).
 //   - client.go and workload.go: the clients. Each logical request gets its
-//     own Idempotency-Key and is retried with the same key and body
-//     (exponential backoff with jitter) until a final answer; every answer
-//     goes into the Ledger.
+//     own Idempotency-Key and is sent by the service's Go client (package
+//     client, the client half of the pattern), which retries it with the
+//     same key and body (exponential backoff with full jitter, at least the
+//     Retry-After) until a final answer; its observer puts every attempt's
+//     raw answer into the Ledger.
 //   - faults.go and crashes.go: the chaos. Simulator faults of every kind;
 //     restarts with a PAYMENTS_FAILPOINTS crash, error or sleep; SIGKILLs of
 //     the instances and of the worker; graceful restarts.

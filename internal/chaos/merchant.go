@@ -1,9 +1,9 @@
 package chaos
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -15,6 +15,7 @@ import (
 	"sync"
 	"time"
 
+	paymentsclient "github.com/example/payments/client"
 	"github.com/example/payments/internal/webhooktest"
 )
 
@@ -210,14 +211,11 @@ var merchantEndpoints = []struct {
 // pointing at the receiver, retrying with one Idempotency-Key until the
 // answer is final, and gives the receiver its secret. It returns its id.
 func (m *merchant) registerEndpoint(ctx context.Context, base, apiKey, name string, enabled []string) (string, error) {
-	body, _ := json.Marshal(map[string]any{"url": m.URL(name), "enabled_events": enabled})
-	data, err := callUntilFinal(ctx, http.MethodPost, base+"/v1/webhook_endpoints", apiKey, merchantKeyPrefix+name, body, http.StatusCreated)
+	ep, err := merchantClient(base, apiKey).CreateWebhookEndpoint(ctx,
+		paymentsclient.CreateWebhookEndpointParams{URL: m.URL(name), EnabledEvents: enabled},
+		paymentsclient.WithIdempotencyKey(merchantKeyPrefix+name))
 	if err != nil {
 		return "", fmt.Errorf("chaos: registering endpoint %s: %w", name, err)
-	}
-	var ep struct{ ID, Secret string }
-	if err := json.Unmarshal(data, &ep); err != nil {
-		return "", err
 	}
 	m.setSecret(name, ep.Secret)
 	return ep.ID, nil
@@ -226,47 +224,21 @@ func (m *merchant) registerEndpoint(ctx context.Context, base, apiKey, name stri
 // deleteEndpoint deletes endpoint id of the user of apiKey. A 404 is an
 // earlier attempt's success whose answer was lost to a crash.
 func deleteEndpoint(ctx context.Context, base, apiKey, id string) error {
-	_, err := callUntilFinal(ctx, http.MethodDelete, base+"/v1/webhook_endpoints/"+id, apiKey, "", nil, http.StatusOK, http.StatusNotFound)
+	_, err := merchantClient(base, apiKey).DeleteWebhookEndpoint(ctx, id)
+	var answer *paymentsclient.Error
+	if errors.As(err, &answer) && answer.Status == http.StatusNotFound {
+		return nil
+	}
 	return err
 }
 
-// callUntilFinal sends a request until it gets an answer that is not 409,
-// 429 or 5xx (the instances are being crashed meanwhile), and returns its
-// body if its status is want.
-func callUntilFinal(ctx context.Context, method, url, apiKey, key string, body []byte, want ...int) ([]byte, error) {
-	for attempt := 0; ; attempt++ {
-		req, err := http.NewRequestWithContext(ctx, method, url, bytes.NewReader(body))
-		if err != nil {
-			return nil, err
-		}
-		req.Header.Set("Authorization", "Bearer "+apiKey)
-		if key != "" {
-			req.Header.Set("Idempotency-Key", key)
-		}
-		if body != nil {
-			req.Header.Set("Content-Type", "application/json")
-		}
-		resp, err := controlClient.Do(req)
-		if err == nil {
-			data, readErr := io.ReadAll(resp.Body)
-			resp.Body.Close()
-			switch {
-			case readErr != nil:
-			case slices.Contains(want, resp.StatusCode):
-				return data, nil
-			case resp.StatusCode != http.StatusConflict && resp.StatusCode != http.StatusTooManyRequests && resp.StatusCode < 500:
-				return nil, fmt.Errorf("%s %s: %d %s", method, url, resp.StatusCode, data)
-			}
-		}
-		if attempt == 100 {
-			return nil, fmt.Errorf("%s %s: no final answer in 100 attempts", method, url)
-		}
-		select {
-		case <-ctx.Done():
-			return nil, ctx.Err()
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
+// merchantClient is the service's Go client for the merchant's own calls,
+// as the user of apiKey: the instances are being crashed meanwhile, so it
+// retries (409, 429, 5xx, lost connections) up to 100 times, a few hundred
+// milliseconds apart.
+func merchantClient(base, apiKey string) *paymentsclient.Client {
+	return paymentsclient.New(base, apiKey, paymentsclient.WithHTTPClient(controlClient),
+		paymentsclient.WithMaxAttempts(100), paymentsclient.WithBackoff(100*time.Millisecond, 400*time.Millisecond))
 }
 
 // redeliverLatest asks the service to redeliver the newest event of the
@@ -274,23 +246,22 @@ func callUntilFinal(ctx context.Context, method, url, apiKey, key string, body [
 // subscribes to it and exists gets it again, one made since too. Anything
 // but 200 is a problem.
 func (m *merchant) redeliverLatest(ctx context.Context, base, apiKey string, n int, stats *Stats, logf func(string, ...any)) {
-	data, err := callUntilFinal(ctx, http.MethodGet, base+"/v1/events?limit=1", apiKey, "", nil, http.StatusOK)
+	c := merchantClient(base, apiKey)
+	events, err := c.ListEvents(ctx, paymentsclient.ListEventsParams{Limit: 1})
 	if err != nil {
 		if ctx.Err() == nil {
 			logf("chaos: listing events: %v", err)
 		}
 		return
 	}
-	var list struct{ Data []struct{ ID string } }
-	if err := json.Unmarshal(data, &list); err != nil || len(list.Data) == 0 {
+	if len(events.Data) == 0 {
 		return
 	}
-	id := list.Data[0].ID
+	id := events.Data[0].ID
 	m.mu.Lock()
 	m.redelivered[id] = true // before the request: its deliveries may arrive before its answer
 	m.mu.Unlock()
-	if _, err := callUntilFinal(ctx, http.MethodPost, base+"/v1/events/"+id+"/redeliver", apiKey,
-		fmt.Sprintf("%sredeliver-%d", merchantKeyPrefix, n), nil, http.StatusOK); err != nil {
+	if _, err := c.RedeliverEvent(ctx, id, paymentsclient.WithIdempotencyKey(fmt.Sprintf("%sredeliver-%d", merchantKeyPrefix, n))); err != nil {
 		if ctx.Err() != nil {
 			return
 		}

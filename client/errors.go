@@ -1,0 +1,80 @@
+package client
+
+import (
+	"encoding/json"
+	"fmt"
+	"net/http"
+)
+
+// Code is the stable, machine-readable name of an error (the problem's
+// "code"); switch on it, never on the text.
+type Code string
+
+// The codes the API answers with (API.md section 2).
+const (
+	CodeUnauthorized                Code = "unauthorized"
+	CodeNotFound                    Code = "not_found"
+	CodeMethodNotAllowed            Code = "method_not_allowed"
+	CodeValidationFailed            Code = "validation_failed"
+	CodeUnsupportedMediaType        Code = "unsupported_media_type"
+	CodeBodyTooLarge                Code = "body_too_large"
+	CodeIdempotencyKeyMissing       Code = "idempotency_key_missing"
+	CodeIdempotencyKeyInvalid       Code = "idempotency_key_invalid"
+	CodeIdempotencyKeyReused        Code = "idempotency_key_reused"
+	CodeIdempotencyKeyInUse         Code = "idempotency_key_in_use"
+	CodeCardDeclined                Code = "card_declined"
+	CodeRefundNotAllowed            Code = "refund_not_allowed"
+	CodePaymentNotCapturable        Code = "payment_not_capturable"
+	CodePaymentProcessorUnavailable Code = "payment_processor_unavailable"
+	CodeRateLimited                 Code = "rate_limited"
+	CodeInternal                    Code = "internal"
+)
+
+// Error is an answer that is not a 2xx: the API's problem details (RFC 9457).
+type Error struct {
+	Status      int    // the HTTP status
+	Code        Code   // the stable code, such as CodeCardDeclined
+	DeclineCode string // card_declined: the issuer's reason, such as "insufficient_funds"
+	Payment     string // card_declined: the id of the payment, now failed
+	Title       string
+	Detail      string // for people: never parse it
+	Type        string // a URI naming the kind of problem
+	// Replayed is true when the answer was replayed from the key's stored
+	// answer: the request was not executed again (a declined card stays
+	// declined).
+	Replayed bool
+	// IdempotencyKey is the key the call was sent with ("" for a GET).
+	IdempotencyKey string
+}
+
+func (e *Error) Error() string {
+	msg := fmt.Sprintf("payments: %d %s", e.Status, e.Code)
+	if e.Code == "" {
+		msg = fmt.Sprintf("payments: %d %s", e.Status, http.StatusText(e.Status))
+	}
+	if e.DeclineCode != "" {
+		msg += " (" + e.DeclineCode + ")"
+	}
+	if e.Detail != "" {
+		msg += ": " + e.Detail
+	}
+	return msg
+}
+
+// toError reads a non-2xx answer. A body that is not a problem (a proxy's
+// error page, say) still gives an Error, with its status and no code.
+func toError(a Attempt) *Error {
+	var p struct {
+		Type        string `json:"type"`
+		Title       string `json:"title"`
+		Detail      string `json:"detail"`
+		Code        Code   `json:"code"`
+		DeclineCode string `json:"decline_code"`
+		Payment     string `json:"payment"`
+	}
+	_ = json.Unmarshal(a.Body, &p)
+	return &Error{
+		Status: a.Status, Code: p.Code, DeclineCode: p.DeclineCode, Payment: p.Payment,
+		Title: p.Title, Detail: p.Detail, Type: p.Type, Replayed: a.Replayed(), IdempotencyKey: a.IdempotencyKey,
+	}
+}

@@ -2,11 +2,11 @@
 // (API.md section 7): their endpoints, the deliveries of each event to
 // each endpoint, and the job that makes one attempt at a delivery.
 //
-// The shape is the outbox again, as for receipts. The event worker
-// (package stagedjobs) writes an event and, in the same transaction, one
-// delivery row and one staged job per endpoint that subscribes to it, so a
-// delivery exists if and only if its event does. The enqueuer moves the
-// jobs into River, on a queue of their own (stagedjobs.WebhookQueue), and
+// The shape is the outbox again, as for receipts. The enqueuer (package
+// stagedjobs) writes an event, drained from its staged job, and in the same
+// transaction one delivery row and one River job per endpoint that
+// subscribes to it, so a delivery exists if and only if its event does. The
+// jobs wait on a queue of their own (stagedjobs.WebhookQueue), and
 // DeliveryWorker makes the attempts:
 //
 //  1. a short read of the delivery, its endpoint and its event, with no

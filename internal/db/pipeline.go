@@ -2,65 +2,64 @@ package db
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Tx is a transaction that spends as few round trips to PostgreSQL as it
-// can, for the engine and the flows, whose requests are mostly round trips:
+// Tx is the transaction WithTx hands its callback. It spends as few round
+// trips to PostgreSQL as it can, because the engine's and the flows'
+// requests are mostly round trips. Its mechanism, pipelining, has three
+// parts:
 //
 //   - BEGIN is not sent on its own: it goes with the transaction's first
-//     statement;
-//   - a statement whose result nobody reads (an audit record, a staged job)
-//     can be queued with Queued: it goes with the next statement whose
-//     result is read, or with COMMIT;
+//     statement (one round trip less per transaction);
+//   - a statement whose result nobody reads (an audit record, a staged job,
+//     a fenced move of a key) can be queued with Queued: it goes with the
+//     next statement whose result is read, or with COMMIT;
 //   - a transaction that sent nothing commits without a round trip.
 //
 // Statements still run one after the other, in the order they were issued,
-// inside one SERIALIZABLE transaction: only the waiting is saved. The price
-// is that a queued statement's error surfaces at the next statement sent
-// (which then returns it instead of its own result), or at Commit. Any error
-// aborts the transaction anyway, so the callback only has to return it.
+// inside one transaction: only the waiting is saved. The price is that a
+// queued statement's error surfaces at the next statement sent (which then
+// returns it instead of its own result), or at Commit. Any error aborts
+// the transaction anyway, so the callback only has to return it. Flush
+// sends what waits at once, for a caller that wants BEGIN alone.
 //
-// Tx implements the interface sqlc's queries take (dbsqlc.DBTX). It is not
-// safe for concurrent use, and lives only inside WithPipelinedTx.
+// Tx implements the interface sqlc's queries take (dbsqlc.DBTX), and
+// pgx.Tx for libraries that take one (River's InsertManyTx); the
+// transaction is WithTx's to end, so its Commit, Rollback and Begin
+// refuse. It is not safe for concurrent use, and lives only inside WithTx.
 type Tx struct {
 	conn   *pgx.Conn
 	begin  string   // the BEGIN statement until it is sent, then ""
 	queued []queued // statements waiting for the next round trip
 }
 
+var _ pgx.Tx = (*Tx)(nil)
+
 type queued struct {
 	sql  string
 	args []any
 }
 
-// WithPipelinedTx is WithTx with a Tx: fn runs in a transaction at the
-// requested isolation (SERIALIZABLE by default), retried after a
-// serialization failure or deadlock, on one connection of pool.
-func WithPipelinedTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx *Tx) error) error {
-	opts = opts.withDefaults()
-	return retrySerializable(ctx, opts, func() error {
-		return runPipelinedTx(ctx, pool, opts.Isolation, fn)
-	})
-}
-
-func runPipelinedTx(ctx context.Context, pool *pgxpool.Pool, iso pgx.TxIsoLevel, fn func(context.Context, *Tx) error) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquiring a connection: %w", err)
+// Flush sends, in one round trip, BEGIN if it has not gone yet and the
+// queued statements, and returns the first error among them.
+func (tx *Tx) Flush(ctx context.Context) error {
+	if tx.begin == "" && len(tx.queued) == 0 {
+		return nil
 	}
-	defer conn.Release()
-	tx := &Tx{conn: conn.Conn(), begin: "BEGIN ISOLATION LEVEL " + string(iso)}
-	defer tx.rollbackWithoutCancel(ctx)
-	if err := fn(ctx, tx); err != nil {
-		return err
+	b := &pgx.Batch{}
+	if tx.begin != "" {
+		b.Queue(tx.begin)
 	}
-	return tx.commit(ctx)
+	for _, q := range tx.queued {
+		b.Queue(q.sql, q.args...)
+	}
+	tx.begin, tx.queued = "", nil
+	return tx.conn.SendBatch(ctx, b).Close()
 }
 
 // Queued returns tx as a dbsqlc.DBTX whose Exec does not send its
@@ -175,6 +174,44 @@ func (tx *Tx) rollbackWithoutCancel(ctx context.Context) {
 		_ = tx.conn.Close(ctx)
 	}
 }
+
+// errEndedByWithTx is what Commit, Rollback and Begin answer.
+var errEndedByWithTx = errors.New("db.Tx: the transaction is db.WithTx's to end or nest; return from the callback instead")
+
+// Commit refuses: WithTx commits when the callback returns nil.
+func (tx *Tx) Commit(context.Context) error { return errEndedByWithTx }
+
+// Rollback refuses: WithTx rolls back when the callback returns an error.
+func (tx *Tx) Rollback(context.Context) error { return errEndedByWithTx }
+
+// Begin refuses: a Tx does not nest.
+func (tx *Tx) Begin(context.Context) (pgx.Tx, error) { return nil, errEndedByWithTx }
+
+// CopyFrom sends what waits, then copies.
+func (tx *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
+	if err := tx.Flush(ctx); err != nil {
+		return 0, err
+	}
+	return tx.conn.CopyFrom(ctx, table, columns, rows)
+}
+
+// SendBatch sends what waits, then b. If what waited failed, the
+// transaction is aborted and b's statements report it.
+func (tx *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	_ = tx.Flush(ctx)
+	return tx.conn.SendBatch(ctx, b)
+}
+
+// LargeObjects is not supported: nothing here uses them.
+func (tx *Tx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+// Prepare prepares sql on the transaction's connection.
+func (tx *Tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return tx.conn.Prepare(ctx, name, sql)
+}
+
+// Conn is the transaction's connection.
+func (tx *Tx) Conn() *pgx.Conn { return tx.conn }
 
 // batchRow is the last result of a batch, read as one row.
 type batchRow struct{ br pgx.BatchResults }

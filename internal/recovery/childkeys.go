@@ -100,7 +100,7 @@ func (e *Engine) afterSpentChildKey(ctx context.Context, k *Key, phase Phase, sp
 		lag = e.cfg.SearchLag
 	}
 	var lagPassed bool
-	err = db.WithTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx pgx.Tx) error {
+	err = db.WithTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
 		var err error
 		lagPassed, err = queries.MarkChildKeySpent(ctx, tx, dbsqlc.MarkChildKeySpentParams{
 			IdempotencyKeyID: k.ID, LockToken: k.lockToken, Step: phase.step, Generation: generation,

@@ -78,7 +78,7 @@ func (e *Engine) claimAndCommit(ctx context.Context, req Request, fingerprint, p
 	switch {
 	case err == nil:
 		return c, nil
-	case db.IsUniqueViolation(err), definitelyNew && e.keyExists(ctx, req):
+	case errors.Is(err, db.ErrUniqueViolation), definitelyNew && e.keyExists(ctx, req):
 		// The key is another request's: the careful claim answers.
 		return e.claimTx(ctx, req, fingerprint, params, true, false)
 	default:
@@ -91,7 +91,7 @@ func (e *Engine) claimAndCommit(ctx context.Context, req Request, fingerprint, p
 // key filter sent the claim down the careful path.
 func (e *Engine) claimTx(ctx context.Context, req Request, fingerprint, params []byte, careful, filterSaidMaybe bool) (claimed, error) {
 	var c claimed
-	err := db.WithPipelinedTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
+	err := db.WithTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
 		var err error
 		c, err = e.claimInTx(ctx, tx, req, fingerprint, params, careful, filterSaidMaybe)
 		return err

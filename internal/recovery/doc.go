@@ -34,7 +34,7 @@
 //     move matches no row), so the move goes with the COMMIT.
 //   - While an external call runs, a heartbeat keeps the lock alive; when the
 //     lock is lost, the call's context is cancelled.
-//   - Serialization failures are retried by db.WithPipelinedTx; an error leaves the
+//   - Serialization failures are retried by db.WithTx; an error leaves the
 //     key unlocked at its last recovery point. An error the flow marks
 //     Transient (say, Stripe unreachable) is reported as such, for a 503.
 //   - External calls carry a child key (Key.ChildKey) derived from the key

@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -161,7 +160,7 @@ func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) 
 	}
 	var reached []RecoveryPoint
 	var out Outcome
-	err := db.WithPipelinedTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
+	err := db.WithTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
 		first, err := phase.commit(ctx, tx, k, called)
 		if err != nil {
 			return err
@@ -180,10 +179,10 @@ func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) 
 // the same step, the other committed its rows first, and this one's work
 // hit them before reaching its fence. Anything else is returned as it is.
 func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) error {
-	if isFenceError(err) {
+	if errors.Is(err, db.ErrLockNotHeld) {
 		return ErrLockLost
 	}
-	if !db.IsUniqueViolation(err) {
+	if !errors.Is(err, db.ErrUniqueViolation) {
 		return err
 	}
 	token, lookupErr := queries.GetLockToken(context.WithoutCancel(ctx), e.cfg.Pool, k.ID)
@@ -212,13 +211,6 @@ func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) er
 	return queries.SetRecoveryPoint(ctx, tx.Queued(), dbsqlc.SetRecoveryPointParams{
 		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
 	})
-}
-
-// isFenceError tells whether err is assert_lock_held's: a fenced move found
-// the key taken over.
-func isFenceError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "PK001"
 }
 
 // callWithHeartbeat runs call while extending the key's lock every third of

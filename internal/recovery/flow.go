@@ -135,6 +135,7 @@ type Key struct {
 	// Expires is when a finished key is forgotten: a TTL after its final
 	// answer was stored. Zero while the key is unfinished (it never expires).
 	Expires time.Time
+
 	lockToken    int64
 	responseBody []byte
 	// made tells that this attempt's claim inserted the key's row: it has

@@ -46,10 +46,16 @@ type queued struct {
 }
 
 // Flush sends, in one round trip, BEGIN if it has not gone yet and the
-// queued statements, and returns the first error among them.
+// queued statements, and returns the first error among them. BEGIN alone
+// goes as a simple query, as pgx's own BeginTx sends it.
 func (tx *Tx) Flush(ctx context.Context) error {
 	if tx.begin == "" && len(tx.queued) == 0 {
 		return nil
+	}
+	if len(tx.queued) == 0 {
+		_, err := tx.conn.Exec(ctx, tx.begin)
+		tx.begin = ""
+		return err
 	}
 	b := &pgx.Batch{}
 	if tx.begin != "" {
@@ -149,7 +155,13 @@ func (tx *Tx) commit(ctx context.Context) error {
 	if tx.begin != "" && len(tx.queued) == 0 {
 		return nil
 	}
-	tag, err := tx.Exec(ctx, "COMMIT")
+	var tag pgconn.CommandTag
+	var err error
+	if len(tx.queued) == 0 {
+		tag, err = tx.conn.Exec(ctx, "COMMIT") // alone, as a simple query, as pgx's own Tx sends it
+	} else {
+		tag, err = tx.Exec(ctx, "COMMIT")
+	}
 	if err != nil {
 		return err
 	}

@@ -95,6 +95,9 @@ func (q QueuedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 
 // Exec sends sql, with whatever waits to be sent, and returns its command tag.
 func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if tx.nothingWaits() {
+		return tx.conn.Exec(ctx, sql, args...)
+	}
 	br, err := tx.send(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, firstError(err, br.Close())
@@ -105,6 +108,9 @@ func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Command
 
 // QueryRow sends sql, with whatever waits to be sent; the row is read by Scan.
 func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if tx.nothingWaits() {
+		return tx.conn.QueryRow(ctx, sql, args...)
+	}
 	br, err := tx.send(ctx, sql, args)
 	if err != nil {
 		return errRow{firstError(err, br.Close())}
@@ -114,6 +120,9 @@ func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 
 // Query sends sql, with whatever waits to be sent; the rows must be closed.
 func (tx *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if tx.nothingWaits() {
+		return tx.conn.Query(ctx, sql, args...)
+	}
 	br, err := tx.send(ctx, sql, args)
 	if err != nil {
 		return nil, firstError(err, br.Close())
@@ -124,6 +133,10 @@ func (tx *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, err
 	}
 	return &batchRows{Rows: rows, br: br}, nil
 }
+
+// nothingWaits tells that BEGIN has gone and nothing is queued: a
+// statement then goes alone, as pgx's own Tx sends it, without a batch.
+func (tx *Tx) nothingWaits() bool { return tx.begin == "" && len(tx.queued) == 0 }
 
 // send sends, in one round trip, BEGIN if it has not gone yet, the queued
 // statements and then sql, and reads every result before sql's: the

@@ -45,10 +45,11 @@ func toProblem(err error) *problem.Problem {
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The request's context ended before its work did: the process is
 		// shutting down (it cancels what is still running at its shutdown
-		// timeout), or the client went away. The engine unlocked the key at
-		// its last recovery point, so a retry to any instance resumes it.
+		// timeout), or the client went away. For a request with a key, the
+		// engine unlocked it at its last recovery point, so a retry to any
+		// instance resumes it; a read is simply asked again.
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The request was interrupted before it finished (the service may be restarting). Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
+			"The request was interrupted before it finished (the service may be restarting). Nothing is lost: retry it (with the same Idempotency-Key, if it had one) and it resumes where it stopped.").WithRetryAfter(1)
 	case recovery.IsTransient(err):
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(2)

@@ -77,7 +77,7 @@ lint-api:
 demo: deps
 	TOOLS_DIR='$(TOOLS_DIR)' ./scripts/demo.sh
 
-# The chaos suite (internal/chaos): the real binary under faults, crashes and
+# The chaos suite (cmd/payments/chaostest, run by cmd/payments/chaos_test.go): the real binary under faults, crashes and
 # retrying clients, then the invariant checker; non-zero exit on any violation.
 # make chaos CHAOS_DURATION=600s for a long run; all CHAOS_* settings: cmd/payments/chaos_test.go
 CHAOS_DURATION ?= 60s

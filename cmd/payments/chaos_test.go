@@ -6,12 +6,12 @@ package main_test
 // database, the Stripe simulator, many retrying clients, simulator faults
 // of every kind, failpoint crashes, SIGKILLs and restarts; then an
 // invariant checker proves every customer was charged exactly once.
-// internal/chaos does the work; this test only hands it the binary and a
+// cmd/payments/chaostest does the work; this test only hands it the binary and a
 // database.
 //
 //	CHAOS_DURATION=60s go test -tags chaos -run '^TestChaos$' -count=1 -v -timeout 20m ./cmd/payments/
 //
-// Settings (internal/chaos.ConfigFromEnv), with their defaults:
+// Settings (chaostest.ConfigFromEnv), with their defaults:
 //
 //	CHAOS_DURATION=60s           how long clients start new requests
 //	CHAOS_CLIENTS=16             clients at once
@@ -19,7 +19,7 @@ package main_test
 //	CHAOS_SEED=<random>          printed; the same seed makes the same choices
 //	CHAOS_FAULT_RATE=4           simulator faults armed per second
 //	CHAOS_CRASH_INTERVAL=3s      mean time between crash events (0: none)
-//	CHAOS_KILL_WORKER=false      also SIGKILL the worker (see chaos.Config)
+//	CHAOS_KILL_WORKER=false      also SIGKILL the worker (see chaostest.Config)
 //	CHAOS_LOCK_TIMEOUT=2s        the service's PAYMENTS_LOCK_TIMEOUT
 //	CHAOS_WEBHOOK_DUPLICATES=0.1 share of webhook events delivered twice
 //	CHAOS_REQUEST_BUDGET=2m      retry budget of one logical request
@@ -34,16 +34,16 @@ import (
 
 	"github.com/stretchr/testify/require"
 
-	"github.com/example/payments/internal/chaos"
+	"github.com/example/payments/cmd/payments/chaostest"
 	"github.com/example/payments/internal/dbtest"
 )
 
 func TestChaos(t *testing.T) {
-	cfg, err := chaos.ConfigFromEnv()
+	cfg, err := chaostest.ConfigFromEnv()
 	require.NoError(t, err)
 	t.Logf("chaos: seed %d (set CHAOS_SEED=%d to replay its choices)", cfg.Seed, cfg.Seed)
 
-	rep, err := chaos.Run(context.Background(), cfg, chaos.Options{
+	rep, err := chaostest.Run(context.Background(), cfg, chaostest.Options{
 		Binary: binary, DatabaseURL: dbtest.NewURL(t), Logf: t.Logf,
 	})
 	require.NoError(t, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"math/rand/v2"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/example/payments/internal/db"
@@ -82,6 +81,8 @@ VALUES ('payment.created', jsonb_build_object('amount_cents', $1::bigint, 'curre
 // transactions. Each goes through db.WithTx, the helper the engine uses, so
 // a serialization failure retries that transaction alone, with the
 // engine's backoff (pgbench restarted the whole script, with a new key).
+// Each sends BEGIN alone (beginAlone), and every statement on its own, as
+// pgbench does: none of db.Tx's pipelining.
 // naiveTx is how A-naive runs its transactions: five attempts, as the
 // service itself did when the baseline was first measured (the service now
 // retries for a time budget, db.TxOptions.RetryFor), so that the baseline
@@ -92,13 +93,19 @@ func naiveRequest(ctx context.Context, pool *pgxpool.Pool, rng *rand.Rand) (stri
 	uid := rng.Int64N(100000) + 1
 	amount := rng.Int64N(100000-100+1) + 100
 	var keyID, paymentID int64
-	err := db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx pgx.Tx) error {
+	err := db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx *db.Tx) error {
+		if err := beginAlone(ctx, tx); err != nil {
+			return err
+		}
 		return tx.QueryRow(ctx, naiveTx1, uid, amount).Scan(&keyID)
 	})
 	if err != nil {
 		return "", err
 	}
-	err = db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx pgx.Tx) error {
+	err = db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx *db.Tx) error {
+		if err := beginAlone(ctx, tx); err != nil {
+			return err
+		}
 		if err := tx.QueryRow(ctx, naiveTx2Payment, keyID, uid, amount).Scan(&paymentID); err != nil {
 			return err
 		}
@@ -111,7 +118,10 @@ func naiveRequest(ctx context.Context, pool *pgxpool.Pool, rng *rand.Rand) (stri
 	if err != nil {
 		return "", err
 	}
-	err = db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx pgx.Tx) error {
+	err = db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx *db.Tx) error {
+		if err := beginAlone(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, naiveTx3Payment, paymentID); err != nil {
 			return err
 		}
@@ -121,7 +131,10 @@ func naiveRequest(ctx context.Context, pool *pgxpool.Pool, rng *rand.Rand) (stri
 	if err != nil {
 		return "", err
 	}
-	err = db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx pgx.Tx) error {
+	err = db.WithTx(ctx, pool, naiveTx, func(ctx context.Context, tx *db.Tx) error {
+		if err := beginAlone(ctx, tx); err != nil {
+			return err
+		}
 		if _, err := tx.Exec(ctx, naiveTx4Job, paymentID); err != nil {
 			return err
 		}
@@ -133,3 +146,6 @@ func naiveRequest(ctx context.Context, pool *pgxpool.Pool, rng *rand.Rand) (stri
 	}
 	return "ok", nil
 }
+
+// beginAlone sends BEGIN in a round trip of its own, as pgbench does.
+func beginAlone(ctx context.Context, tx *db.Tx) error { return tx.Flush(ctx) }

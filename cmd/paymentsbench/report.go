@@ -166,11 +166,12 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 			"conflicts; `-preload N` starts from N finished requests instead.\n\n")
 	}
 	p("- **A-naive**: the baseline's `request4.sql` (`../shared/reference/pg-baseline.md`): four SERIALIZABLE transactions "+
-		"per new request, on its own schema (bigserial keys) in its own database, issued through pgx, %s. Each transaction "+
+		"per new request, on its own schema (bigserial keys) in its own database, issued through pgx, %s, every statement "+
+		"on its own and BEGIN alone, as pgbench sends them. Each transaction "+
 		"is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n", floorConnsText(o.floorConns))
 	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and "+
-		"%s, running a benchmark-only flow that issues create-payment's SQL statement for "+
-		"statement (queued where it queues) but whose external phase is a no-op (it calls nobody). No HTTP, no Stripe: the engine's floor.\n",
+		"%s, running the real create-payment flow (`payments.Service.EngineFloorCreateFlow`: its phases and its SQL) "+
+		"whose Stripe call answers at once with a succeeded PaymentIntent (it calls nobody). No HTTP, no Stripe: the engine's floor.\n",
 		floorConnsText(o.floorConns))
 	p("- **B**: `POST /v1/payments` with a new key, over HTTP, against the service as `payments serve` runs it, "+
 		"assembled by the same code (`internal/app`): its pool (%s), the key filter on, stripeclient calling the simulator over loopback HTTP "+

@@ -232,7 +232,7 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 			a.Close()
 			return nil, err
 		}
-		flow, us := ownFlow(a.Pool), b.users
+		flow, us := ownFlow(a.Payments), b.users
 		return &scenario{dbname: dbPayments, conns: floorConns, tracer: tracer, close: a.Close,
 			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) {
 				return ownRequest(ctx, a.Engine, flow, us, rng)

@@ -1,12 +1,9 @@
 package api
 
 import (
-	"context"
-	"errors"
 	"net/http"
 	"strings"
 
-	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
@@ -113,10 +110,10 @@ func readIdempotent(r *http.Request, dst any, allowEmpty bool) (payments.Idempot
 }
 
 // writeExecution answers with what the engine returned: the final response
-// (marked when replayed), or the problem its error means.
+// (marked when replayed), or the problem its error means (toProblem).
 func (s *Server) writeExecution(w http.ResponseWriter, r *http.Request, resp recovery.Response, err error) {
 	if err != nil {
-		s.writeError(w, r, executionProblem(err))
+		s.writeError(w, r, err)
 		return
 	}
 	contentType := "application/json"
@@ -130,36 +127,4 @@ func (s *Server) writeExecution(w http.ResponseWriter, r *http.Request, resp rec
 	}
 	w.WriteHeader(resp.Status)
 	_, _ = w.Write(resp.Body)
-}
-
-// executionProblem turns the engine's errors into answers. Anything else
-// stays an error: the key is resumable and the client gets a 500.
-func executionProblem(err error) error {
-	switch {
-	case errors.Is(err, recovery.ErrKeyReused):
-		return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused,
-			"This Idempotency-Key was first used for a different request (method, path or body). Use a new key for a new request.")
-	case errors.Is(err, recovery.ErrKeyInUse), errors.Is(err, recovery.ErrLockLost):
-		return problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
-			"A request with this Idempotency-Key is in progress. Retry with the same key shortly.").WithRetryAfter(1)
-	case errors.Is(err, db.ErrSerialization):
-		// Conflicts with requests for other keys, which kept the database
-		// from running this one within its time budget: not 409, since no
-		// other request holds this key (rule 5). Like an unreachable Stripe,
-		// nothing final was stored, and a retry resumes.
-		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The service was too busy to run this request. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
-	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
-		// The request's context ended before its work did: the process is
-		// shutting down (it cancels what is still running at its shutdown
-		// timeout), or the client went away. The engine unlocked the key at
-		// its last recovery point, so a retry to any instance resumes it.
-		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The request was interrupted before it finished (the service may be restarting). Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
-	case recovery.IsTransient(err):
-		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(2)
-	default:
-		return err
-	}
 }

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"testing"
@@ -17,7 +16,7 @@ import (
 // service's trouble, not a key in use: 503 with Retry-After (rule 5 never
 // allows a 409 for a key no other request holds), resumable by a retry.
 // A key in use, or one whose lock another attempt took, stays 409.
-func TestExecutionProblem_serializationIs503AndInUseIs409(t *testing.T) {
+func TestToProblem_serializationIs503AndInUseIs409(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		err    error
@@ -28,8 +27,7 @@ func TestExecutionProblem_serializationIs503AndInUseIs409(t *testing.T) {
 		{recovery.ErrKeyInUse, http.StatusConflict, problem.IdempotencyKeyInUse},
 		{recovery.ErrLockLost, http.StatusConflict, problem.IdempotencyKeyInUse},
 	} {
-		var p *problem.Problem
-		require.True(t, errors.As(executionProblem(tc.err), &p), "%v", tc.err)
+		p := toProblem(tc.err)
 		require.Equal(t, tc.status, p.Status, "%v", tc.err)
 		require.Equal(t, tc.code, p.Code, "%v", tc.err)
 		require.Positive(t, p.RetryAfter, "%v", tc.err)

@@ -2,65 +2,70 @@ package db
 
 import (
 	"context"
-	"fmt"
+	"errors"
 	"time"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgconn"
-	"github.com/jackc/pgx/v5/pgxpool"
 )
 
-// Tx is a transaction that spends as few round trips to PostgreSQL as it
-// can, for the engine and the flows, whose requests are mostly round trips:
+// Tx is the transaction WithTx hands its callback. It spends as few round
+// trips to PostgreSQL as it can, because the engine's and the flows'
+// requests are mostly round trips. Its mechanism, pipelining, has three
+// parts:
 //
 //   - BEGIN is not sent on its own: it goes with the transaction's first
-//     statement;
-//   - a statement whose result nobody reads (an audit record, a staged job)
-//     can be queued with Queued: it goes with the next statement whose
-//     result is read, or with COMMIT;
+//     statement (one round trip less per transaction);
+//   - a statement whose result nobody reads (an audit record, a staged job,
+//     a fenced move of a key) can be queued with Queued: it goes with the
+//     next statement whose result is read, or with COMMIT;
 //   - a transaction that sent nothing commits without a round trip.
 //
 // Statements still run one after the other, in the order they were issued,
-// inside one SERIALIZABLE transaction: only the waiting is saved. The price
-// is that a queued statement's error surfaces at the next statement sent
-// (which then returns it instead of its own result), or at Commit. Any error
-// aborts the transaction anyway, so the callback only has to return it.
+// inside one transaction: only the waiting is saved. The price is that a
+// queued statement's error surfaces at the next statement sent (which then
+// returns it instead of its own result), or at Commit. Any error aborts
+// the transaction anyway, so the callback only has to return it. Flush
+// sends what waits at once, for a caller that wants BEGIN alone.
 //
-// Tx implements the interface sqlc's queries take (dbsqlc.DBTX). It is not
-// safe for concurrent use, and lives only inside WithPipelinedTx.
+// Tx implements the interface sqlc's queries take (dbsqlc.DBTX), and
+// pgx.Tx for libraries that take one (River's InsertManyTx); the
+// transaction is WithTx's to end, so its Commit, Rollback and Begin
+// refuse. It is not safe for concurrent use, and lives only inside WithTx.
 type Tx struct {
 	conn   *pgx.Conn
 	begin  string   // the BEGIN statement until it is sent, then ""
 	queued []queued // statements waiting for the next round trip
 }
 
+var _ pgx.Tx = (*Tx)(nil)
+
 type queued struct {
 	sql  string
 	args []any
 }
 
-// WithPipelinedTx is WithTx with a Tx: fn runs in a transaction at the
-// requested isolation (SERIALIZABLE by default), retried after a
-// serialization failure or deadlock, on one connection of pool.
-func WithPipelinedTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx *Tx) error) error {
-	opts = opts.withDefaults()
-	return retrySerializable(ctx, opts, func() error {
-		return runPipelinedTx(ctx, pool, opts.Isolation, fn)
-	})
-}
-
-func runPipelinedTx(ctx context.Context, pool *pgxpool.Pool, iso pgx.TxIsoLevel, fn func(context.Context, *Tx) error) error {
-	conn, err := pool.Acquire(ctx)
-	if err != nil {
-		return fmt.Errorf("acquiring a connection: %w", err)
+// Flush sends, in one round trip, BEGIN if it has not gone yet and the
+// queued statements, and returns the first error among them. BEGIN alone
+// goes as a simple query, as pgx's own BeginTx sends it.
+func (tx *Tx) Flush(ctx context.Context) error {
+	if tx.begin == "" && len(tx.queued) == 0 {
+		return nil
 	}
-	defer conn.Release()
-	tx := &Tx{conn: conn.Conn(), begin: "BEGIN ISOLATION LEVEL " + string(iso)}
-	defer tx.rollbackWithoutCancel(ctx)
-	if err := fn(ctx, tx); err != nil {
+	if len(tx.queued) == 0 {
+		_, err := tx.conn.Exec(ctx, tx.begin)
+		tx.begin = ""
 		return err
 	}
-	return tx.commit(ctx)
+	b := &pgx.Batch{}
+	if tx.begin != "" {
+		b.Queue(tx.begin)
+	}
+	for _, q := range tx.queued {
+		b.Queue(q.sql, q.args...)
+	}
+	tx.begin, tx.queued = "", nil
+	return tx.conn.SendBatch(ctx, b).Close()
 }
 
 // Queued returns tx as a dbsqlc.DBTX whose Exec does not send its
@@ -90,6 +95,9 @@ func (q QueuedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 
 // Exec sends sql, with whatever waits to be sent, and returns its command tag.
 func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if tx.nothingWaits() {
+		return tx.conn.Exec(ctx, sql, args...)
+	}
 	br, err := tx.send(ctx, sql, args)
 	if err != nil {
 		return pgconn.CommandTag{}, firstError(err, br.Close())
@@ -100,6 +108,9 @@ func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Command
 
 // QueryRow sends sql, with whatever waits to be sent; the row is read by Scan.
 func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if tx.nothingWaits() {
+		return tx.conn.QueryRow(ctx, sql, args...)
+	}
 	br, err := tx.send(ctx, sql, args)
 	if err != nil {
 		return errRow{firstError(err, br.Close())}
@@ -109,6 +120,9 @@ func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 
 // Query sends sql, with whatever waits to be sent; the rows must be closed.
 func (tx *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if tx.nothingWaits() {
+		return tx.conn.Query(ctx, sql, args...)
+	}
 	br, err := tx.send(ctx, sql, args)
 	if err != nil {
 		return nil, firstError(err, br.Close())
@@ -119,6 +133,10 @@ func (tx *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, err
 	}
 	return &batchRows{Rows: rows, br: br}, nil
 }
+
+// nothingWaits tells that BEGIN has gone and nothing is queued: a
+// statement then goes alone, as pgx's own Tx sends it, without a batch.
+func (tx *Tx) nothingWaits() bool { return tx.begin == "" && len(tx.queued) == 0 }
 
 // send sends, in one round trip, BEGIN if it has not gone yet, the queued
 // statements and then sql, and reads every result before sql's: the
@@ -150,7 +168,13 @@ func (tx *Tx) commit(ctx context.Context) error {
 	if tx.begin != "" && len(tx.queued) == 0 {
 		return nil
 	}
-	tag, err := tx.Exec(ctx, "COMMIT")
+	var tag pgconn.CommandTag
+	var err error
+	if len(tx.queued) == 0 {
+		tag, err = tx.conn.Exec(ctx, "COMMIT") // alone, as a simple query, as pgx's own Tx sends it
+	} else {
+		tag, err = tx.Exec(ctx, "COMMIT")
+	}
 	if err != nil {
 		return err
 	}
@@ -175,6 +199,44 @@ func (tx *Tx) rollbackWithoutCancel(ctx context.Context) {
 		_ = tx.conn.Close(ctx)
 	}
 }
+
+// errEndedByWithTx is what Commit, Rollback and Begin answer.
+var errEndedByWithTx = errors.New("db.Tx: the transaction is db.WithTx's to end or nest; return from the callback instead")
+
+// Commit refuses: WithTx commits when the callback returns nil.
+func (tx *Tx) Commit(context.Context) error { return errEndedByWithTx }
+
+// Rollback refuses: WithTx rolls back when the callback returns an error.
+func (tx *Tx) Rollback(context.Context) error { return errEndedByWithTx }
+
+// Begin refuses: a Tx does not nest.
+func (tx *Tx) Begin(context.Context) (pgx.Tx, error) { return nil, errEndedByWithTx }
+
+// CopyFrom sends what waits, then copies.
+func (tx *Tx) CopyFrom(ctx context.Context, table pgx.Identifier, columns []string, rows pgx.CopyFromSource) (int64, error) {
+	if err := tx.Flush(ctx); err != nil {
+		return 0, err
+	}
+	return tx.conn.CopyFrom(ctx, table, columns, rows)
+}
+
+// SendBatch sends what waits, then b. If what waited failed, the
+// transaction is aborted and b's statements report it.
+func (tx *Tx) SendBatch(ctx context.Context, b *pgx.Batch) pgx.BatchResults {
+	_ = tx.Flush(ctx)
+	return tx.conn.SendBatch(ctx, b)
+}
+
+// LargeObjects is not supported: nothing here uses them.
+func (tx *Tx) LargeObjects() pgx.LargeObjects { return pgx.LargeObjects{} }
+
+// Prepare prepares sql on the transaction's connection.
+func (tx *Tx) Prepare(ctx context.Context, name, sql string) (*pgconn.StatementDescription, error) {
+	return tx.conn.Prepare(ctx, name, sql)
+}
+
+// Conn is the transaction's connection.
+func (tx *Tx) Conn() *pgx.Conn { return tx.conn }
 
 // batchRow is the last result of a batch, read as one row.
 type batchRow struct{ br pgx.BatchResults }

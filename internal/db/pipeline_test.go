@@ -69,9 +69,9 @@ func TestPipelinedTx_sendsBeginWithTheFirstStatementAndQueuedWritesWithCommit(t 
 		}
 		return nil
 	}
-	require.NoError(t, db.WithPipelinedTx(ctx, pool, db.TxOptions{}, write)) // prepares the statements
+	require.NoError(t, db.WithTx(ctx, pool, db.TxOptions{}, write)) // prepares the statements
 	before := s.n.Load()
-	require.NoError(t, db.WithPipelinedTx(ctx, pool, db.TxOptions{}, write))
+	require.NoError(t, db.WithTx(ctx, pool, db.TxOptions{}, write))
 	require.EqualValues(t, 2, s.n.Load()-before, "BEGIN+SELECT, then 3 INSERTs+COMMIT")
 	require.Equal(t, 6, countNotes(t, pool))
 }
@@ -83,7 +83,7 @@ func TestPipelinedTx_aQueuedWritesErrorSurfacesAtTheNextStatementAndRollsBack(t 
 	_, err := pool.Exec(ctx, "INSERT INTO notes VALUES (1, 'taken')")
 	require.NoError(t, err)
 
-	err = db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+	err = db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (2, 'first')"); err != nil {
 			return err
 		}
@@ -92,7 +92,7 @@ func TestPipelinedTx_aQueuedWritesErrorSurfacesAtTheNextStatementAndRollsBack(t 
 		var n int
 		return tx.QueryRow(ctx, "SELECT count(*) FROM notes").Scan(&n)
 	})
-	require.True(t, db.IsUniqueViolation(err), "the queued insert's error, at the next statement: %v", err)
+	require.True(t, errors.Is(err, db.ErrUniqueViolation), "the queued insert's error, at the next statement: %v", err)
 	require.Equal(t, 1, countNotes(t, pool), "the whole transaction rolled back")
 }
 
@@ -103,19 +103,19 @@ func TestPipelinedTx_aQueuedWritesErrorAtCommitFailsTheCommit(t *testing.T) {
 	_, err := pool.Exec(ctx, "INSERT INTO notes VALUES (1, 'taken')")
 	require.NoError(t, err)
 
-	err = db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+	err = db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (2, 'fine')"); err != nil {
 			return err
 		}
 		_, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (1, 'duplicate')")
 		return err
 	})
-	require.True(t, db.IsUniqueViolation(err), "%v", err)
+	require.True(t, errors.Is(err, db.ErrUniqueViolation), "%v", err)
 	require.Equal(t, 1, countNotes(t, pool), "nothing committed")
 
 	// Every connection went back to the pool idle, outside any transaction.
 	for range 4 {
-		require.NoError(t, db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		require.NoError(t, db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 			_, err := tx.Exec(ctx, "INSERT INTO notes VALUES ((SELECT max(id) + 1 FROM notes), 'after')")
 			return err
 		}))
@@ -128,7 +128,7 @@ func TestPipelinedTx_anErrorOfTheCallbackRollsBack(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := tracedPool(t)
 	boom := errors.New("boom")
-	err := db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+	err := db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		if _, err := tx.Exec(ctx, "INSERT INTO notes VALUES (1, 'sent')"); err != nil {
 			return err
 		}
@@ -145,7 +145,7 @@ func TestPipelinedTx_sendsNothingWhenTheCallbackDoesNothing(t *testing.T) {
 	t.Parallel()
 	pool, s := tracedPool(t)
 	before := s.n.Load()
-	require.NoError(t, db.WithPipelinedTx(context.Background(), pool, db.TxOptions{}, func(context.Context, *db.Tx) error { return nil }))
+	require.NoError(t, db.WithTx(context.Background(), pool, db.TxOptions{}, func(context.Context, *db.Tx) error { return nil }))
 	require.Zero(t, s.n.Load()-before)
 }
 
@@ -154,7 +154,7 @@ func TestPipelinedTx_readsRowsAfterQueuedWrites(t *testing.T) {
 	ctx := context.Background()
 	pool, _ := tracedPool(t)
 	var bodies []string
-	err := db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+	err := db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		bodies = nil
 		for i, b := range []string{"a", "b"} {
 			if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES ($1, $2)", i, b); err != nil {
@@ -178,7 +178,7 @@ func TestPipelinedTx_aCancelledRequestLeavesNoTransactionOpen(t *testing.T) {
 	pool, _ := tracedPool(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
 	defer cancel()
-	err := db.WithPipelinedTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+	err := db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		if _, err := tx.Queued().Exec(ctx, "INSERT INTO notes VALUES (1, 'never committed')"); err != nil {
 			return err
 		}
@@ -193,7 +193,7 @@ func TestPipelinedTx_aCancelledRequestLeavesNoTransactionOpen(t *testing.T) {
 	bg := context.Background()
 	require.Zero(t, countNotes(t, pool))
 	for range 4 {
-		require.NoError(t, db.WithPipelinedTx(bg, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		require.NoError(t, db.WithTx(bg, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 			var one int
 			return tx.QueryRow(ctx, "SELECT 1").Scan(&one)
 		}))
@@ -206,4 +206,25 @@ func TestPipelinedTx_aCancelledRequestLeavesNoTransactionOpen(t *testing.T) {
 			WHERE datname = current_database() AND state LIKE 'idle in transaction%'`).Scan(&idleInTx))
 		return idleInTx == 0
 	}, 10*time.Second, 20*time.Millisecond, "a transaction stayed open")
+}
+
+// Flush sends what waits (BEGIN, queued writes) at once: a transaction
+// that must send BEGIN alone, as pgbench and the benchmark's naive baseline
+// do, flushes first.
+func TestPipelinedTx_flushSendsBeginAlone(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, s := tracedPool(t)
+	write := func(ctx context.Context, tx *db.Tx) error {
+		if err := tx.Flush(ctx); err != nil {
+			return err
+		}
+		_, err := tx.Exec(ctx, "INSERT INTO notes VALUES (1, 'alone')")
+		return err
+	}
+	require.NoError(t, db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error { return tx.Flush(ctx) }))
+	before := s.n.Load()
+	require.NoError(t, db.WithTx(ctx, pool, db.TxOptions{}, write))
+	require.EqualValues(t, 3, s.n.Load()-before, "BEGIN, then INSERT, then COMMIT")
+	require.Equal(t, 1, countNotes(t, pool))
 }

@@ -2,20 +2,14 @@ package db
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/pgx/v5/pgxpool"
 )
-
-// Beginner is what WithTx needs: a pool, or a connection.
-type Beginner interface {
-	BeginTx(ctx context.Context, opts pgx.TxOptions) (pgx.Tx, error)
-}
 
 // TxOptions says how WithTx runs its callback.
 type TxOptions struct {
@@ -37,24 +31,22 @@ type TxOptions struct {
 	Attempts int
 }
 
-// ErrSerialization is returned when a transaction still failed with a
-// serialization failure or a deadlock after every attempt.
-var ErrSerialization = errors.New("transaction kept conflicting with concurrent ones")
-
-// WithTx runs fn in a transaction at the requested isolation (SERIALIZABLE by
-// default) and commits it. A serialization failure (40001) or deadlock
-// (40P01), from fn or from the commit, rolls back and runs fn again after a
-// jittered backoff. Any other error rolls back and is returned as it is.
+// WithTx is the one way this service runs a transaction. It runs fn in a
+// transaction at the requested isolation (SERIALIZABLE by default), on one
+// connection of pool, and commits it. A serialization failure (40001) or
+// deadlock (40P01), from fn or from the commit, rolls back and runs fn
+// again after a jittered backoff, until opts.RetryFor is spent: then the
+// error is ErrSerialization. Any other error rolls back and is returned,
+// PostgreSQL's translated into this package's sentinels (errors.go).
 //
-// It hands fn a plain pgx.Tx, for code that passes the transaction to a
-// library (River's InsertManyTx) or that must issue every statement on its
-// own (the benchmark's baseline). The engine and the flows use
-// WithPipelinedTx, the same helper with fewer round trips.
-func WithTx(ctx context.Context, db Beginner, opts TxOptions, fn func(ctx context.Context, tx pgx.Tx) error) error {
+// fn gets a Tx, which spends as few round trips as it can (see Tx: BEGIN
+// goes with the first statement, and writes nobody reads can be queued).
+func WithTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx *Tx) error) error {
 	opts = opts.withDefaults()
-	return retrySerializable(ctx, opts, func() error {
-		return runTx(ctx, db, opts.Isolation, fn)
+	err := retrySerializable(ctx, opts, func() error {
+		return runTx(ctx, pool, opts.Isolation, fn)
 	})
+	return translate(err)
 }
 
 func (opts TxOptions) withDefaults() TxOptions {
@@ -74,7 +66,7 @@ func retrySerializable(ctx context.Context, opts TxOptions, attempt func() error
 	giveUp := time.Now().Add(opts.RetryFor)
 	for n := 1; ; n++ {
 		err := attempt()
-		if !IsSerializationFailure(err) {
+		if !isSerializationFailure(err) {
 			return err
 		}
 		wait := retryBackoff(n)
@@ -88,47 +80,26 @@ func retrySerializable(ctx context.Context, opts TxOptions, attempt func() error
 	}
 }
 
-// serializationRetries counts the attempts WithTx and WithPipelinedTx ran
-// again, in this process.
+// serializationRetries counts the attempts WithTx ran again, in this process.
 var serializationRetries atomic.Uint64
 
-// SerializationRetries is how many times WithTx or WithPipelinedTx, in this
-// process, has run a transaction again after a serialization failure or
-// deadlock (a failure on the last attempt is returned, not retried, and is
-// not counted).
+// SerializationRetries is how many times WithTx, in this process, has run a
+// transaction again after a serialization failure or deadlock (a failure
+// on the last attempt is returned, not retried, and is not counted).
 func SerializationRetries() uint64 { return serializationRetries.Load() }
 
-func runTx(ctx context.Context, db Beginner, iso pgx.TxIsoLevel, fn func(context.Context, pgx.Tx) error) error {
-	tx, err := db.BeginTx(ctx, pgx.TxOptions{IsoLevel: iso})
+func runTx(ctx context.Context, pool *pgxpool.Pool, iso pgx.TxIsoLevel, fn func(context.Context, *Tx) error) error {
+	conn, err := pool.Acquire(ctx)
 	if err != nil {
-		return fmt.Errorf("beginning transaction: %w", err)
+		return fmt.Errorf("acquiring a connection: %w", err)
 	}
-	defer rollbackWithoutCancel(ctx, tx)
+	defer conn.Release()
+	tx := &Tx{conn: conn.Conn(), begin: "BEGIN ISOLATION LEVEL " + string(iso)}
+	defer tx.rollbackWithoutCancel(ctx)
 	if err := fn(ctx, tx); err != nil {
 		return err
 	}
-	return tx.Commit(ctx)
-}
-
-// rollbackWithoutCancel rolls back even when ctx is already cancelled, so a
-// cancelled request never leaves its transaction open on the connection.
-// After a commit it is a no-op.
-func rollbackWithoutCancel(ctx context.Context, tx pgx.Tx) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	_ = tx.Rollback(ctx)
-}
-
-// IsSerializationFailure tells whether err means "run the transaction again".
-func IsSerializationFailure(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && (pgErr.Code == "40001" || pgErr.Code == "40P01")
-}
-
-// IsUniqueViolation tells whether err is a unique-constraint violation (23505).
-func IsUniqueViolation(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "23505"
+	return tx.commit(ctx)
 }
 
 // retryBackoff is 10 ms, 20 ms, 40 ms... (capped at 320 ms), each with full jitter.

@@ -178,3 +178,30 @@ func (env *environment) createTemplate(ctx context.Context) error {
 	}
 	return nil
 }
+
+// NewExamplePool is NewPool for an Example function, which has no
+// testing.T: it returns a pool on a fresh migrated database and a function
+// that closes the pool and drops the database. It panics when PostgreSQL
+// cannot be had, as an example has no other way to fail.
+func NewExamplePool() (*pgxpool.Pool, func()) {
+	t := &exampleTB{}
+	pool := NewPool(t)
+	return pool, t.cleanup
+}
+
+// exampleTB is the part of testing.TB that NewPool uses, for an example.
+type exampleTB struct {
+	testing.TB // nil: any other method panics
+	cleanups   []func()
+}
+
+func (t *exampleTB) Helper()                        {}
+func (t *exampleTB) Cleanup(f func())               { t.cleanups = append(t.cleanups, f) }
+func (t *exampleTB) Fatalf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+func (t *exampleTB) Errorf(format string, a ...any) { panic(fmt.Sprintf(format, a...)) }
+
+func (t *exampleTB) cleanup() {
+	for i := len(t.cleanups) - 1; i >= 0; i-- {
+		t.cleanups[i]()
+	}
+}

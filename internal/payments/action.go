@@ -115,7 +115,7 @@ func recordAction(ctx context.Context, tx *db.Tx, k *recovery.Key, res actionRes
 	}
 	// A webhook may have made the move already; then it staged the event.
 	if act {
-		if pay, _, err = transitionTx(ctx, tx, keyID(k), pay, t); err != nil {
+		if pay, _, err = applyMove(ctx, tx, keyID(k), pay, t); err != nil {
 			return recovery.Outcome{}, err
 		}
 	}
@@ -140,7 +140,7 @@ func recordRefusedIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, paymen
 	if err != nil {
 		return err
 	}
-	_, _, err = transitionTx(ctx, tx, keyID(k), pay, transition{to: StatusCanceled})
+	_, _, err = applyMove(ctx, tx, keyID(k), pay, transition{to: StatusCanceled})
 	return err
 }
 

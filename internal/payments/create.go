@@ -28,14 +28,20 @@ import (
 //	  │     service does not act on, nothing: the payment stays processing
 //	  │     until a webhook settles it); a decline, 3-D Secure included, is
 //	  │     final: the payment is failed, payment.failed is staged, 402 is
-//	  │     stored. The payment is
-//	  │     the one the claim carried, moved only if it is unchanged, or
-//	  │     (resumed, or changed meanwhile) read under a lock: heldPayment
+//	  │     stored. The payment moved is the one the claim handed off
+//	  │     (paymentInserted), moved unread; or, resumed or changed
+//	  │     meanwhile, read under a lock (paymentToMove)
 //	  ▼
 //	payment_intent_created
-//	  │ tx: store 201
+//	  │ tx: store 201 (the same transaction as the record: no call between)
 //	  ▼
 //	finished
+//
+// What a new payment costs: two transactions (the claim's, with the
+// payment's insert; the record's, with the answer), each one round trip,
+// since neither reads anything back before its COMMIT: the payment is
+// handed from one phase to the next (paymentInserted, paymentRecorded)
+// instead of read again. internal/payments/roundtrips_test.go pins it.
 const (
 	PaymentCreated       recovery.RecoveryPoint = "payment_created"
 	PaymentIntentCreated recovery.RecoveryPoint = "payment_intent_created"
@@ -58,19 +64,54 @@ func (s *Service) Create(ctx context.Context, req Idempotent, p CreateParams) (r
 }
 
 func (s *Service) createFlow() *recovery.Flow {
+	return s.createFlowCalling(s.stripe.CreatePaymentIntent)
+}
+
+// CreatePaymentIntentFunc is the create flow's one Stripe call:
+// stripeclient.Client.CreatePaymentIntent.
+type CreatePaymentIntentFunc func(ctx context.Context, childKey string, r stripeclient.PaymentIntentRequest) (*stripe.PaymentIntent, error)
+
+// EngineFloorCreateFlow is the create-payment flow, phase for phase and
+// statement for statement, whose Stripe call is createIntent instead. It is
+// for the benchmark's engine floor only (cmd/paymentsbench, scenario A-own:
+// the engine and the flow's SQL without HTTP or Stripe), so that the floor
+// runs the real flow rather than a copy of its SQL. Tests never use it:
+// they run the flow against the simulator, over HTTP.
+func (s *Service) EngineFloorCreateFlow(createIntent CreatePaymentIntentFunc) *recovery.Flow {
+	return s.createFlowCalling(createIntent)
+}
+
+// createFlowCalling is the create-payment flow, whose Stripe call is createIntent.
+func (s *Service) createFlowCalling(createIntent CreatePaymentIntentFunc) *recovery.Flow {
 	return &recovery.Flow{Name: "create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
 		recovery.Started: recovery.LocalPhase(s.insertPayment),
 		PaymentCreated: recovery.WithSearchReconcile(
-			recovery.ExternalPhase(stepPaymentIntent, s.createPaymentIntent, s.recordPaymentIntent),
+			recovery.ExternalPhase(stepPaymentIntent,
+				func(ctx context.Context, k *recovery.Key) (intentResult, error) {
+					return s.createPaymentIntent(ctx, k, createIntent)
+				},
+				s.recordPaymentIntent),
 			s.findPaymentIntent),
 		PaymentIntentCreated: recovery.LocalPhase(s.finishCreate),
 	}}
 }
 
+// The payment, handed from phase to phase within an attempt (see
+// recovery.Handoff: a resumed attempt, or a transaction run again, reads
+// it instead).
+var (
+	// paymentInserted is the payment as the claim's transaction inserted
+	// it: the Stripe call takes its id, and the record of Stripe's answer
+	// moves it without reading it (applyMoveUnread).
+	paymentInserted = recovery.NewHandoff[Payment]("payment as inserted")
+	// paymentRecorded is the payment as the record of Stripe's answer left
+	// it: the answer, in the same transaction, renders it.
+	paymentRecorded = recovery.NewHandoff[Payment]("payment as recorded")
+)
+
 // insertPayment: started -> payment_created. Nothing is read back, so the
 // whole claim (key, payment, audit record, the key's move) reaches the
-// database in one round trip, with its COMMIT. The payment is carried, as
-// written, to the record phase.
+// database in one round trip, with its COMMIT.
 func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 	var p CreateParams
 	if err := k.DecodeParams(&p); err != nil {
@@ -80,7 +121,7 @@ func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key)
 		ID: newPaymentID(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Status: StatusProcessing,
 		PaymentMethod: p.PaymentMethod, Capture: p.Capture, Description: p.Description, Metadata: nonNil(p.Metadata),
 		// Created when its request was claimed, to the microsecond that
-		// PostgreSQL keeps, so that the carried payment is the stored one.
+		// PostgreSQL keeps, so that the handed-off payment is the stored one.
 		Created: k.Created.Truncate(time.Microsecond),
 	}
 	metadata, err := json.Marshal(pay.Metadata)
@@ -98,14 +139,9 @@ func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key)
 	if err := audit(ctx, tx, k, "payment.created", pay.ID, p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	k.Carry = claimedPayment{pay}
+	paymentInserted.Give(k, pay)
 	return recovery.Next(PaymentCreated), nil
 }
-
-// claimedPayment is the payment as the claim wrote it, carried to the
-// record phase (which then carries the payment as it recorded it, a
-// Payment, to the answer).
-type claimedPayment struct{ Payment }
 
 // intentResult is what Stripe answered: a PaymentIntent, a decline, or
 // another final refusal (an unknown payment method, say).
@@ -117,7 +153,7 @@ type intentResult struct {
 
 // createPaymentIntent: the Stripe call of payment_created. The request's
 // parameters are the payment's; only its id may need reading.
-func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, error) {
+func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key, createIntent CreatePaymentIntentFunc) (intentResult, error) {
 	var p CreateParams
 	if err := k.DecodeParams(&p); err != nil {
 		return intentResult{}, err
@@ -126,7 +162,7 @@ func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (int
 	if err != nil {
 		return intentResult{}, err
 	}
-	pi, err := s.stripe.CreatePaymentIntent(ctx, k.ChildKey(stepPaymentIntent), stripeclient.PaymentIntentRequest{
+	pi, err := createIntent(ctx, k.ChildKey(stepPaymentIntent), stripeclient.PaymentIntentRequest{
 		Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod, CaptureManually: !p.Capture,
 		Description: deref(p.Description),
 		// The completer finds this PaymentIntent by these if it must reconcile.
@@ -247,12 +283,12 @@ func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
 
 // recordPaymentIntent: payment_created -> payment_intent_created, or finished on a decline.
 func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recovery.Key, res intentResult) (recovery.Outcome, error) {
-	held, err := heldPayment(ctx, tx, k)
+	move, err := paymentToMove(ctx, tx, k)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
 	if res.intent == nil {
-		return s.failPayment(ctx, tx, k, held, res)
+		return failPayment(ctx, tx, k, move, res)
 	}
 	var p CreateParams
 	if err := k.DecodeParams(&p); err != nil {
@@ -267,48 +303,47 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 	case intentCanceled:
 		t = transition{to: StatusCanceled, intent: res.intent.ID}
 	case intentFailed:
-		return s.failPayment(ctx, tx, k, held, intentResult{decline: failureOf(res.intent)})
+		return failPayment(ctx, tx, k, move, intentResult{decline: failureOf(res.intent)})
 	case intentNotActedOn:
-		return s.leavePayment(ctx, tx, k, held, res.intent)
+		return leavePayment(ctx, tx, k, res.intent)
 	}
 	// A webhook may have made the move already; then it staged the event.
-	pay, err := held.move(ctx, tx, k, t)
+	pay, err := move.apply(t)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
 	if err := audit(ctx, tx, k, "payment."+string(t.to), pay.ID, map[string]string{"payment_intent": res.intent.ID}); err != nil {
 		return recovery.Outcome{}, err
 	}
-	k.Carry = pay
+	paymentRecorded.Give(k, pay)
 	return recovery.Next(PaymentIntentCreated), nil
 }
 
 // leavePayment records that Stripe answered a status the service does not
 // act on: the payment is not moved (it stays processing, unless a webhook
-// moved it meanwhile), and the answer shows it as it stands.
-func (s *Service) leavePayment(ctx context.Context, tx *db.Tx, k *recovery.Key, h held, pi *stripe.PaymentIntent) (recovery.Outcome, error) {
-	pay := h.pay
-	if h.carried { // the copy may be stale: read it under the lock
-		row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
-		if err != nil {
-			return recovery.Outcome{}, err
-		}
-		if pay, err = fromRow(row); err != nil {
-			return recovery.Outcome{}, err
-		}
+// moved it meanwhile), and the answer shows it as it stands, read under
+// its lock.
+func leavePayment(ctx context.Context, tx *db.Tx, k *recovery.Key, pi *stripe.PaymentIntent) (recovery.Outcome, error) {
+	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
+	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	pay, err := fromRow(row)
+	if err != nil {
+		return recovery.Outcome{}, err
 	}
 	if err := audit(ctx, tx, k, "payment.not_acted_on", pay.ID,
 		map[string]string{"payment_intent": pi.ID, "payment_intent_status": string(pi.Status)}); err != nil {
 		return recovery.Outcome{}, err
 	}
-	k.Carry = pay
+	paymentRecorded.Give(k, pay)
 	return recovery.Next(PaymentIntentCreated), nil
 }
 
 // failPayment records a final refusal from Stripe and answers it: 402 for
 // a declined card, 400 for anything else Stripe refused.
-func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, h held, res intentResult) (recovery.Outcome, error) {
-	pay := h.pay
+func failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, move paymentMove, res intentResult) (recovery.Outcome, error) {
+	paymentID := move.pay.ID
 	t := transition{to: StatusFailed}
 	var answer *problem.Problem
 	if d := res.decline; d != nil {
@@ -317,7 +352,7 @@ func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, h
 			t.failureCode = d.Code
 		}
 		answer = problem.New(http.StatusPaymentRequired, problem.CardDeclined, "%s", d.Message)
-		answer.DeclineCode, answer.Payment = t.failureCode, pay.ID
+		answer.DeclineCode, answer.Payment = t.failureCode, paymentID
 	} else {
 		t.failureCode, t.failureMessage = "payment_refused", stripeMessage(res.refusal)
 		var se *stripe.Error
@@ -325,79 +360,70 @@ func (s *Service) failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, h
 			t.failureCode = string(se.Code)
 		}
 		answer = problem.New(http.StatusBadRequest, problem.ValidationFailed, "The payment processor refused the payment: %s", t.failureMessage)
-		answer.Payment = pay.ID
+		answer.Payment = paymentID
 	}
-	pay, err := h.move(ctx, tx, k, t)
-	if err != nil {
+	if _, err := move.apply(t); err != nil {
 		return recovery.Outcome{}, err
 	}
-	if err := audit(ctx, tx, k, "payment.failed", pay.ID, map[string]string{"failure_code": t.failureCode}); err != nil {
+	if err := audit(ctx, tx, k, "payment.failed", paymentID, map[string]string{"failure_code": t.failureCode}); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Respond(answer.Status, answer.JSON()), nil
 }
 
-// held is the payment a create request moves once Stripe has answered.
-type held struct {
-	pay     Payment
-	carried bool // carried from the claim, not locked
+// paymentMove is the payment a create request moves once Stripe has
+// answered, and how: apply makes a move t on it.
+type paymentMove struct {
+	pay   Payment
+	apply func(t transition) (Payment, error)
 }
 
-// heldPayment is the payment the create request k made, to move: the one
-// its claim carried, as written, when this attempt made it (no read, no
-// lock: the move applies only if the payment is unchanged, see
-// moveTx), or else the database's, read under a lock. The
-// claimed payment is used once: a transaction that runs again, after a
-// serialization failure, locks the payment.
-func heldPayment(ctx context.Context, tx *db.Tx, k *recovery.Key) (held, error) {
-	if c, ok := k.Carry.(claimedPayment); ok {
-		k.Carry = nil
-		return held{pay: c.Payment, carried: true}, nil
+// paymentToMove is the payment the create request k made, ready to move:
+// the one the claim's transaction handed off, moved unread
+// (applyMoveUnread); or else the database's, read under a lock, moved as
+// any locked payment (applyMove).
+func paymentToMove(ctx context.Context, tx *db.Tx, k *recovery.Key) (paymentMove, error) {
+	if pay, ok := paymentInserted.Get(k); ok {
+		return paymentMove{pay: pay, apply: func(t transition) (Payment, error) {
+			return applyMoveUnread(ctx, tx, k.ID, pay, t)
+		}}, nil
 	}
 	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
 	if err != nil {
-		return held{}, err
+		return paymentMove{}, err
 	}
 	pay, err := fromRow(row)
-	return held{pay: pay}, err
-}
-
-// move makes the move t, if the payment's life allows it, and returns the
-// payment as it then stands.
-func (h held) move(ctx context.Context, tx *db.Tx, k *recovery.Key, t transition) (Payment, error) {
-	pay, _, err := moveTx(ctx, tx, keyID(k), h.pay, t, h.carried)
-	return pay, err
+	return paymentMove{pay: pay, apply: func(t transition) (Payment, error) {
+		moved, _, err := applyMove(ctx, tx, keyID(k), pay, t)
+		return moved, err
+	}}, err
 }
 
 // finishCreate: payment_intent_created -> finished. The events were staged
 // with the move they announce; what is left is the answer.
 func (s *Service) finishCreate(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
-	pay, err := s.paymentOf(ctx, tx, k)
-	if err != nil {
-		return recovery.Outcome{}, err
+	pay, ok := paymentRecorded.Get(k)
+	if !ok {
+		var err error
+		if pay, err = paymentOf(ctx, tx, k); err != nil {
+			return recovery.Outcome{}, err
+		}
 	}
 	return respond(http.StatusCreated, pay)
 }
 
-// paymentIDOf is the id of the payment that the create request k made: the
-// one an earlier phase of this attempt carried, or else the database's.
+// paymentIDOf is the id of the payment that the create request k made:
+// the one the claim handed off, or else the database's.
 func (s *Service) paymentIDOf(ctx context.Context, k *recovery.Key) (string, error) {
-	switch c := k.Carry.(type) {
-	case claimedPayment:
-		return c.ID, nil
-	case Payment:
-		return c.ID, nil
+	if pay, ok := paymentInserted.Get(k); ok {
+		return pay.ID, nil
 	}
-	pay, err := s.paymentOf(ctx, s.pool, k)
+	pay, err := paymentOf(ctx, s.pool, k)
 	return pay.ID, err
 }
 
-// paymentOf is the payment that the create request k made: the one the
-// record phase of this attempt carried, or else the database's.
-func (s *Service) paymentOf(ctx context.Context, conn dbsqlc.DBTX, k *recovery.Key) (Payment, error) {
-	if pay, ok := k.Carry.(Payment); ok {
-		return pay, nil
-	}
+// paymentOf reads the payment that the create request k made.
+func paymentOf(ctx context.Context, conn dbsqlc.DBTX, k *recovery.Key) (Payment, error) {
 	row, err := queries.GetPaymentByIdempotencyKey(ctx, conn, keyID(k))
 	if err != nil {
 		return Payment{}, err

@@ -38,7 +38,7 @@ func TestCreate_aWebhookThatMovesThePaymentFirstLeavesOneEvent(t *testing.T) {
 		if r.Method == http.MethodPost && r.URL.Path == "/v1/payment_intents" && rec.Code == http.StatusOK {
 			var pi stripe.PaymentIntent
 			require.NoError(t, json.Unmarshal(rec.Body.Bytes(), &pi))
-			require.NoError(t, db.WithPipelinedTx(r.Context(), b.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+			require.NoError(t, db.WithTx(r.Context(), b.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 				var err error
 				webhook, err = payments.ApplyIntentEventTx(ctx, tx, "payment_intent.succeeded", &pi, time.Now())
 				return err

@@ -183,7 +183,7 @@ func (s *Service) ReconcileRefunds(ctx context.Context, pendingFor time.Duration
 			continue
 		}
 		var moved bool
-		err = db.WithPipelinedTx(ctx, s.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		err = db.WithTx(ctx, s.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 			var err error
 			if moved, err = applyStripeRefundTx(ctx, tx, row.PaymentID, row.ID, sr); err != nil || moved {
 				return err

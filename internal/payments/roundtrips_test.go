@@ -109,11 +109,13 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 		"BEGIN ISOLATION + InsertIdempotencyKey + InsertPayment + InsertAuditRecord + SetRecoveryPoint + COMMIT",
 		// (Stripe is called here.) Its answer is recorded and the key
 		// finished, in one round trip: the move is computed from the
-		// payment the claim carried, and written only if the payment is
-		// still as carried (else the transaction fails as a serialization
-		// failure and runs again with the payment read locked); the fenced
-		// finish raises if the key was taken over.
-		"BEGIN ISOLATION + TransitionCarriedPayment + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey + COMMIT",
+		// payment the claim handed off (paymentInserted), and written only
+		// if the payment is still as handed off (else the transaction fails
+		// as a serialization failure and runs again, without the hand-off,
+		// with the payment read locked); the answer renders the payment the
+		// record handed on (paymentRecorded); the fenced finish raises if
+		// the key was taken over.
+		"BEGIN ISOLATION + TransitionPaymentIfUnchanged + InsertStagedJobs + InsertAuditRecord + FinishIdempotencyKey + COMMIT",
 	}, sends)
 
 	// A retry of the finished request is answered from the stored

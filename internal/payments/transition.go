@@ -47,60 +47,69 @@ type transition struct {
 	failureMessage string
 }
 
-// transitionTx makes the move t on pay, which the caller holds locked in
-// tx, if the payment's life allows it, and stages the event that announces
-// it (and a receipt when money was captured). keyID is the request making
-// the change; nil for a Stripe webhook. It returns the payment as it now
+// applyMove makes the move t on pay, which the caller holds locked in tx,
+// if the payment's life allows it, and stages the event that announces it
+// (and a receipt when money was captured). by is the request making the
+// change; nil for a Stripe webhook. It returns the payment as it now
 // stands and whether it moved.
-func transitionTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment, t transition) (Payment, bool, error) {
-	return moveTx(ctx, tx, keyID, pay, t, false)
-}
-
-// moveTx is transitionTx, and, when carried is true, the same for a payment
-// that the caller did not lock but carried from its previous transaction,
-// which saves the read and its round trip. Then the move is written only if
-// the payment is still as carried; if it is not (a webhook moved it
-// meanwhile), the transaction fails as a serialization failure and runs
-// again, and the caller must then lock the payment (see heldPayment). The
-// move must be one the carried payment allows.
-func moveTx(ctx context.Context, tx *db.Tx, keyID *uuid.UUID, pay Payment, t transition, carried bool) (Payment, bool, error) {
+func applyMove(ctx context.Context, tx *db.Tx, by *uuid.UUID, pay Payment, t transition) (Payment, bool, error) {
 	event, allowed := moves[[2]Status{pay.Status, t.to}]
-	if !allowed && carried {
-		// Deciding not to move would rest on a copy that may be stale.
-		return pay, false, bug("a carried payment that is %s cannot move to %s", pay.Status, t.to)
-	}
 	if !allowed {
 		return pay, false, nil
 	}
 	// The move is computed here, from pay, and written as it is, queued.
-	was := pay
 	pay = t.applyTo(pay)
-	var err error
-	if carried {
-		err = queries.TransitionCarriedPayment(ctx, tx.Queued(), dbsqlc.TransitionCarriedPaymentParams{
-			ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
-			AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
-			WasStatus: string(was.Status), WasStripePaymentIntent: toText(was.StripePaymentIntent),
-			WasAmountCaptured: was.AmountCaptured, WasAmountRefunded: was.AmountRefunded,
-			WasFailureCode: toText(was.FailureCode), WasFailureMessage: toText(was.FailureMessage),
-		})
-	} else {
-		err = queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
-			ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
-			AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
-		})
-	}
+	err := queries.TransitionPayment(ctx, tx.Queued(), dbsqlc.TransitionPaymentParams{
+		ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
+		AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
+	})
 	if err != nil {
 		return pay, false, err
 	}
+	return pay, true, stageMoveEvents(ctx, tx, by, event, pay)
+}
+
+// applyMoveUnread is applyMove for a payment the caller has not read in tx
+// (the unread move): pay is the payment as an earlier transaction of the
+// request left it, handed off to this one (see create.go). It saves the
+// locked read, and with it a round trip: the transaction reads nothing
+// before its COMMIT. The move is written only if the payment is still as
+// pay says; if it is not (a webhook moved it meanwhile), the database
+// raises a serialization failure, the transaction runs again, and, hand-offs
+// being dropped when a transaction runs again, the caller then reads the
+// payment under a lock and uses applyMove. The move must be one pay
+// allows: deciding not to move would rest on a copy that may be stale.
+func applyMoveUnread(ctx context.Context, tx *db.Tx, by uuid.UUID, pay Payment, t transition) (Payment, error) {
+	event, allowed := moves[[2]Status{pay.Status, t.to}]
+	if !allowed {
+		return pay, bug("an unread payment that is %s cannot move to %s", pay.Status, t.to)
+	}
+	was := pay
+	pay = t.applyTo(pay)
+	err := queries.TransitionPaymentIfUnchanged(ctx, tx.Queued(), dbsqlc.TransitionPaymentIfUnchangedParams{
+		ID: pay.ID, Status: string(pay.Status), StripePaymentIntent: toText(pay.StripePaymentIntent),
+		AmountCaptured: pay.AmountCaptured, FailureCode: toText(pay.FailureCode), FailureMessage: toText(pay.FailureMessage),
+		WasStatus: string(was.Status), WasStripePaymentIntent: toText(was.StripePaymentIntent),
+		WasAmountCaptured: was.AmountCaptured, WasAmountRefunded: was.AmountRefunded,
+		WasFailureCode: toText(was.FailureCode), WasFailureMessage: toText(was.FailureMessage),
+	})
+	if err != nil {
+		return pay, err
+	}
+	return pay, stageMoveEvents(ctx, tx, &by, event, pay)
+}
+
+// stageMoveEvents stages the event announcing a move to pay's status, if
+// the move has one, and the receipt when money was captured.
+func stageMoveEvents(ctx context.Context, tx *db.Tx, by *uuid.UUID, event string, pay Payment) error {
 	if event == "" {
-		return pay, true, nil
+		return nil
 	}
 	jobs := []stagedjobs.Job{eventJob(pay.UserID, event, pay)}
-	if t.to == StatusSucceeded {
+	if pay.Status == StatusSucceeded {
 		jobs = append(jobs, receiptJob(pay))
 	}
-	return pay, true, stage(ctx, tx, keyID, jobs...)
+	return stage(ctx, tx, by, jobs...)
 }
 
 // applyTo returns pay after the move t.

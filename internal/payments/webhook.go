@@ -81,7 +81,7 @@ func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *st
 	if t.to == StatusRequiresCapture && pay.Capture {
 		return EventNoChange, nil // capture=true: an authorisation is not acted on
 	}
-	_, moved, err := transitionTx(ctx, tx, nil, *pay, t)
+	_, moved, err := applyMove(ctx, tx, nil, *pay, t)
 	if err != nil {
 		return "", err
 	}

@@ -61,13 +61,12 @@ func (e *Engine) callExternal(ctx context.Context, k *Key, phase Phase) (any, er
 }
 
 // loadChildKeyGenerations reads the generations of k's child keys, once per
-// attempt. A key this attempt created (lock token 1: every later claim
-// bumps the token) has none but the ones this attempt records.
+// attempt. A key this attempt made has none but the ones it records.
 func (e *Engine) loadChildKeyGenerations(ctx context.Context, k *Key) error {
 	if k.generationsLoaded {
 		return nil
 	}
-	if k.lockToken > 1 {
+	if !k.made {
 		rows, err := queries.ListChildKeyGenerations(ctx, e.cfg.Pool, k.ID)
 		if err != nil {
 			return err
@@ -100,7 +99,7 @@ func (e *Engine) afterSpentChildKey(ctx context.Context, k *Key, phase Phase, sp
 		lag = e.cfg.SearchLag
 	}
 	var lagPassed bool
-	err = db.WithTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx pgx.Tx) error {
+	err = db.WithTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
 		var err error
 		lagPassed, err = queries.MarkChildKeySpent(ctx, tx, dbsqlc.MarkChildKeySpentParams{
 			IdempotencyKeyID: k.ID, LockToken: k.lockToken, Step: phase.step, Generation: generation,

@@ -139,20 +139,23 @@ func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 
 func (c *Completer) complete(ctx context.Context, k *Key) error {
 	e := c.cfg.Engine
-	log := e.log.With(slog.String("idempotency_key_id", k.ID.String()), slog.String("flow", k.Flow),
-		slog.String("component", "completer"))
 	flow, ok := c.flows[k.Flow]
 	if !ok {
-		e.unlock(ctx, log, k)
-		log.ErrorContext(ctx, "completer: no such flow")
+		flow = &Flow{Name: k.Flow}
+	}
+	a := e.newAttempt(flow, k)
+	a.log = a.log.With(slog.String("component", "completer"))
+	if !ok {
+		e.unlock(ctx, a)
+		a.log.ErrorContext(ctx, "completer: no such flow")
 		return bug("completer: unknown flow %q", k.Flow)
 	}
-	log.InfoContext(ctx, "completer: resuming an abandoned request", slog.String("recovery_point", string(k.RecoveryPoint)))
-	resp, err := e.drive(ctx, log, flow, k)
+	a.log.InfoContext(ctx, "completer: resuming an abandoned request", slog.String("recovery_point", string(k.RecoveryPoint)))
+	resp, err := e.drive(ctx, a)
 	if err != nil {
 		return err
 	}
-	log.InfoContext(ctx, "completer: request finished", slog.Int("status", resp.Status))
+	a.log.InfoContext(ctx, "completer: request finished", slog.Int("status", resp.Status))
 	return nil
 }
 

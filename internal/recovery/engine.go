@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 
@@ -98,127 +97,92 @@ type Request struct {
 	Flow   *Flow
 }
 
-// Execute runs req to its final response, or as far as it can get.
+// Execute runs req to its final response, or as far as it can get. It
+// reads as the pattern does:
+//
+//  1. the claim: the key's row is inserted (a new key) or found and
+//     locked, and a finished key's stored response is replayed (claim.go);
+//  2. the phases, each from one recovery point to the next, until the key
+//     is finished (drive);
+//  3. the stored answer.
 //
 // It returns the stored response for a finished key (Replayed set),
 // ErrKeyReused, ErrKeyInUse, a *TransientError (nothing final stored; a
 // retry resumes), or another error (the key is left unlocked at its last
 // recovery point; a retry resumes).
 func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
-	k, replay, err := e.claim(ctx, req)
-	if k == nil || replay != nil {
-		return deref(replay), err
-	}
-	log := e.log.With(slog.String("idempotency_key_id", k.ID.String()), slog.String("flow", k.Flow))
-	if err != nil {
-		e.unlock(ctx, log, k)
+	a, replay, err := e.claim(ctx, req)
+	switch {
+	case replay != nil:
+		return *replay, nil
+	case a == nil:
+		return Response{}, err // nothing was claimed
+	case err != nil:
+		e.unlock(ctx, a) // claimed and committed: a retry resumes
 		return Response{}, err
 	}
-	return e.drive(ctx, log, req.Flow, k)
+	return e.drive(ctx, a)
 }
 
-// drive runs phases from the key's recovery point until it is finished.
-func (e *Engine) drive(ctx context.Context, log *slog.Logger, flow *Flow, k *Key) (Response, error) {
-	for k.RecoveryPoint != Finished {
-		phase, ok := flow.Phases[k.RecoveryPoint]
+// attempt is one run of a request by this process: the key it holds
+// locked, and the flow it runs.
+type attempt struct {
+	flow *Flow
+	key  *Key
+	log  *slog.Logger
+}
+
+func (e *Engine) newAttempt(flow *Flow, k *Key) *attempt {
+	return &attempt{flow: flow, key: k,
+		log: e.log.With(slog.String("idempotency_key_id", k.ID.String()), slog.String("flow", k.Flow))}
+}
+
+// drive runs phases from the key's recovery point until it is finished,
+// and returns the stored answer.
+func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
+	for a.key.RecoveryPoint != Finished {
+		phase, ok := a.flow.Phases[a.key.RecoveryPoint]
 		if !ok {
-			e.unlock(ctx, log, k)
-			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, flow.Name, k.RecoveryPoint)
+			e.unlock(ctx, a)
+			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, a.flow.Name, a.key.RecoveryPoint)
 		}
-		from := k.RecoveryPoint
-		if err := e.runPhase(ctx, flow, k, phase); err != nil {
+		from := a.key.RecoveryPoint
+		if err := e.runPhase(ctx, a, phase); err != nil {
 			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
-				e.unlock(ctx, log, k)
+				e.unlock(ctx, a)
 			}
-			log.WarnContext(ctx, "phase failed; the key stays resumable",
+			a.log.WarnContext(ctx, "phase failed; the key stays resumable",
 				slog.String("recovery_point", string(from)), slog.String("error", err.Error()))
 			return Response{}, err
 		}
-		log.DebugContext(ctx, "phase committed", slog.String("from", string(from)), slog.String("to", string(k.RecoveryPoint)))
+		a.log.DebugContext(ctx, "phase committed", slog.String("from", string(from)), slog.String("to", string(a.key.RecoveryPoint)))
 	}
-	return Response{Status: k.ResponseCode, Body: k.responseBody}, nil
+	return Response{Status: a.key.ResponseCode, Body: a.key.responseBody}, nil
 }
 
-// runPhase makes the phase's external call, if any, then commits its work,
-// with the local phases that follow it, and the key's move in one fenced
-// transaction.
-func (e *Engine) runPhase(ctx context.Context, flow *Flow, k *Key, phase Phase) error {
+// runPhase runs one phase: its external call, if it has one, outside any
+// transaction, then its transaction, which records the phase's work and
+// moves the key on (with the local phases that follow: see commit.go).
+func (e *Engine) runPhase(ctx context.Context, a *attempt, phase Phase) error {
 	var called any
 	switch {
-	case phase.call != nil && k.pastExternalWindow:
+	case phase.call != nil && a.key.pastExternalWindow:
 		var err error
-		if called, err = e.reconcile(ctx, k, phase); err != nil {
+		if called, err = e.reconcile(ctx, a.key, phase); err != nil {
 			return err
 		}
 	case phase.call != nil:
 		var err error
-		if called, err = e.callExternal(ctx, k, phase); err != nil {
+		if called, err = e.callExternal(ctx, a.key, phase); err != nil {
 			return err
 		}
 		if err := e.cfg.Failpoints.Fire("after_stripe:" + phase.step); err != nil {
 			return err
 		}
 	}
-	var reached []RecoveryPoint
-	var out Outcome
-	err := db.WithPipelinedTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
-		first, err := phase.commit(ctx, tx, k, called)
-		if err != nil {
-			return err
-		}
-		reached, out, err = e.commitTx(ctx, tx, flow, k, first)
-		return err
+	return e.commit(ctx, a, func(ctx context.Context, tx *db.Tx) (Outcome, error) {
+		return phase.commit(ctx, tx, a.key, called)
 	})
-	if err != nil {
-		return e.explainCommitError(ctx, k, err)
-	}
-	return e.settle(k, reached, out)
-}
-
-// explainCommitError turns the fence's error into ErrLockLost, and a unique
-// violation too when another attempt took the key over meanwhile: both ran
-// the same step, the other committed its rows first, and this one's work
-// hit them before reaching its fence. Anything else is returned as it is.
-func (e *Engine) explainCommitError(ctx context.Context, k *Key, err error) error {
-	if isFenceError(err) {
-		return ErrLockLost
-	}
-	if !db.IsUniqueViolation(err) {
-		return err
-	}
-	token, lookupErr := queries.GetLockToken(context.WithoutCancel(ctx), e.cfg.Pool, k.ID)
-	if lookupErr == nil && token != k.lockToken {
-		return ErrLockLost
-	}
-	return err
-}
-
-// moveKey records the outcome on the key row, fenced by the lock token:
-// if another attempt has taken the key over, the update matches no row and
-// the database raises (assert_lock_held), failing the transaction, which
-// runPhase reports as ErrLockLost. So the move needs no answer and is
-// queued with the COMMIT. A key the transaction claims new is moved the
-// same way: its row went ahead of the phase's work (insertKey).
-func (e *Engine) moveKey(ctx context.Context, tx *db.Tx, k *Key, out Outcome) error {
-	if out.response == nil && (out.next == "" || out.next == Started) {
-		return bug("phase at %s returned no next recovery point", k.RecoveryPoint)
-	}
-	if out.response != nil {
-		return queries.FinishIdempotencyKey(ctx, tx.Queued(), dbsqlc.FinishIdempotencyKeyParams{
-			ID: k.ID, LockToken: k.lockToken, ResponseCode: pgtype.Int4{Int32: int32(out.response.Status), Valid: true}, ResponseBody: out.response.Body,
-			Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
-		})
-	}
-	return queries.SetRecoveryPoint(ctx, tx.Queued(), dbsqlc.SetRecoveryPointParams{
-		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
-	})
-}
-
-// isFenceError tells whether err is assert_lock_held's: a fenced move found
-// the key taken over.
-func isFenceError(err error) bool {
-	var pgErr *pgconn.PgError
-	return errors.As(err, &pgErr) && pgErr.Code == "PK001"
 }
 
 // callWithHeartbeat runs call while extending the key's lock every third of
@@ -255,11 +219,11 @@ func (e *Engine) callWithHeartbeat(ctx context.Context, k *Key, call func(contex
 
 // unlock releases the lock after a failed attempt, so a retry need not wait
 // for the lock timeout. It runs even if ctx was cancelled.
-func (e *Engine) unlock(ctx context.Context, log *slog.Logger, k *Key) {
+func (e *Engine) unlock(ctx context.Context, a *attempt) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
 	defer cancel()
-	if _, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: k.ID, LockToken: k.lockToken}); err != nil {
-		log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
+	if _, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken}); err != nil {
+		a.log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
 	}
 }
 
@@ -318,13 +282,6 @@ func (e *Engine) now() pgtype.Timestamptz {
 }
 
 var queries = dbsqlc.New()
-
-func deref(r *Response) Response {
-	if r == nil {
-		return Response{}
-	}
-	return *r
-}
 
 func toKey(row dbsqlc.IdempotencyKey) *Key {
 	return &Key{

@@ -20,7 +20,9 @@ const (
 	Finished RecoveryPoint = "finished"
 )
 
-// Flow is a request's state machine: the phase to run at each recovery point.
+// Flow is a request's state machine, declared in one place: the phase to
+// run at each recovery point. Every flow starts at Started and ends at
+// Finished.
 type Flow struct {
 	// Name is stored with each key, so the completer can find the flow again.
 	Name   string
@@ -133,15 +135,16 @@ type Key struct {
 	// Expires is when a finished key is forgotten: a TTL after its final
 	// answer was stored. Zero while the key is unfinished (it never expires).
 	Expires time.Time
-	// Carry is the flow's, never the engine's: what a phase learnt, left
-	// for the phases after it in the same attempt, to spare them a read. A
-	// resumed attempt starts without it and reads what it needs again. It
-	// is not rolled back with a transaction: a phase run again after a
-	// serialization failure finds what its failed run left there.
-	Carry any
 
 	lockToken    int64
 	responseBody []byte
+	// made tells that this attempt's claim inserted the key's row: it has
+	// no history (no child key generations to read), and its commit
+	// creates it at Started.
+	made bool
+	// handoffs are the values phases of this attempt handed on (Handoff),
+	// as committed; pending are those given in the transaction running now.
+	handoffs, pending map[any]any
 	// pastExternalWindow tells that the key was older than
 	// Config.ExternalWindow when this attempt claimed it, as the database
 	// judged it: its external calls are reconciled, never repeated. A key
@@ -173,3 +176,62 @@ func (k *Key) ChildKey(step string) string {
 
 // DecodeParams decodes the stored request parameters into v.
 func (k *Key) DecodeParams(v any) error { return json.Unmarshal(k.Params, v) }
+
+// Handoff is a value that a phase hands to the phases after it in the same
+// attempt, to spare them a read: the create flow hands the payment it
+// inserted to the Stripe call (its id) and to the record of Stripe's
+// answer. Declare one per value, typed (NewHandoff[Payment]). Its lifetime
+// is the engine's, and a phase never depends on it: Get reports false
+// whenever the value is not there to be trusted, and the phase then reads
+// what it needs, as it must anyway. Precisely:
+//
+//   - a value given in a transaction is kept only if that transaction
+//     commits;
+//   - a transaction that runs again (after a serialization failure: maybe
+//     a concurrent change of what the value describes) starts without any
+//     hand-off, given before it or not;
+//   - a resumed attempt (a retry, the completer) starts without any.
+type Handoff[T any] struct{ name string }
+
+// NewHandoff declares a hand-off; name is for people reading a dump.
+func NewHandoff[T any](name string) *Handoff[T] { return &Handoff[T]{name: name} }
+
+// Give hands v on to the phases after this one, if the transaction of the
+// phase that gives it commits. Only a phase's transaction gives.
+func (h *Handoff[T]) Give(k *Key, v T) {
+	if k.pending == nil {
+		k.pending = map[any]any{}
+	}
+	k.pending[h] = v
+}
+
+// Get is the value an earlier phase of this attempt gave, if it is there.
+func (h *Handoff[T]) Get(k *Key) (T, bool) {
+	v, ok := k.pending[h]
+	if !ok {
+		v, ok = k.handoffs[h]
+	}
+	t, _ := v.(T)
+	return t, ok
+}
+
+// startTx is what the engine does to k's hand-offs when a transaction
+// starts: its first try keeps the committed ones, a try after a
+// serialization failure drops them all.
+func (k *Key) startTx(try int) {
+	k.pending = nil
+	if try > 1 {
+		k.handoffs = nil
+	}
+}
+
+// commitHandoffs keeps what the committed transaction gave.
+func (k *Key) commitHandoffs() {
+	for h, v := range k.pending {
+		if k.handoffs == nil {
+			k.handoffs = map[any]any{}
+		}
+		k.handoffs[h] = v
+	}
+	k.pending = nil
+}

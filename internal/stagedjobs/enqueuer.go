@@ -103,7 +103,7 @@ func (e *Enqueuer) DrainAll(ctx context.Context) error {
 // DrainOnce moves one batch and says how many jobs it moved.
 func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 	var moved int
-	err := db.WithTx(ctx, e.cfg.Pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
+	err := db.WithTx(ctx, e.cfg.Pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx *db.Tx) error {
 		jobs, err := queries.ClaimStagedJobs(ctx, tx, int32(e.cfg.BatchSize))
 		if err != nil || len(jobs) == 0 {
 			return err

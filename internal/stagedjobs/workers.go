@@ -69,7 +69,7 @@ type EventWorker struct {
 // after the change gets nothing of this event.
 func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
 	a := job.Args
-	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx pgx.Tx) error {
+	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx *db.Tx) error {
 		inserted, err := queries.InsertEvent(ctx, tx, dbsqlc.InsertEventParams{
 			ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: a.Created,
 		})

@@ -18,6 +18,7 @@ import (
 	"fmt"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
@@ -43,21 +44,21 @@ var queries = dbsqlc.New()
 
 // CreateUser creates a user with a new random API key and returns the key.
 // The key cannot be recovered later: only its hash is stored.
-func CreateUser(ctx context.Context, pool db.Beginner, email string) (User, string, error) {
+func CreateUser(ctx context.Context, pool *pgxpool.Pool, email string) (User, string, error) {
 	key, err := newAPIKey()
 	if err != nil {
 		return User{}, "", err
 	}
 	var u dbsqlc.User
-	err = db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+	err = db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		if u, err = queries.CreateUser(ctx, tx, email); err != nil {
-			if db.IsUniqueViolation(err) {
-				return fmt.Errorf("a user with email %q already exists", email)
-			}
 			return err
 		}
 		return storeKey(ctx, tx, u.ID, key)
 	})
+	if errors.Is(err, db.ErrUniqueViolation) {
+		return User{}, "", fmt.Errorf("a user with email %q already exists", email)
+	}
 	if err != nil {
 		return User{}, "", err
 	}
@@ -66,8 +67,8 @@ func CreateUser(ctx context.Context, pool db.Beginner, email string) (User, stri
 
 // SeedDemoUsers makes sure the demo users and their keys exist. It can run on
 // every start.
-func SeedDemoUsers(ctx context.Context, pool db.Beginner) error {
-	return db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx pgx.Tx) error {
+func SeedDemoUsers(ctx context.Context, pool *pgxpool.Pool) error {
+	return db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		for _, demo := range DemoUsers {
 			u, err := queries.UpsertUserByEmail(ctx, tx, demo.Email)
 			if err != nil {
@@ -104,7 +105,7 @@ func lookup(ctx context.Context, conn dbsqlc.DBTX, hash [sha256.Size]byte) (User
 	return User{ID: row.ID, Email: row.Email}, nil
 }
 
-func storeKey(ctx context.Context, tx pgx.Tx, userID int64, key string) error {
+func storeKey(ctx context.Context, tx *db.Tx, userID int64, key string) error {
 	hash := hashKey(key)
 	return queries.CreateAPIKey(ctx, tx, dbsqlc.CreateAPIKeyParams{
 		UserID: userID, KeyHash: hash[:], KeyPrefix: keyPrefix(key),

@@ -83,7 +83,7 @@ func (r *Receiver) Receive(ctx context.Context, payload []byte, signature string
 	}
 	occurred := time.Unix(event.Created, 0)
 	var outcome payments.EventOutcome
-	err = db.WithPipelinedTx(ctx, r.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+	err = db.WithTx(ctx, r.cfg.Pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
 		n, err := queries.InsertStripeEvent(ctx, tx, dbsqlc.InsertStripeEventParams{
 			ID: event.ID, Type: string(event.Type), OccurredAt: occurred,
 		})
@@ -96,7 +96,7 @@ func (r *Receiver) Receive(ctx context.Context, payload []byte, signature string
 		}
 		return queries.SetStripeEventOutcome(ctx, tx, dbsqlc.SetStripeEventOutcomeParams{ID: event.ID, Outcome: string(outcome)})
 	})
-	if db.IsUniqueViolation(err) { // the same event, delivered twice at once: the other delivery applied it
+	if errors.Is(err, db.ErrUniqueViolation) { // the same event, delivered twice at once: the other delivery applied it
 		outcome, err = OutcomeDuplicate, nil
 	}
 	if err != nil {

@@ -326,62 +326,6 @@ func (q *Queries) NoteStripeEvent(ctx context.Context, db DBTX, arg NoteStripeEv
 	return err
 }
 
-const transitionCarriedPayment = `-- name: TransitionCarriedPayment :exec
-WITH moved AS (
-    UPDATE payments
-    SET status = $1, stripe_payment_intent = $2, amount_captured = $3,
-        failure_code = $4, failure_message = $5, updated_at = now()
-    WHERE id = $6
-      AND status = $7
-      AND stripe_payment_intent IS NOT DISTINCT FROM $8
-      AND amount_captured = $9
-      AND amount_refunded = $10
-      AND failure_code IS NOT DISTINCT FROM $11
-      AND failure_message IS NOT DISTINCT FROM $12
-    RETURNING 1
-)
-SELECT assert_unchanged(count(*), 'the payment') FROM moved
-`
-
-type TransitionCarriedPaymentParams struct {
-	Status                 string
-	StripePaymentIntent    pgtype.Text
-	AmountCaptured         int64
-	FailureCode            pgtype.Text
-	FailureMessage         pgtype.Text
-	ID                     string
-	WasStatus              string
-	WasStripePaymentIntent pgtype.Text
-	WasAmountCaptured      int64
-	WasAmountRefunded      int64
-	WasFailureCode         pgtype.Text
-	WasFailureMessage      pgtype.Text
-}
-
-// TransitionPayment for a payment the caller did not lock but carried from
-// its previous transaction: it moves the payment only if every column a
-// move or a refund changes is still as carried (the others never change),
-// and else raises a serialization failure (assert_unchanged), so that the
-// transaction runs again and locks the payment. Nothing is returned: it can
-// be queued.
-func (q *Queries) TransitionCarriedPayment(ctx context.Context, db DBTX, arg TransitionCarriedPaymentParams) error {
-	_, err := db.Exec(ctx, transitionCarriedPayment,
-		arg.Status,
-		arg.StripePaymentIntent,
-		arg.AmountCaptured,
-		arg.FailureCode,
-		arg.FailureMessage,
-		arg.ID,
-		arg.WasStatus,
-		arg.WasStripePaymentIntent,
-		arg.WasAmountCaptured,
-		arg.WasAmountRefunded,
-		arg.WasFailureCode,
-		arg.WasFailureMessage,
-	)
-	return err
-}
-
 const transitionPayment = `-- name: TransitionPayment :exec
 UPDATE payments
 SET status = $1, stripe_payment_intent = $2, amount_captured = $3,
@@ -399,9 +343,9 @@ type TransitionPaymentParams struct {
 }
 
 // Moves a payment to a new status with what Stripe said about it. Only
-// transitionTx calls it, with the payment locked, after checking the move
-// is allowed and computing the payment after it: nothing is returned, so
-// the update can be queued (db.Tx.Queued).
+// applyMove calls it, with the payment locked, after checking the move is
+// allowed and computing the payment after it: nothing is returned, so the
+// update can be queued (db.Tx.Queued).
 func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg TransitionPaymentParams) error {
 	_, err := db.Exec(ctx, transitionPayment,
 		arg.Status,
@@ -410,6 +354,64 @@ func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg Transition
 		arg.FailureCode,
 		arg.FailureMessage,
 		arg.ID,
+	)
+	return err
+}
+
+const transitionPaymentIfUnchanged = `-- name: TransitionPaymentIfUnchanged :exec
+WITH moved AS (
+    UPDATE payments
+    SET status = $1, stripe_payment_intent = $2, amount_captured = $3,
+        failure_code = $4, failure_message = $5, updated_at = now()
+    WHERE id = $6
+      AND status = $7
+      AND stripe_payment_intent IS NOT DISTINCT FROM $8
+      AND amount_captured = $9
+      AND amount_refunded = $10
+      AND failure_code IS NOT DISTINCT FROM $11
+      AND failure_message IS NOT DISTINCT FROM $12
+    RETURNING 1
+)
+SELECT assert_unchanged(count(*), 'the payment') FROM moved
+`
+
+type TransitionPaymentIfUnchangedParams struct {
+	Status                 string
+	StripePaymentIntent    pgtype.Text
+	AmountCaptured         int64
+	FailureCode            pgtype.Text
+	FailureMessage         pgtype.Text
+	ID                     string
+	WasStatus              string
+	WasStripePaymentIntent pgtype.Text
+	WasAmountCaptured      int64
+	WasAmountRefunded      int64
+	WasFailureCode         pgtype.Text
+	WasFailureMessage      pgtype.Text
+}
+
+// TransitionPayment for a payment the caller did not read in this
+// transaction (the unread move, applyMoveUnread: the create flow's payment
+// as its claim inserted it): it moves the payment only if every column a
+// move or a refund changes is still as the caller knows it (the others
+// never change), and else raises a serialization failure
+// (assert_unchanged, migration 000009), so that the transaction runs
+// again, and this time reads the payment under a lock. Nothing is
+// returned: it can be queued.
+func (q *Queries) TransitionPaymentIfUnchanged(ctx context.Context, db DBTX, arg TransitionPaymentIfUnchangedParams) error {
+	_, err := db.Exec(ctx, transitionPaymentIfUnchanged,
+		arg.Status,
+		arg.StripePaymentIntent,
+		arg.AmountCaptured,
+		arg.FailureCode,
+		arg.FailureMessage,
+		arg.ID,
+		arg.WasStatus,
+		arg.WasStripePaymentIntent,
+		arg.WasAmountCaptured,
+		arg.WasAmountRefunded,
+		arg.WasFailureCode,
+		arg.WasFailureMessage,
 	)
 	return err
 }

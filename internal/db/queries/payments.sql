@@ -43,21 +43,23 @@ SELECT * FROM payments WHERE stripe_payment_intent = @stripe_payment_intent FOR 
 
 -- name: TransitionPayment :exec
 -- Moves a payment to a new status with what Stripe said about it. Only
--- transitionTx calls it, with the payment locked, after checking the move
--- is allowed and computing the payment after it: nothing is returned, so
--- the update can be queued (db.Tx.Queued).
+-- applyMove calls it, with the payment locked, after checking the move is
+-- allowed and computing the payment after it: nothing is returned, so the
+-- update can be queued (db.Tx.Queued).
 UPDATE payments
 SET status = @status, stripe_payment_intent = @stripe_payment_intent, amount_captured = @amount_captured,
     failure_code = @failure_code, failure_message = @failure_message, updated_at = now()
 WHERE id = @id;
 
--- name: TransitionCarriedPayment :exec
--- TransitionPayment for a payment the caller did not lock but carried from
--- its previous transaction: it moves the payment only if every column a
--- move or a refund changes is still as carried (the others never change),
--- and else raises a serialization failure (assert_unchanged), so that the
--- transaction runs again and locks the payment. Nothing is returned: it can
--- be queued.
+-- name: TransitionPaymentIfUnchanged :exec
+-- TransitionPayment for a payment the caller did not read in this
+-- transaction (the unread move, applyMoveUnread: the create flow's payment
+-- as its claim inserted it): it moves the payment only if every column a
+-- move or a refund changes is still as the caller knows it (the others
+-- never change), and else raises a serialization failure
+-- (assert_unchanged, migration 000009), so that the transaction runs
+-- again, and this time reads the payment under a lock. Nothing is
+-- returned: it can be queued.
 WITH moved AS (
     UPDATE payments
     SET status = @status, stripe_payment_intent = @stripe_payment_intent, amount_captured = @amount_captured,

@@ -1,4 +1,4 @@
-package chaos
+package chaostest
 
 import (
 	"bytes"

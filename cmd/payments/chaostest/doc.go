@@ -1,4 +1,4 @@
-// Package chaos is the chaos suite of the payments service: it runs the real
+// Package chaostest is the chaos suite of the payments service: it runs the real
 // binary against the Stripe simulator while many clients retry their
 // requests, the simulator injects faults and the service is crashed and
 // restarted, and then proves that every customer was charged exactly once.
@@ -32,4 +32,4 @@
 // 127.0.0.1 only, bounds every loop in time and count, and never writes to
 // the database except to seed the demo users; everything else goes through
 // the service's HTTP API, as a client's would.
-package chaos
+package chaostest

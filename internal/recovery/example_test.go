@@ -1,0 +1,149 @@
+package recovery_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/jackc/pgx/v5/pgxpool"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/recovery"
+)
+
+// The tutorial: a two-phase flow that saves a signup and sends its welcome
+// email once, however often the request is retried and wherever the
+// process dies.
+//
+//	started
+//	  │ tx: insert the signup
+//	  ▼
+//	signup_saved
+//	  │ the mailer: send the welcome, child key "welcome"
+//	  │ tx: record the message's id, store 201
+//	  ▼
+//	finished
+const signupSaved recovery.RecoveryPoint = "signup_saved"
+
+// signup is the request's parameters, stored with its key.
+type signup struct {
+	Email string `json:"email"`
+}
+
+// mailer stands in for an external service that deduplicates by
+// idempotency key, as Stripe does: a call repeated with a key gets the
+// first call's answer, and nothing is sent twice.
+type mailer struct{ sent map[string]string } // child key -> message id
+
+func (m *mailer) sendWelcome(_ context.Context, k *recovery.Key) (string, error) {
+	child := k.ChildKey("welcome") // the same on every attempt, in every process
+	if id, ok := m.sent[child]; ok {
+		return id, nil
+	}
+	id := fmt.Sprintf("msg_%d", len(m.sent)+1)
+	m.sent[child] = id
+	return id, nil
+}
+
+// signupFlow is the flow's state machine: the phase at each recovery point.
+func signupFlow(m *mailer) *recovery.Flow {
+	return &recovery.Flow{Name: "signup", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+		// started -> signup_saved: local work, in one transaction.
+		recovery.Started: recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+			var p signup
+			if err := k.DecodeParams(&p); err != nil {
+				return recovery.Outcome{}, err
+			}
+			_, err := tx.Exec(ctx, "INSERT INTO signups (key_id, email) VALUES ($1, $2)", k.ID, p.Email)
+			return recovery.Next(signupSaved), err
+		}),
+		// signup_saved -> finished: the call, outside any transaction, then
+		// a transaction that records what it answered.
+		signupSaved: recovery.ExternalPhase("welcome", m.sendWelcome,
+			func(ctx context.Context, tx *db.Tx, k *recovery.Key, messageID string) (recovery.Outcome, error) {
+				_, err := tx.Exec(ctx, "UPDATE signups SET welcome_message = $1 WHERE key_id = $2", messageID, k.ID)
+				return recovery.Respond(201, fmt.Appendf(nil, `{"welcome_message":%q}`, messageID)), err
+			}),
+	}}
+}
+
+// tutorial is what the examples run on: a fresh database with the
+// example's table and user, an engine, the mailer and the flow.
+type tutorial struct {
+	pool   *pgxpool.Pool
+	engine *recovery.Engine
+	mailer *mailer
+	flow   *recovery.Flow
+	drop   func()
+}
+
+func setupTutorial() tutorial {
+	pool, drop := dbtest.NewExamplePool()
+	_, err := pool.Exec(context.Background(), `
+		CREATE TABLE signups (key_id uuid PRIMARY KEY REFERENCES idempotency_keys (id),
+			email text NOT NULL, welcome_message text);
+		INSERT INTO users (email) VALUES ('owner@example.com');`)
+	if err != nil {
+		panic(err)
+	}
+	m := &mailer{sent: map[string]string{}}
+	return tutorial{pool: pool, engine: recovery.New(recovery.Config{Pool: pool}), mailer: m, flow: signupFlow(m), drop: drop}
+}
+
+func signupRequest(flow *recovery.Flow) recovery.Request {
+	return recovery.Request{
+		UserID: 1, Key: "signup-ada", Method: "POST", Path: "/v1/signups",
+		Body: []byte(`{"email":"ada@example.com"}`), Params: signup{Email: "ada@example.com"}, Flow: flow,
+	}
+}
+
+// A request runs claim -> phases -> stored answer; its retry gets the
+// stored answer again, and nothing runs twice.
+func Example() {
+	tut := setupTutorial()
+	defer tut.drop()
+	ctx, engine, flow := context.Background(), tut.engine, tut.flow
+
+	resp, err := engine.Execute(ctx, signupRequest(flow))
+	fmt.Println(resp.Status, string(resp.Body), "replayed:", resp.Replayed, "error:", err)
+
+	resp, err = engine.Execute(ctx, signupRequest(flow)) // the client did not get the answer, and retries
+	fmt.Println(resp.Status, string(resp.Body), "replayed:", resp.Replayed, "error:", err)
+	fmt.Println("welcome emails sent:", len(tut.mailer.sent))
+	// Output:
+	// 201 {"welcome_message":"msg_1"} replayed: false error: <nil>
+	// 201 {"welcome_message":"msg_1"} replayed: true error: <nil>
+	// welcome emails sent: 1
+}
+
+// A process dies after the mailer sent the email and before the answer was
+// recorded. (The failpoint after_stripe:welcome stands in for the crash:
+// with the action "error" the attempt stops there, as a crash would stop
+// it; "crash" would kill this example's process.) The key stays at its
+// last committed recovery point, and the retry resumes there: it calls
+// the mailer again with the same child key, gets the first call's answer,
+// and records it. One email.
+func Example_resumeAfterACrash() {
+	tut := setupTutorial()
+	defer tut.drop()
+	ctx, engine, flow := context.Background(), tut.engine, tut.flow
+
+	crashes, _ := failpoint.Parse("after_stripe:welcome=error")
+	dying := recovery.New(recovery.Config{Pool: tut.pool, Failpoints: crashes})
+	_, err := dying.Execute(ctx, signupRequest(flow))
+	fmt.Println("first attempt stopped:", errors.Is(err, failpoint.ErrInjected))
+
+	k, _ := engine.Lookup(ctx, 1, "signup-ada")
+	fmt.Println("the key is at:", k.RecoveryPoint, "locked:", k.Locked)
+
+	resp, err := engine.Execute(ctx, signupRequest(flow)) // the client's retry, to a healthy process
+	fmt.Println(resp.Status, string(resp.Body), "replayed:", resp.Replayed, "error:", err)
+	fmt.Println("welcome emails sent:", len(tut.mailer.sent))
+	// Output:
+	// first attempt stopped: true
+	// the key is at: signup_saved locked: false
+	// 201 {"welcome_message":"msg_1"} replayed: false error: <nil>
+	// welcome emails sent: 1
+}

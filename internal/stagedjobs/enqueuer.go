@@ -2,6 +2,7 @@ package stagedjobs
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"time"
@@ -159,7 +160,7 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 // written by EventWorker with River's retries: one bad event then waits in
 // River's retries alone, and never stops the drain, the receipts or the
 // other events.
-func (e *Enqueuer) writeEventsInline(ctx context.Context, tx pgx.Tx, jobs []dbsqlc.StagedJob) ([]river.InsertManyParams, error) {
+func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsqlc.StagedJob) ([]river.InsertManyParams, error) {
 	var params, events []river.InsertManyParams
 	var eventIDs []int64
 	for _, job := range jobs {
@@ -189,18 +190,22 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx pgx.Tx, jobs []dbsq
 }
 
 // writeStagedEvents runs WriteStagedEvents in a savepoint, so that its
-// failure leaves the drain's transaction usable.
-func writeStagedEvents(ctx context.Context, tx pgx.Tx, ids []int64) ([]dbsqlc.WriteStagedEventsRow, error) {
-	savepoint, err := tx.Begin(ctx)
-	if err != nil {
+// failure leaves the drain's transaction usable. The SAVEPOINT and RELEASE
+// are queued (db.Tx.Queued): they ride with the statement and the next
+// round trip, and cost none of their own.
+func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) ([]dbsqlc.WriteStagedEventsRow, error) {
+	if _, err := tx.Queued().Exec(ctx, "SAVEPOINT write_staged_events"); err != nil {
 		return nil, err
 	}
-	deliveries, err := queries.WriteStagedEvents(ctx, savepoint, ids)
+	deliveries, err := queries.WriteStagedEvents(ctx, tx, ids)
 	if err != nil {
-		_ = savepoint.Rollback(ctx)
+		if _, rollbackErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT write_staged_events"); rollbackErr != nil {
+			return nil, errors.Join(err, rollbackErr)
+		}
 		return nil, err
 	}
-	return deliveries, savepoint.Commit(ctx)
+	_, err = tx.Queued().Exec(ctx, "RELEASE SAVEPOINT write_staged_events")
+	return deliveries, err
 }
 
 func ids(jobs []dbsqlc.StagedJob) []int64 {

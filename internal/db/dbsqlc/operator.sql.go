@@ -295,3 +295,27 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 	}
 	return items, nil
 }
+
+const unfinishedKeyStats = `-- name: UnfinishedKeyStats :one
+SELECT
+    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention,
+    coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
+FROM idempotency_keys
+WHERE recovery_point <> 'finished'
+`
+
+type UnfinishedKeyStatsRow struct {
+	NeedingAttention           int64
+	OldestUnfinishedAgeSeconds float64
+}
+
+// For the metrics an operator alerts on, read on scrape through the
+// partial index of unfinished keys: how many keys need a person, and how
+// long the oldest request the completer should still finish has waited
+// for its final answer (0 when none has).
+func (q *Queries) UnfinishedKeyStats(ctx context.Context, db DBTX) (UnfinishedKeyStatsRow, error) {
+	row := db.QueryRow(ctx, unfinishedKeyStats)
+	var i UnfinishedKeyStatsRow
+	err := row.Scan(&i.NeedingAttention, &i.OldestUnfinishedAgeSeconds)
+	return i, err
+}

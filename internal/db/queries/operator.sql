@@ -68,3 +68,14 @@ WHERE id = @id
 RETURNING sqlc.embed(idempotency_keys),
     (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
     )::bool AS past_external_window;
+
+-- name: UnfinishedKeyStats :one
+-- For the metrics an operator alerts on, read on scrape through the
+-- partial index of unfinished keys: how many keys need a person, and how
+-- long the oldest request the completer should still finish has waited
+-- for its final answer (0 when none has).
+SELECT
+    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention,
+    coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
+FROM idempotency_keys
+WHERE recovery_point <> 'finished';

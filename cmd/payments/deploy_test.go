@@ -52,6 +52,7 @@ type composeFile struct {
 		Restart     string            `yaml:"restart"`
 		StopGrace   string            `yaml:"stop_grace_period"`
 		Environment map[string]string `yaml:"environment"`
+		Volumes     []string          `yaml:"volumes"`
 		DependsOn   map[string]struct {
 			Condition string `yaml:"condition"`
 		} `yaml:"depends_on"`
@@ -98,6 +99,104 @@ func TestDeploy_composeFileRunsRealCommands(t *testing.T) {
 		}
 	}
 }
+
+// Prometheus scrapes serve and worker where they listen and evaluates the
+// alerting rules; Grafana gets the dashboard and a data source that is
+// Prometheus. Every file the compose file mounts is in the repository.
+func TestDeploy_composeRunsPrometheusAndGrafanaOnTheDeployFiles(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
+	require.NoError(t, err)
+	var c composeFile
+	require.NoError(t, yaml.Unmarshal(raw, &c))
+	// mounts maps each container path of a service to the repository file it mounts.
+	mounts := func(service string) map[string]string {
+		require.Contains(t, c.Services, service)
+		m := map[string]string{}
+		for _, v := range c.Services[service].Volumes {
+			parts := strings.Split(v, ":")
+			if !strings.HasPrefix(parts[0], "./") {
+				continue // a named volume
+			}
+			_, err := os.Stat(filepath.Join(repoRoot, parts[0]))
+			require.NoError(t, err, "%s mounts a file of the repository", service)
+			m[parts[1]] = filepath.Clean(parts[0])
+		}
+		return m
+	}
+
+	prom := mounts("prometheus")
+	var promCfg struct {
+		RuleFiles     []string `yaml:"rule_files"`
+		ScrapeConfigs []struct {
+			StaticConfigs []struct {
+				Targets []string `yaml:"targets"`
+			} `yaml:"static_configs"`
+		} `yaml:"scrape_configs"`
+	}
+	require.Equal(t, "deploy/prometheus/prometheus.yml", prom["/etc/prometheus/prometheus.yml"])
+	raw, err = os.ReadFile(filepath.Join(repoRoot, "deploy", "prometheus", "prometheus.yml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(raw, &promCfg))
+	require.Len(t, promCfg.RuleFiles, 1)
+	require.Equal(t, "deploy/prometheus/alerts.yml", prom[promCfg.RuleFiles[0]], "Prometheus loads the alerting rules")
+	var targets []string
+	for _, sc := range promCfg.ScrapeConfigs {
+		for _, st := range sc.StaticConfigs {
+			targets = append(targets, st.Targets...)
+		}
+	}
+	serveAddr := flagValue(t, c.Services["serve"].Command, "--addr")
+	workerAddr := flagValue(t, c.Services["worker"].Command, "--metrics-addr")
+	require.ElementsMatch(t, []string{"serve:" + port(serveAddr), "worker:" + port(workerAddr)}, targets,
+		"Prometheus scrapes the API and the worker where they listen")
+
+	grafana := mounts("grafana")
+	require.Equal(t, "deploy/grafana/payments.json", grafana["/var/lib/grafana/dashboards/payments.json"])
+	require.Equal(t, "deploy/grafana/provisioning", grafana["/etc/grafana/provisioning"])
+	var provider struct {
+		Providers []struct {
+			Options struct {
+				Path string `yaml:"path"`
+			} `yaml:"options"`
+		} `yaml:"providers"`
+	}
+	raw, err = os.ReadFile(filepath.Join(repoRoot, "deploy", "grafana", "provisioning", "dashboards", "payments.yml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(raw, &provider))
+	require.Len(t, provider.Providers, 1)
+	require.Equal(t, "/var/lib/grafana/dashboards", provider.Providers[0].Options.Path, "Grafana loads the mounted dashboard")
+	var sources struct {
+		Datasources []struct {
+			Type, URL string
+			IsDefault bool `yaml:"isDefault"`
+		} `yaml:"datasources"`
+	}
+	raw, err = os.ReadFile(filepath.Join(repoRoot, "deploy", "grafana", "provisioning", "datasources", "prometheus.yml"))
+	require.NoError(t, err)
+	require.NoError(t, yaml.Unmarshal(raw, &sources))
+	require.Len(t, sources.Datasources, 1)
+	require.Equal(t, "prometheus", sources.Datasources[0].Type)
+	require.Equal(t, "http://prometheus:9090", sources.Datasources[0].URL)
+	require.True(t, sources.Datasources[0].IsDefault, "the dashboard's data source variable defaults to it")
+}
+
+// flagValue is the value of --name in a command line.
+func flagValue(t *testing.T, command []string, name string) string {
+	t.Helper()
+	for i, a := range command {
+		if a == name && i+1 < len(command) {
+			return command[i+1]
+		}
+		if v, ok := strings.CutPrefix(a, name+"="); ok {
+			return v
+		}
+	}
+	t.Fatalf("%v has no %s", command, name)
+	return ""
+}
+
+func port(addr string) string { return addr[strings.LastIndexByte(addr, ':')+1:] }
 
 func TestDeploy_dockerfileIsMultiStageNonRootAndBuildsTheBinary(t *testing.T) {
 	t.Parallel()

@@ -27,6 +27,7 @@ Commands:
   migrate     schema migrations: payments migrate up|down|version (needs DATABASE_URL)
   stripesim   the Stripe simulator alone (--addr, --webhook-url, --webhook-secret)
   users       payments users create --email E: a new user, its API key printed once
+  keys        the operator's view of idempotency keys: payments keys list|show|retry (stuck requests, their story, a retry now)
   listen      receive your webhooks here while you develop: prints each, forwards it (--forward-to URL)
   healthcheck payments healthcheck --url U: exit 0 when U answers 200 (for container health checks)
 
@@ -73,6 +74,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runHealthcheck(ctx, args, stderr)
 	case "listen":
 		return runListen(ctx, args, stdout, stderr)
+	case "keys":
+		return runKeys(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -25,6 +25,7 @@ import (
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/keyadmin"
 	"github.com/example/payments/internal/keyfilter"
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
@@ -94,6 +95,14 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if err != nil {
 		return nil, err
 	}
+	// What an operator alerts on, in every process (docs/metrics.md): the
+	// keys needing a person and the completer's lag, read from the database
+	// on scrape, and this process's serialization retries.
+	keyadmin.RegisterMetrics(reg, pool)
+	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
+		Name: "payments_db_serialization_retries_total",
+		Help: "Transactions this process ran again after a serialization failure or deadlock.",
+	}, func() float64 { return float64(db.SerializationRetries()) }))
 	engine := recovery.New(recovery.Config{
 		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SearchLag: cfg.StripeSearchLag,
 		Failpoints: cfg.Failpoints, KeyFilter: filter,

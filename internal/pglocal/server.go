@@ -188,12 +188,46 @@ func (s *Server) prepareDataDir(ctx context.Context, binDir string) error {
 // prepareSocketDir puts the socket in the data directory when the path is
 // short enough, else in a directory under the system's temp dir named after it.
 func (s *Server) prepareSocketDir() error {
-	s.socketDir = s.cfg.DataDir
-	if len(s.socketDir)+len("/.s.PGSQL.5432") <= maxSocketPath {
+	s.socketDir = socketDirFor(s.cfg.DataDir)
+	if s.socketDir == s.cfg.DataDir {
 		return nil
 	}
-	s.socketDir = filepath.Join(os.TempDir(), fmt.Sprintf("pglocal-%x", fnv32(s.cfg.DataDir)))
 	return s.user.ensureOwnedDir(s.socketDir)
+}
+
+// socketDirFor is where the server of the cluster in dataDir (symlinks
+// resolved) puts its socket.
+func socketDirFor(dataDir string) string {
+	if len(dataDir)+len("/.s.PGSQL.5432") <= maxSocketPath {
+		return dataDir
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("pglocal-%x", fnv32(dataDir)))
+}
+
+// Running returns the connection URL of database dbname on a server that
+// another process (payments dev) runs on the cluster in dataDir, and
+// whether there is one that accepts connections. It starts nothing and
+// stops nothing: a caller that finds none may Start one, which would shut
+// down a server it found.
+func Running(ctx context.Context, dataDir, dbname string) (string, bool) {
+	abs, err := filepath.Abs(dataDir)
+	if err != nil {
+		return "", false
+	}
+	if resolved, err := filepath.EvalSymlinks(abs); err == nil {
+		abs = resolved // a relocated cluster (Config.RelocateUnreachable)
+	}
+	s := &Server{socketDir: socketDirFor(abs)}
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Second)
+	defer cancel()
+	// The maintenance database, which every server has: a server without
+	// dbname is running all the same.
+	conn, err := pgx.Connect(ctx, s.URL("postgres"))
+	if err != nil {
+		return "", false
+	}
+	_ = conn.Close(ctx)
+	return s.URL(dbname), true
 }
 
 func (s *Server) start(binDir string) error {

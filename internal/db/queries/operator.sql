@@ -1,0 +1,81 @@
+-- The operator's view of idempotency keys (payments keys list | show |
+-- retry, package keyadmin). Read-only but for ClaimKeyNow. Ages are
+-- measured on the database's clock, the one that wrote the times.
+
+-- name: GetUserIDByEmail :one
+SELECT id FROM users WHERE email = @email;
+
+-- name: ListKeysForOperator :many
+-- Keys in one state, oldest first: 'unfinished' (every key not finished),
+-- 'needs_attention' (given up on by the completer), 'locked' (a live lock:
+-- some process is executing the request now). Optionally one user's only.
+-- spent_steps are the Stripe steps whose current child key Stripe replays
+-- a stored failure for (child_key_generations).
+SELECT sqlc.embed(k), u.email,
+    extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
+    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
+              WHERE g.idempotency_key_id = k.id AND g.spent_at IS NOT NULL), '{}')::text[] AS spent_steps
+FROM idempotency_keys k
+JOIN users u ON u.id = k.user_id
+WHERE (sqlc.narg('user_id')::bigint IS NULL OR k.user_id = sqlc.narg('user_id'))
+  AND CASE @state::text
+      WHEN 'unfinished' THEN k.recovery_point <> 'finished'
+      WHEN 'needs_attention' THEN k.needs_attention_at IS NOT NULL
+      WHEN 'locked' THEN coalesce(k.lock_expires_at > now(), false)
+      ELSE false
+  END
+ORDER BY k.created_at, k.id
+LIMIT @row_limit;
+
+-- name: GetKeyForOperator :one
+-- One key, finished or not, expired or not (the reaper has not deleted it yet).
+SELECT sqlc.embed(k), u.email,
+    extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
+    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live
+FROM idempotency_keys k
+JOIN users u ON u.id = k.user_id
+WHERE k.user_id = @user_id AND k.idempotency_key = @idempotency_key;
+
+-- name: ListAuditRecordsForKey :many
+-- What a request committed, in order: every phase that did work writes an
+-- audit record in the transaction that moves the key.
+SELECT * FROM audit_records
+WHERE idempotency_key_id = @idempotency_key_id
+ORDER BY id;
+
+-- name: ListChildKeyStates :many
+-- The recorded generations of a request's child keys, and since when the
+-- current one is known to be spent; a step not listed is at generation 0.
+SELECT step, generation, spent_at FROM child_key_generations
+WHERE idempotency_key_id = @idempotency_key_id;
+
+-- name: ClaimKeyNow :one
+-- An operator's retry (recovery.Completer.RetryNow) takes one unfinished
+-- key's lock at once, as the completer's claim does, but without waiting
+-- for its grace or backoff, and for a key that needs attention too: the
+-- operator says its cause is fixed, so the mark is cleared. A key whose
+-- lock is live (someone is executing it) or that is finished is not taken.
+UPDATE idempotency_keys
+SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
+    last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
+    lock_token = lock_token + 1,
+    needs_attention_at = NULL
+WHERE id = @id
+  AND recovery_point <> 'finished'
+  AND (lock_expires_at IS NULL OR lock_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
+RETURNING sqlc.embed(idempotency_keys),
+    (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
+    )::bool AS past_external_window;
+
+-- name: UnfinishedKeyStats :one
+-- For the metrics an operator alerts on, read on scrape through the
+-- partial index of unfinished keys: how many keys need a person, and how
+-- long the oldest request the completer should still finish has waited
+-- for its final answer (0 when none has).
+SELECT
+    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention,
+    coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
+FROM idempotency_keys
+WHERE recovery_point <> 'finished';

@@ -1,0 +1,75 @@
+package recovery
+
+import (
+	"context"
+	"errors"
+	"log/slog"
+	"slices"
+
+	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5"
+
+	"github.com/example/payments/internal/db/dbsqlc"
+)
+
+// What an operator may ask of the engine (payments keys, package keyadmin):
+// drive one key now, and name the child keys a key's flow derives.
+
+// ErrNotRetryable is returned by RetryNow for a key that is finished, or
+// whose lock is live: someone is executing it right now.
+var ErrNotRetryable = errors.New("idempotency key is finished or in use")
+
+// RetryNow drives the unfinished key id from its recovery point at once, as
+// the completer drives an abandoned key, without waiting for the
+// completer's grace or the key's backoff. A key that needs attention is
+// driven too, its mark cleared: the operator says its cause is fixed. If it
+// is still past the remote side's window with nothing to reconcile, it is
+// marked again (ErrNeedsAttention).
+func (c *Completer) RetryNow(ctx context.Context, id uuid.UUID) (Response, error) {
+	e := c.cfg.Engine
+	row, err := queries.ClaimKeyNow(ctx, e.cfg.Pool, dbsqlc.ClaimKeyNowParams{
+		ID: id, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
+	})
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Response{}, ErrNotRetryable
+	}
+	if err != nil {
+		return Response{}, err
+	}
+	k := toKey(row.IdempotencyKey)
+	k.pastExternalWindow = row.PastExternalWindow
+	flow, ok := c.flows[k.Flow]
+	if !ok {
+		flow = &Flow{Name: k.Flow}
+	}
+	a := e.newAttempt(flow, k)
+	a.log = a.log.With(slog.String("component", "operator"))
+	if !ok {
+		e.unlock(ctx, a)
+		return Response{}, bug("retry: unknown flow %q", k.Flow)
+	}
+	a.log.InfoContext(ctx, "operator: retrying a request now", slog.String("recovery_point", string(k.RecoveryPoint)))
+	return e.drive(ctx, a)
+}
+
+// ExternalSteps names the flow's external calls, in name order: each has a
+// child key (Key.ChildKey).
+func (f *Flow) ExternalSteps() []string {
+	var steps []string
+	for _, p := range f.Phases {
+		if p.step != "" && !slices.Contains(steps, p.step) {
+			steps = append(steps, p.step)
+		}
+	}
+	slices.Sort(steps)
+	return steps
+}
+
+// ChildKeyAt is the child key that key id sends for step at a recorded
+// generation (child_key_generations; 0 when none is recorded), exactly as
+// Key.ChildKey derives it.
+func ChildKeyAt(id uuid.UUID, step string, generation int32) string {
+	k := &Key{ID: id}
+	k.setGeneration(step, generation)
+	return k.ChildKey(step)
+}

@@ -135,6 +135,21 @@ func TestCheck_aReapedKeyIsNoViolationWhenKeysExpire(t *testing.T) {
 	require.NotEmpty(t, Check(s, records), "with a day's TTL, the same world is broken")
 }
 
+// A delivery that reaches the merchant before it learned the endpoint's
+// secret (the registration's answer was lost to a crash and is being
+// retried) cannot be verified: the merchant refuses it and it comes again.
+// That is no violation; a signature that does not verify with a known
+// secret still is (TestCheck_reportsEachBrokenInvariantWithItsKey).
+func TestCheck_aDeliveryBeforeTheMerchantKnewItsSecretIsRefusedNotFaulted(t *testing.T) {
+	t.Parallel()
+	s, records := world()
+	early := s.Arrivals[1]
+	early.ValidSig, early.SecretUnknown, early.Answered, early.Acknowledged = false, true, 503, false
+	early.At = early.At.Add(-time.Second)
+	s.Arrivals = append(s.Arrivals, early)
+	require.Empty(t, Check(s, records))
+}
+
 // Each case breaks the consistent world in one way that a bug in the
 // service could, and names the violation the checker must report.
 func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {

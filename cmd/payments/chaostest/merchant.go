@@ -49,8 +49,14 @@ type Arrival struct {
 	EventID   string // the body's id
 	EventType string
 	ValidSig  bool
-	At        time.Time
-	Answered  int // the status the receiver answered
+	// SecretUnknown: the receiver did not know the endpoint's secret yet
+	// (its registration had committed, but the answer with the secret had
+	// not come back to the merchant, lost to a crash and still being
+	// retried), so it could not check the signature and refused the
+	// delivery, as a merchant must; the sender retries it.
+	SecretUnknown bool
+	At            time.Time
+	Answered      int // the status the receiver answered
 	// Acknowledged: answered 2xx in time, so the sender counts it delivered
 	// (a slow answer comes after the sender gave up).
 	Acknowledged bool
@@ -136,11 +142,13 @@ func (m *merchant) receive(w http.ResponseWriter, r *http.Request) {
 	mode, key := m.mode, m.secrets[name]
 	m.mu.Unlock()
 	a := Arrival{Endpoint: name, WebhookID: r.Header.Get("webhook-id"), EventID: event.ID, EventType: event.Type,
-		ValidSig: key != "" && webhooktest.Verify(key, r.Header, body, time.Now()) == nil, At: time.Now()}
-	switch mode {
-	case merchantFailing:
+		ValidSig: key != "" && webhooktest.Verify(key, r.Header, body, time.Now()) == nil, SecretUnknown: key == "", At: time.Now()}
+	switch {
+	case a.SecretUnknown:
+		a.Answered = http.StatusServiceUnavailable
+	case mode == merchantFailing:
 		a.Answered = http.StatusInternalServerError
-	case merchantSlow:
+	case mode == merchantSlow:
 		time.Sleep(11 * time.Second)
 		a.Answered = http.StatusOK // too late: the sender gave up after 10 s
 	default:

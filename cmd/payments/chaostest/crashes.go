@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 )
 
@@ -40,6 +42,27 @@ type crasher struct {
 	logf     func(string, ...any)
 	mu       sync.Mutex
 	problems []Violation // processes that died or stopped in a way no one asked for
+	// cutSends is set when a worker's graceful stop reached its shutdown
+	// timeout and cancelled the jobs still running: a receipt cut there,
+	// after the mail server accepted it, is sent again, as after a SIGKILL.
+	cutSends atomic.Bool
+}
+
+// cancelledJobsLine is what a worker logs when its shutdown timeout cuts
+// the jobs still running (internal/worker).
+const cancelledJobsLine = "shutdown timeout reached: cancelling the jobs still running"
+
+// terminate stops in with SIGTERM, which must drain and exit 0 within 15 s,
+// and notes whether a worker had to cancel running jobs to do so.
+func (cr *crasher) terminate(in *Instance) {
+	if !in.Terminate(15 * time.Second) {
+		cr.problem(in, "did not exit cleanly within 15s of SIGTERM")
+	}
+	if cr.cluster.IsWorker(in) && strings.Contains(in.LogTail(1000), cancelledJobsLine) {
+		cr.cutSends.Store(true)
+		cr.stats.Add("worker stops that cancelled running jobs", 1)
+	}
+	cr.stats.Add("graceful restarts: "+in.Name, 1)
 }
 
 // armFor is how long a failpoint may wait for a request to reach it.
@@ -109,10 +132,7 @@ func (cr *crasher) worker() *Instance {
 // not be killed, a graceful stop.
 func (cr *crasher) stop(in *Instance) {
 	if cr.cluster.IsWorker(in) && !cr.cfg.KillWorker {
-		if !in.Terminate(15 * time.Second) {
-			cr.problem(in, "did not exit cleanly within 15s of SIGTERM")
-		}
-		cr.stats.Add("graceful restarts: "+in.Name, 1)
+		cr.terminate(in)
 		return
 	}
 	in.Kill()
@@ -162,10 +182,7 @@ func (cr *crasher) sigkill(in *Instance) {
 
 // gracefulRestart stops in with SIGTERM, which must drain and exit 0.
 func (cr *crasher) gracefulRestart(in *Instance) {
-	if !in.Terminate(15 * time.Second) {
-		cr.problem(in, "did not exit cleanly within 15s of SIGTERM")
-	}
-	cr.stats.Add("graceful restarts: "+in.Name, 1)
+	cr.terminate(in)
 	cr.start(in, "")
 }
 

@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	snap.KeysExpire = cfg.KeyTTL > 0
 	snap.Arrivals, snap.Redelivered, snap.RedeliveryProblems = merchants.Arrivals(), merchants.Redelivered(), merchants.redeliveryProblems()
 	snap.Mail = MailState{Accepted: len(mail.Accepted()), Distinct: len(mail.CountByMessageID()), Duplicates: mail.Duplicates(),
-		WorkersKilled: cfg.KillWorker}
+		WorkersKilled: cfg.KillWorker || cr.cutSends.Load()}
 	violations = append(violations, Check(snap, records)...)
 	rep.Violations = violations
 	rep.Counters = stats.Snapshot()

@@ -48,7 +48,9 @@ type MailState struct {
 	Distinct int // distinct Message-IDs accepted
 	// Duplicates counts, by Message-ID, the receipts accepted more than once.
 	Duplicates map[string]int
-	// WorkersKilled is set when the run SIGKILLed workers: one killed
+	// WorkersKilled is set when the run SIGKILLed workers, or stopped one
+	// whose shutdown timeout cut the jobs still running (the run's is 5 s,
+	// shorter than a send; the default, 35 s, is longer): a send cut
 	// between the server's acceptance and its record sends that receipt
 	// again (at least once at that one point; docs/failure-scenarios.md).
 	WorkersKilled bool

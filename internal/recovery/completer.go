@@ -138,25 +138,32 @@ func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 }
 
 func (c *Completer) complete(ctx context.Context, k *Key) error {
+	resp, err := c.resume(ctx, k, "completer")
+	if err != nil {
+		return err
+	}
+	c.cfg.Engine.log.InfoContext(ctx, "completer: request finished", slog.String("idempotency_key_id", k.ID.String()),
+		slog.Int("status", resp.Status))
+	return nil
+}
+
+// resume drives k, which who (the completer, or an operator's retry) has
+// just claimed, from its recovery point to its answer.
+func (c *Completer) resume(ctx context.Context, k *Key, who string) (Response, error) {
 	e := c.cfg.Engine
 	flow, ok := c.flows[k.Flow]
 	if !ok {
 		flow = &Flow{Name: k.Flow}
 	}
 	a := e.newAttempt(flow, k)
-	a.log = a.log.With(slog.String("component", "completer"))
+	a.log = a.log.With(slog.String("component", who))
 	if !ok {
 		e.unlock(ctx, a)
-		a.log.ErrorContext(ctx, "completer: no such flow")
-		return bug("completer: unknown flow %q", k.Flow)
+		a.log.ErrorContext(ctx, who+": no such flow")
+		return Response{}, bug("%s: unknown flow %q", who, k.Flow)
 	}
-	a.log.InfoContext(ctx, "completer: resuming an abandoned request", slog.String("recovery_point", string(k.RecoveryPoint)))
-	resp, err := e.drive(ctx, a)
-	if err != nil {
-		return err
-	}
-	a.log.InfoContext(ctx, "completer: request finished", slog.Int("status", resp.Status))
-	return nil
+	a.log.InfoContext(ctx, who+": resuming a request", slog.String("recovery_point", string(k.RecoveryPoint)))
+	return e.drive(ctx, a)
 }
 
 type completerMetrics struct {

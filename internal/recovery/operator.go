@@ -3,7 +3,6 @@ package recovery
 import (
 	"context"
 	"errors"
-	"log/slog"
 	"slices"
 
 	"github.com/google/uuid"
@@ -38,18 +37,7 @@ func (c *Completer) RetryNow(ctx context.Context, id uuid.UUID) (Response, error
 	}
 	k := toKey(row.IdempotencyKey)
 	k.pastExternalWindow = row.PastExternalWindow
-	flow, ok := c.flows[k.Flow]
-	if !ok {
-		flow = &Flow{Name: k.Flow}
-	}
-	a := e.newAttempt(flow, k)
-	a.log = a.log.With(slog.String("component", "operator"))
-	if !ok {
-		e.unlock(ctx, a)
-		return Response{}, bug("retry: unknown flow %q", k.Flow)
-	}
-	a.log.InfoContext(ctx, "operator: retrying a request now", slog.String("recovery_point", string(k.RecoveryPoint)))
-	return e.drive(ctx, a)
+	return c.resume(ctx, k, "operator")
 }
 
 // ExternalSteps names the flow's external calls, in name order: each has a

@@ -187,7 +187,7 @@ func stop(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Durati
 	if !errors.Is(err, context.DeadlineExceeded) {
 		return err
 	}
-	log.Warn("shutdown timeout reached: cancelling the jobs still running")
+	log.Warn(CancelledJobsMessage)
 	cancelCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), cancelledJobsTimeout)
 	defer cancel()
 	return client.StopAndCancel(cancelCtx)
@@ -196,6 +196,11 @@ func stop(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Durati
 // fetchCooldown is the least time between two fetches of one queue
 // (River's default: 100 ms).
 const fetchCooldown = 25 * time.Millisecond
+
+// CancelledJobsMessage is logged when the shutdown timeout cuts the jobs
+// still running (a receipt cut there after the mail server accepted it is
+// sent again; the chaos suite reads the line to know that it happened).
+const CancelledJobsMessage = "shutdown timeout reached: cancelling the jobs still running"
 
 // cancelledJobsTimeout bounds how long cancelled jobs take to return.
 const cancelledJobsTimeout = 10 * time.Second

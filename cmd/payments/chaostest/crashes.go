@@ -8,6 +8,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"github.com/example/payments/internal/worker"
 )
 
 // failpointNames are every failpoint of the four flows (README, "Recovery
@@ -48,17 +50,13 @@ type crasher struct {
 	cutSends atomic.Bool
 }
 
-// cancelledJobsLine is what a worker logs when its shutdown timeout cuts
-// the jobs still running (internal/worker).
-const cancelledJobsLine = "shutdown timeout reached: cancelling the jobs still running"
-
 // terminate stops in with SIGTERM, which must drain and exit 0 within 15 s,
 // and notes whether a worker had to cancel running jobs to do so.
 func (cr *crasher) terminate(in *Instance) {
 	if !in.Terminate(15 * time.Second) {
 		cr.problem(in, "did not exit cleanly within 15s of SIGTERM")
 	}
-	if cr.cluster.IsWorker(in) && strings.Contains(in.LogTail(1000), cancelledJobsLine) {
+	if cr.cluster.IsWorker(in) && strings.Contains(in.LogTail(1000), worker.CancelledJobsMessage) {
 		cr.cutSends.Store(true)
 		cr.stats.Add("worker stops that cancelled running jobs", 1)
 	}

@@ -32,7 +32,7 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
-	flushTraces, err := startTracing(ctx, log)
+	flushTraces, err := startTracing(ctx, "dev", log)
 	if err != nil {
 		return err
 	}

@@ -94,7 +94,7 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 
 	log := newLogger(stderr, cfg.LogLevel)
 	if sub == "retry" { // the retry's attempt is traced as the completer's is
-		flushTraces, err := startTracing(ctx, log)
+		flushTraces, err := startTracing(ctx, "keys", log)
 		if err != nil {
 			return err
 		}

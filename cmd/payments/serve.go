@@ -24,7 +24,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting payments serve", slog.Any("config", cfg))
-	flushTraces, err := startTracing(ctx, log)
+	flushTraces, err := startTracing(ctx, "serve", log)
 	if err != nil {
 		return err
 	}

@@ -27,9 +27,11 @@ func flushBeforeCrash() {
 // (internal/telemetry: on when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set) before any part is built, and
 // returns what flushes the spans as the process exits. A setting it cannot
-// honour stops the process at start-up.
-func startTracing(ctx context.Context, log *slog.Logger) (flush func(), err error) {
-	shutdown, err := telemetry.Setup(ctx)
+// honour stops the process at start-up. Its spans' service.name is
+// "payments-<command>" (payments-serve, payments-worker), unless
+// OTEL_SERVICE_NAME says otherwise.
+func startTracing(ctx context.Context, command string, log *slog.Logger) (flush func(), err error) {
+	shutdown, err := telemetry.Setup(ctx, "payments-"+command)
 	if errors.Is(err, telemetry.ErrSettings) {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}

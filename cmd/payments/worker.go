@@ -28,7 +28,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting payments worker", slog.Any("config", cfg))
-	flushTraces, err := startTracing(ctx, log)
+	flushTraces, err := startTracing(ctx, "worker", log)
 	if err != nil {
 		return err
 	}

@@ -24,10 +24,6 @@ import (
 // as their instrumentation scope.
 const ScopeName = "github.com/example/payments"
 
-// DefaultServiceName is service.name unless OTEL_SERVICE_NAME (or
-// OTEL_RESOURCE_ATTRIBUTES) names it.
-const DefaultServiceName = "payments"
-
 // ErrSettings wraps an OpenTelemetry setting this service cannot honour
 // (an OTLP protocol it has no exporter for); the process stops at start-up.
 var ErrSettings = errors.New("tracing settings")
@@ -41,10 +37,11 @@ func Enabled() bool { return enabled.Load() }
 
 // Setup installs the W3C TraceContext propagator and, when an OTLP endpoint
 // is configured, a tracer provider that exports to it (see the package
-// comment). It returns the function that flushes the spans still buffered
-// and stops exporting, which every process calls as it exits; with no
-// endpoint it does nothing.
-func Setup(ctx context.Context) (shutdown func(context.Context) error, err error) {
+// comment). service is the service.name of its spans unless
+// OTEL_SERVICE_NAME (or OTEL_RESOURCE_ATTRIBUTES) names one. It returns the
+// function that flushes the spans still buffered and stops exporting,
+// which every process calls as it exits; with no endpoint it does nothing.
+func Setup(ctx context.Context, service string) (shutdown func(context.Context) error, err error) {
 	otel.SetTextMapPropagator(propagation.TraceContext{})
 	nothing := func(context.Context) error { return nil }
 	endpoint := cmp.Or(os.Getenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"), os.Getenv("OTEL_EXPORTER_OTLP_ENDPOINT"))
@@ -59,7 +56,7 @@ func Setup(ctx context.Context) (shutdown func(context.Context) error, err error
 	// the attributes of OTEL_RESOURCE_ATTRIBUTES, the SDK's name and
 	// version; ours is only the default name, which the variables override.
 	res, err := resource.New(ctx,
-		resource.WithAttributes(attribute.String("service.name", DefaultServiceName)),
+		resource.WithAttributes(attribute.String("service.name", service)),
 		resource.WithFromEnv(), resource.WithTelemetrySDK(), resource.WithHost(), resource.WithProcessPID())
 	if err != nil {
 		return nil, fmt.Errorf("%w: resource: %v", ErrSettings, err)

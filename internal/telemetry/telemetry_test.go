@@ -32,7 +32,7 @@ func clearEnv(t *testing.T) {
 
 func setup(t *testing.T) func(context.Context) error {
 	t.Helper()
-	shutdown, err := telemetry.Setup(context.Background())
+	shutdown, err := telemetry.Setup(context.Background(), "payments-test")
 	require.NoError(t, err)
 	t.Cleanup(func() { _ = shutdown(context.Background()) })
 	return shutdown
@@ -75,7 +75,7 @@ func TestSetup_withAnEndpointExportsOverHTTPProtobufWithTheResourceFromTheEnviro
 	clearEnv(t)
 	receiver := otlptest.NewHTTP(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", receiver.URL)
-	t.Setenv("OTEL_SERVICE_NAME", "payments-test")
+	t.Setenv("OTEL_SERVICE_NAME", "from-the-environment")
 	t.Setenv("OTEL_RESOURCE_ATTRIBUTES", "deployment.environment.name=test")
 	shutdown := setup(t)
 	require.True(t, telemetry.Enabled())
@@ -90,11 +90,11 @@ func TestSetup_withAnEndpointExportsOverHTTPProtobufWithTheResourceFromTheEnviro
 	require.Len(t, spans, 1)
 	require.Equal(t, "work", spans[0].Name)
 	require.Equal(t, "00-"+spans[0].TraceID+"-"+spans[0].SpanID+"-01", traceParent)
-	require.Equal(t, "payments-test", spans[0].Resource["service.name"], "OTEL_SERVICE_NAME over the default")
+	require.Equal(t, "from-the-environment", spans[0].Resource["service.name"], "OTEL_SERVICE_NAME over the default")
 	require.Equal(t, "test", spans[0].Resource["deployment.environment.name"])
 }
 
-func TestSetup_theServiceNameDefaultsToPayments(t *testing.T) {
+func TestSetup_theServiceNameDefaultsToTheProcesssOwn(t *testing.T) {
 	clearEnv(t)
 	receiver := otlptest.NewHTTP(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", receiver.URL+"/custom/path")
@@ -104,7 +104,7 @@ func TestSetup_theServiceNameDefaultsToPayments(t *testing.T) {
 	require.NoError(t, shutdown(context.Background()))
 	spans := receiver.Spans()
 	require.Len(t, spans, 1, "the traces endpoint is used as it is, path included")
-	require.Equal(t, telemetry.DefaultServiceName, spans[0].Resource["service.name"])
+	require.Equal(t, "payments-test", spans[0].Resource["service.name"], "the process's own name")
 }
 
 func TestSetup_theSDKReadsTheSampler(t *testing.T) {
@@ -140,7 +140,7 @@ func TestSetup_refusesAProtocolItCannotExport(t *testing.T) {
 	clearEnv(t)
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:4318")
 	t.Setenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", "http/json")
-	_, err := telemetry.Setup(context.Background())
+	_, err := telemetry.Setup(context.Background(), "payments-test")
 	require.ErrorIs(t, err, telemetry.ErrSettings)
 	require.ErrorContains(t, err, "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")
 	require.False(t, telemetry.Enabled())

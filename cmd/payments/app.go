@@ -19,6 +19,7 @@ import (
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/safehttp"
 	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/telemetry"
 	"github.com/example/payments/internal/worker"
 )
 
@@ -34,6 +35,9 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 	failpoints, err := failpoint.Parse(cfg.Failpoints)
 	if err != nil {
 		return nil, fmt.Errorf("%w: PAYMENTS_FAILPOINTS: %v", errUsage, err)
+	}
+	if telemetry.Enabled() {
+		failpoints.BeforeCrash(flushBeforeCrash) // tracing.go
 	}
 	stripe, err := newStripeClient(cfg, log)
 	if err != nil {

@@ -15,6 +15,7 @@ import (
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/stripeclient"
+	"github.com/example/payments/internal/telemetry"
 )
 
 // config is every setting of the service. Each has a flag and an environment
@@ -291,7 +292,8 @@ func maskURL(raw string) string {
 }
 
 func newLogger(w io.Writer, level slog.Level) *slog.Logger {
-	return slog.New(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level}))
+	// A line logged with a traced context names its trace_id and span_id.
+	return slog.New(telemetry.LogHandler(slog.NewJSONHandler(w, &slog.HandlerOptions{Level: level})))
 }
 
 // minLockTimeout is the shortest lock timeout that makes sense: the

@@ -53,6 +53,7 @@ type composeFile struct {
 		StopGrace   string            `yaml:"stop_grace_period"`
 		Environment map[string]string `yaml:"environment"`
 		Volumes     []string          `yaml:"volumes"`
+		Ports       []string          `yaml:"ports"`
 		DependsOn   map[string]struct {
 			Condition string `yaml:"condition"`
 		} `yaml:"depends_on"`
@@ -179,6 +180,62 @@ func TestDeploy_composeRunsPrometheusAndGrafanaOnTheDeployFiles(t *testing.T) {
 	require.Equal(t, "prometheus", sources.Datasources[0].Type)
 	require.Equal(t, "http://prometheus:9090", sources.Datasources[0].URL)
 	require.True(t, sources.Datasources[0].IsDefault, "the dashboard's data source variable defaults to it")
+}
+
+// Tracing on a laptop (API.md section 9): serve and worker export over
+// OTLP to the collector, where its configuration listens, and the
+// collector's traces pipeline hands the spans to Jaeger, whose UI is
+// published.
+func TestDeploy_composeTracesThroughTheCollectorToJaeger(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
+	require.NoError(t, err)
+	var c composeFile
+	require.NoError(t, yaml.Unmarshal(raw, &c))
+	for _, name := range []string{"otel-collector", "jaeger"} {
+		_, ok := c.Services[name]
+		require.True(t, ok, "docker-compose.yml runs %s", name)
+	}
+
+	collector := c.Services["otel-collector"]
+	configPath := flagValue(t, collector.Command, "--config")
+	var mounted string
+	for _, v := range collector.Volumes {
+		if parts := strings.Split(v, ":"); parts[1] == configPath {
+			mounted = filepath.Clean(parts[0])
+		}
+	}
+	require.Equal(t, "deploy/otel-collector/config.yml", mounted, "the collector runs on the repository's configuration")
+	raw, err = os.ReadFile(filepath.Join(repoRoot, mounted))
+	require.NoError(t, err)
+	var cfg struct {
+		Receivers struct {
+			OTLP struct {
+				Protocols struct {
+					HTTP struct{ Endpoint string } `yaml:"http"`
+				} `yaml:"protocols"`
+			} `yaml:"otlp"`
+		} `yaml:"receivers"`
+		Exporters map[string]struct{ Endpoint string } `yaml:"exporters"`
+		Service   struct {
+			Pipelines map[string]struct {
+				Receivers, Exporters []string
+			} `yaml:"pipelines"`
+		} `yaml:"service"`
+	}
+	require.NoError(t, yaml.Unmarshal(raw, &cfg))
+	httpPort := port(cfg.Receivers.OTLP.Protocols.HTTP.Endpoint)
+	for _, name := range []string{"serve", "worker"} {
+		require.Equal(t, "http://otel-collector:"+httpPort, c.Services[name].Environment["OTEL_EXPORTER_OTLP_ENDPOINT"],
+			"%s exports to the collector's OTLP/HTTP receiver", name)
+		require.Empty(t, c.Services[name].Environment["OTEL_EXPORTER_OTLP_PROTOCOL"], "http/protobuf, the default")
+	}
+	traces := cfg.Service.Pipelines["traces"]
+	require.Equal(t, []string{"otlp"}, traces.Receivers)
+	require.Len(t, traces.Exporters, 1)
+	exporter := cfg.Exporters[traces.Exporters[0]]
+	require.Equal(t, "jaeger:4317", exporter.Endpoint, "the collector forwards to Jaeger's OTLP/gRPC port")
+	require.Contains(t, c.Services["jaeger"].Ports, "127.0.0.1:16686:16686", "Jaeger's UI, on the laptop only")
 }
 
 // flagValue is the value of --name in a command line.

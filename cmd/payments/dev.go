@@ -32,6 +32,11 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		return err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
+	flushTraces, err := startTracing(ctx, "dev", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
 
 	if cfg.DatabaseURL == "" {
 		pg, err := startLocalPostgres(ctx, cfg.DataDir, log)

@@ -93,6 +93,13 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 	}
 
 	log := newLogger(stderr, cfg.LogLevel)
+	if sub == "retry" { // the retry's attempt is traced as the completer's is
+		flushTraces, err := startTracing(ctx, "keys", log)
+		if err != nil {
+			return err
+		}
+		defer flushTraces()
+	}
 	dbURL, stopDB, err := keysDatabase(ctx, cfg, log)
 	if err != nil {
 		return err

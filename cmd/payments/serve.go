@@ -24,6 +24,11 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting payments serve", slog.Any("config", cfg))
+	flushTraces, err := startTracing(ctx, "serve", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
 	p, err := newProcess(ctx, cfg, log)
 	if err != nil {
 		return err

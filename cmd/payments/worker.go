@@ -28,6 +28,11 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	}
 	log := newLogger(stderr, cfg.LogLevel)
 	log.Info("starting payments worker", slog.Any("config", cfg))
+	flushTraces, err := startTracing(ctx, "worker", log)
+	if err != nil {
+		return err
+	}
+	defer flushTraces()
 	p, err := newProcess(ctx, cfg, log)
 	if err != nil {
 		return err

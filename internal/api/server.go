@@ -16,6 +16,7 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/telemetry"
 	"github.com/example/payments/internal/users"
 	"github.com/example/payments/internal/webhooks"
 )
@@ -70,8 +71,12 @@ func NewHandler(cfg Config) http.Handler {
 		s.limiter = newUserLimiter(cfg.RateLimit)
 	}
 
+	tracing := telemetry.Enabled() // see trace.go
 	r := chi.NewRouter()
 	r.Use(middleware.RequestID, s.logRequests, s.metrics.measure, s.recoverPanics)
+	if tracing {
+		r.Use(nameSpanByRoute)
+	}
 	r.NotFound(func(w http.ResponseWriter, r *http.Request) {
 		problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "%s", "No such route: "+r.Method+" "+r.URL.Path))
 	})
@@ -108,6 +113,9 @@ func NewHandler(cfg Config) http.Handler {
 		r.Post("/refunds", s.handle(s.createRefund))
 		r.Get("/refunds/{id}", s.handle(s.getRefund))
 	})
+	if tracing {
+		return traceRequests(r)
+	}
 	return r
 }
 

@@ -19,6 +19,7 @@ type PoolConfig struct {
 	// DefaultMaxConns().
 	MaxConns int32
 	// Tracer, when set, sees every statement (the benchmark counts them).
+	// With tracing on, the statements are spans too (queryTracer).
 	Tracer pgx.QueryTracer
 }
 
@@ -40,7 +41,7 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	if cfg.MaxConns > 0 {
 		pcfg.MaxConns = cfg.MaxConns
 	}
-	pcfg.ConnConfig.Tracer = cfg.Tracer
+	pcfg.ConnConfig.Tracer = queryTracer(cfg.Tracer)
 	pcfg.AfterConnect = func(_ context.Context, conn *pgx.Conn) error {
 		// google/uuid's UUID is sent and read as PostgreSQL's binary uuid;
 		// without this, pgx goes through its database/sql interfaces,

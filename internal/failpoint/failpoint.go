@@ -21,6 +21,20 @@ import (
 // Set is the failpoints in force.
 type Set struct {
 	actions map[string]action
+	// beforeCrash, when set, runs just before a crash (BeforeCrash).
+	beforeCrash func()
+}
+
+// BeforeCrash has f run just before a crash action kills the process. The
+// one use: with tracing on, export the spans that had ended, so that the
+// trace of a request crashed on purpose shows what it did up to the crash
+// (docs/watch-a-crash-recover.md). A real SIGKILL would lose them; the
+// spans still open (the request's, its phase's) are lost either way, as
+// they would be.
+func (s *Set) BeforeCrash(f func()) {
+	if s != nil {
+		s.beforeCrash = f
+	}
 }
 
 type action struct {
@@ -81,6 +95,9 @@ func (s *Set) Fire(name string) error {
 	case "crash":
 		// SIGKILL ourselves: no deferred function, no graceful anything, just
 		// as when the machine loses power under the process.
+		if s.beforeCrash != nil {
+			s.beforeCrash()
+		}
 		_ = syscall.Kill(syscall.Getpid(), syscall.SIGKILL)
 		select {} // the signal is on its way
 	case "error":

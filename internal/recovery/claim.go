@@ -9,9 +9,11 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/telemetry"
 )
 
 // The claim, the first step of every request: in one transaction, the key's
@@ -49,6 +51,9 @@ type claimRequest struct {
 	fingerprint []byte
 	params      []byte // the request's parameters as stored with a new key
 	way         claimWay
+	// traceParent is the request's span, stored with a new key (NULL when
+	// the request is not traced): a resumed attempt's trace links to it.
+	traceParent pgtype.Text
 }
 
 // claimed is what a claim's transaction did: it locked a key for an
@@ -66,6 +71,9 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 	c, err := e.newClaimRequest(req)
 	if err != nil {
 		return nil, nil, err
+	}
+	if tp := telemetry.TraceParent(ctx); tp != "" {
+		c.traceParent = pgtype.Text{String: tp, Valid: true}
 	}
 	if c.way == lookUpFirst {
 		// Most often a retry: a finished one is answered from its stored
@@ -208,7 +216,7 @@ func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Ke
 	return k, queries.InsertIdempotencyKey(ctx, tx.Queued(), dbsqlc.InsertIdempotencyKeyParams{
 		ID: k.ID, UserID: k.UserID, IdempotencyKey: k.Key, Flow: k.Flow,
 		RequestMethod: k.Method, RequestPath: k.Path, RequestParams: k.Params, RequestFingerprint: c.fingerprint,
-		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), TraceParent: c.traceParent,
 	})
 }
 

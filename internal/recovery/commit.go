@@ -79,7 +79,9 @@ func (e *Engine) runLocalPhases(ctx context.Context, tx *db.Tx, a *attempt, c co
 		if !ok || phase.call != nil {
 			break
 		}
-		out, err := phase.commit(ctx, tx, a.key, nil)
+		phaseCtx, endSpan := a.tracePhase(ctx, at, phase) // trace.go
+		out, err := phase.commit(phaseCtx, tx, a.key, nil)
+		endSpan(err)
 		if err != nil {
 			return c, err
 		}

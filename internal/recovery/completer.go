@@ -92,6 +92,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 		go func() {
 			defer wg.Done()
 			for time.Now().Before(stopClaiming) && ctx.Err() == nil {
+				claimStarted := time.Now()
 				k, err := c.claimOne(ctx)
 				if err != nil || k == nil {
 					mu.Lock()
@@ -99,7 +100,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 					mu.Unlock()
 					return
 				}
-				err = c.complete(ctx, k)
+				err = c.complete(ctx, k, claimStarted)
 				mu.Lock()
 				run.Claimed++
 				switch {
@@ -137,8 +138,8 @@ func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 	return k, nil
 }
 
-func (c *Completer) complete(ctx context.Context, k *Key) error {
-	resp, err := c.resume(ctx, k, "completer")
+func (c *Completer) complete(ctx context.Context, k *Key, claimStarted time.Time) error {
+	resp, err := c.resume(ctx, k, "completer", claimStarted)
 	if err != nil {
 		return err
 	}
@@ -148,8 +149,11 @@ func (c *Completer) complete(ctx context.Context, k *Key) error {
 }
 
 // resume drives k, which who (the completer, or an operator's retry) has
-// just claimed, from its recovery point to its answer.
-func (c *Completer) resume(ctx context.Context, k *Key, who string) (Response, error) {
+// just claimed (the claim began at claimStarted), from its recovery point
+// to its answer.
+func (c *Completer) resume(ctx context.Context, k *Key, who string, claimStarted time.Time) (resp Response, err error) {
+	ctx, endSpan := traceResume(ctx, k, who, claimStarted) // a trace of its own, linked to the request's: trace.go
+	defer func() { endSpan(err) }()
 	e := c.cfg.Engine
 	flow, ok := c.flows[k.Flow]
 	if !ok {

@@ -18,7 +18,9 @@
 //
 //	claim (claim.go) ──> phase at "started" ──> phase at the next point ──> ... ──> "finished": the stored answer
 //
-// and commit.go says what every transaction of an attempt does.
+// and commit.go says what every transaction of an attempt does. trace.go
+// makes the claim and each phase a span, when tracing is on (API.md
+// section 9): a trace then reads in the same order.
 //
 // What keeps it correct:
 //

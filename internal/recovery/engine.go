@@ -111,7 +111,7 @@ type Request struct {
 // retry resumes), or another error (the key is left unlocked at its last
 // recovery point; a retry resumes).
 func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
-	a, replay, err := e.claim(ctx, req)
+	a, replay, err := e.traceClaim(ctx, req) // claim, in a span of its own: trace.go
 	switch {
 	case replay != nil:
 		return *replay, nil
@@ -147,7 +147,10 @@ func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, a.flow.Name, a.key.RecoveryPoint)
 		}
 		from := a.key.RecoveryPoint
-		if err := e.runPhase(ctx, a, phase); err != nil {
+		phaseCtx, endSpan := a.tracePhase(ctx, from, phase) // trace.go
+		err := e.runPhase(phaseCtx, a, phase)
+		endSpan(err)
+		if err != nil {
 			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
 				e.unlock(ctx, a)
 			}
@@ -289,7 +292,7 @@ func toKey(row dbsqlc.IdempotencyKey) *Key {
 		Method: row.RequestMethod, Path: row.RequestPath, Params: json.RawMessage(row.RequestParams),
 		RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Locked: row.LockedAt.Valid,
 		ResponseCode: int(row.ResponseCode.Int32), Created: row.CreatedAt, Expires: row.ExpiresAt.Time,
-		lockToken: row.LockToken, responseBody: row.ResponseBody,
+		lockToken: row.LockToken, responseBody: row.ResponseBody, traceParent: row.TraceParent.String,
 	}
 }
 

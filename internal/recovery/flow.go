@@ -156,6 +156,10 @@ type Key struct {
 	// first external call of an attempt (loadChildKeyGenerations).
 	generations       map[string]int32
 	generationsLoaded bool
+
+	// traceParent is the W3C traceparent of the request that made the key,
+	// "" when it was not traced: a resumed attempt links its trace to it.
+	traceParent string
 }
 
 // ChildKey is the idempotency key for the external call step of this

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"slices"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -26,6 +27,7 @@ var ErrNotRetryable = errors.New("idempotency key is finished or in use")
 // marked again (ErrNeedsAttention).
 func (c *Completer) RetryNow(ctx context.Context, id uuid.UUID) (Response, error) {
 	e := c.cfg.Engine
+	claimStarted := time.Now()
 	row, err := queries.ClaimKeyNow(ctx, e.cfg.Pool, dbsqlc.ClaimKeyNowParams{
 		ID: id, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
@@ -37,7 +39,7 @@ func (c *Completer) RetryNow(ctx context.Context, id uuid.UUID) (Response, error
 	}
 	k := toKey(row.IdempotencyKey)
 	k.pastExternalWindow = row.PastExternalWindow
-	return c.resume(ctx, k, "operator")
+	return c.resume(ctx, k, "operator", claimStarted)
 }
 
 // ExternalSteps names the flow's external calls, in name order: each has a

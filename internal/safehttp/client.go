@@ -9,6 +9,8 @@ import (
 	"net/netip"
 	"syscall"
 	"time"
+
+	"github.com/example/payments/internal/telemetry"
 )
 
 // ErrNonPublicAddress is wrapped by the error of a delivery whose connection
@@ -65,7 +67,10 @@ func NewClient(cfg Config) *http.Client {
 		ExpectContinueTimeout: time.Second,
 	}
 	return &http.Client{
-		Transport: &userAgentTransport{next: transport, userAgent: cfg.UserAgent},
+		// With tracing on, each attempt is an HTTP client span in the
+		// delivery job's trace; no traceparent goes to the merchant
+		// (telemetry.ClientTransport says why).
+		Transport: telemetry.ClientTransport(&userAgentTransport{next: transport, userAgent: cfg.UserAgent}, webhookSpanName),
 		CheckRedirect: func(*http.Request, []*http.Request) error {
 			return http.ErrUseLastResponse
 		},
@@ -86,6 +91,10 @@ func refuseNonPublic(_, address string, _ syscall.RawConn) error {
 	}
 	return nil
 }
+
+// webhookSpanName names an attempt's span: the endpoint's URL is the
+// merchant's, one per endpoint, and stays in the span's attributes.
+func webhookSpanName(r *http.Request) string { return r.Method + " webhook endpoint" }
 
 // userAgentTransport sets the User-Agent on every request, over whatever the
 // caller set: every delivery says who sends it.

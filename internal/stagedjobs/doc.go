@@ -33,6 +33,13 @@
 // the receipt again, under the same Message-ID, so the receiving side can
 // tell.
 //
+// # Traces
+//
+// A job carries on the trace of the request that staged it: its
+// traceparent goes with the staged row and into River's job metadata, and
+// the job's span (TraceJobs) is a child in that trace (trace.go says how,
+// and why a child rather than a link).
+//
 // This package must never send mail inside a database transaction, and
 // never stage a job outside its change's transaction.
 package stagedjobs

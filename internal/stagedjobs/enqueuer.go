@@ -164,7 +164,7 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 	var params, events []river.InsertManyParams
 	var eventIDs []int64
 	for _, job := range jobs {
-		asStaged := river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}}
+		asStaged := river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)}
 		if job.Kind == string(MerchantEvent) {
 			events, eventIDs = append(events, asStaged), append(eventIDs, job.ID)
 			continue
@@ -174,7 +174,10 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 	if len(eventIDs) == 0 {
 		return params, nil
 	}
+	traced := tracedEvents(jobs) // trace.go
+	endSpans := traceEventWrites(ctx, traced, len(eventIDs))
 	deliveries, err := writeStagedEvents(ctx, tx, eventIDs)
+	endSpans(err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
@@ -184,7 +187,10 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 		return append(params, events...), nil
 	}
 	for _, d := range deliveries {
-		params = append(params, river.InsertManyParams{Args: DeliveryArgs{EventID: d.EventID, EndpointID: d.EndpointID, Cycle: d.Cycle}})
+		params = append(params, river.InsertManyParams{
+			Args:       DeliveryArgs{EventID: d.EventID, EndpointID: d.EndpointID, Cycle: d.Cycle},
+			InsertOpts: tracedInsertOpts(traced[d.EventID].traceParent), // the event's request's trace
+		})
 	}
 	return params, nil
 }

@@ -94,7 +94,7 @@ func stageTx(ctx context.Context, tx dbsqlc.DBTX, keyID *uuid.UUID, jobs []Job) 
 	if len(jobs) == 0 {
 		return nil
 	}
-	rows := dbsqlc.InsertStagedJobsParams{IdempotencyKeyID: keyID}
+	rows := dbsqlc.InsertStagedJobsParams{IdempotencyKeyID: keyID, TraceParent: traceParentOf(ctx)} // trace.go
 	for _, job := range jobs {
 		args, err := json.Marshal(job.Args)
 		if err != nil {

@@ -52,7 +52,7 @@ func New(cfg Config) (*Client, error) {
 		return nil, fmt.Errorf("stripeclient: negative timeout %v", cfg.Timeout)
 	}
 
-	httpClient := httpClientFor(cfg)
+	httpClient := traced(httpClientFor(cfg))
 	logger := leveledLogger(cfg.Logger)
 	backend := func(typ stripe.SupportedBackend, url *string) stripe.Backend {
 		return stripe.GetBackendWithConfig(typ, &stripe.BackendConfig{

@@ -34,6 +34,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
+	"github.com/riverqueue/river/rivertype"
 
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
@@ -142,6 +143,10 @@ func Run(ctx context.Context, cfg Config) error {
 			stagedjobs.WebhookQueue: {MaxWorkers: cfg.WebhookWorkers},
 		},
 		Workers: workers,
+		// A job staged by a traced request carries on its trace
+		// (stagedjobs/trace.go); with tracing off the middleware only
+		// passes the job on.
+		Middleware: []rivertype.Middleware{&stagedjobs.TraceJobs{}},
 		// See the package doc: a queue fetches at most its idle workers'
 		// worth of jobs per cooldown.
 		FetchCooldown: fetchCooldown,

@@ -31,7 +31,7 @@ WHERE id IN (
     LIMIT $5
     FOR UPDATE SKIP LOCKED
 )
-RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $6::float8)
     )::bool AS past_external_window
 `
@@ -92,6 +92,7 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 			&i.IdempotencyKey.CompleterAttempts,
 			&i.IdempotencyKey.NeedsAttentionAt,
 			&i.IdempotencyKey.LockExpiresAt,
+			&i.IdempotencyKey.TraceParent,
 			&i.PastExternalWindow,
 		); err != nil {
 			return nil, err
@@ -106,7 +107,7 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 
 const claimLookup = `-- name: ClaimLookup :one
 
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live,
     coalesce(expires_at <= coalesce($1::timestamptz, now()), false)::bool AS expired,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
@@ -169,6 +170,7 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.IdempotencyKey.CompleterAttempts,
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
+		&i.IdempotencyKey.TraceParent,
 		&i.LockLive,
 		&i.Expired,
 		&i.PastExternalWindow,
@@ -253,7 +255,7 @@ func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishI
 }
 
 const getIdempotencyKeyState = `-- name: GetIdempotencyKeyState :one
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = $2 AND idempotency_key = $3
@@ -297,6 +299,7 @@ func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetId
 		&i.IdempotencyKey.CompleterAttempts,
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
+		&i.IdempotencyKey.TraceParent,
 		&i.LockLive,
 	)
 	return i, err
@@ -366,12 +369,13 @@ func (q *Queries) IdempotencyKeyExists(ctx context.Context, db DBTX, arg Idempot
 const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
     'started', coalesce($9::timestamptz, now()),
     coalesce($9::timestamptz, now()) + make_interval(secs => $10::float8),
-    1, coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now())
+    1, coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now()),
+    $11
 )
 `
 
@@ -386,6 +390,7 @@ type InsertIdempotencyKeyParams struct {
 	RequestFingerprint  []byte
 	Now                 pgtype.Timestamptz
 	LockLifetimeSeconds float64
+	TraceParent         pgtype.Text
 }
 
 // A new key, at started and locked (lock token 1, for the caller's lock
@@ -394,7 +399,9 @@ type InsertIdempotencyKeyParams struct {
 // already fails it on the unique index, which aborts the transaction before
 // any of the phase's work runs, and the claim takes the careful path.
 // The caller chooses the id and knows every column, so nothing is returned
-// and the insert can be queued (db.Tx.Queued).
+// and the insert can be queued (db.Tx.Queued). trace_parent is the W3C
+// traceparent of the request, when it is traced: a later attempt by the
+// completer links its own trace to it.
 func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertIdempotencyKeyParams) error {
 	_, err := db.Exec(ctx, insertIdempotencyKey,
 		arg.ID,
@@ -407,6 +414,7 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		arg.RequestFingerprint,
 		arg.Now,
 		arg.LockLifetimeSeconds,
+		arg.TraceParent,
 	)
 	return err
 }
@@ -477,7 +485,7 @@ SET locked_at = coalesce($1::timestamptz, now()),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1
 WHERE id = $3
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at
+RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at, trace_parent
 `
 
 type LockIdempotencyKeyParams struct {
@@ -511,6 +519,7 @@ func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdemp
 		&i.CompleterAttempts,
 		&i.NeedsAttentionAt,
 		&i.LockExpiresAt,
+		&i.TraceParent,
 	)
 	return i, err
 }

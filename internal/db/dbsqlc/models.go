@@ -66,6 +66,7 @@ type IdempotencyKey struct {
 	CompleterAttempts  int32
 	NeedsAttentionAt   pgtype.Timestamptz
 	LockExpiresAt      pgtype.Timestamptz
+	TraceParent        pgtype.Text
 }
 
 type Payment struct {
@@ -118,6 +119,7 @@ type StagedJob struct {
 	Args             []byte
 	IdempotencyKeyID *uuid.UUID
 	CreatedAt        time.Time
+	TraceParent      pgtype.Text
 }
 
 type StripeEvent struct {

@@ -22,7 +22,7 @@ SET locked_at = coalesce($1::timestamptz, now()),
 WHERE id = $3
   AND recovery_point <> 'finished'
   AND (lock_expires_at IS NULL OR lock_expires_at <= coalesce($1::timestamptz, now()))
-RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at,
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $4::float8)
     )::bool AS past_external_window
 `
@@ -72,13 +72,14 @@ func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParam
 		&i.IdempotencyKey.CompleterAttempts,
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
+		&i.IdempotencyKey.TraceParent,
 		&i.PastExternalWindow,
 	)
 	return i, err
 }
 
 const getKeyForOperator = `-- name: GetKeyForOperator :one
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live
 FROM idempotency_keys k
@@ -122,6 +123,7 @@ func (q *Queries) GetKeyForOperator(ctx context.Context, db DBTX, arg GetKeyForO
 		&i.IdempotencyKey.CompleterAttempts,
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
+		&i.IdempotencyKey.TraceParent,
 		&i.Email,
 		&i.AgeSeconds,
 		&i.LockLive,
@@ -215,7 +217,7 @@ func (q *Queries) ListChildKeyStates(ctx context.Context, db DBTX, idempotencyKe
 }
 
 const listKeysForOperator = `-- name: ListKeysForOperator :many
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
@@ -281,6 +283,7 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 			&i.IdempotencyKey.CompleterAttempts,
 			&i.IdempotencyKey.NeedsAttentionAt,
 			&i.IdempotencyKey.LockExpiresAt,
+			&i.IdempotencyKey.TraceParent,
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,

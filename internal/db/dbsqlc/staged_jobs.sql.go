@@ -9,10 +9,11 @@ import (
 	"context"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const claimStagedJobs = `-- name: ClaimStagedJobs :many
-SELECT id, kind, args, idempotency_key_id, created_at FROM staged_jobs
+SELECT id, kind, args, idempotency_key_id, created_at, trace_parent FROM staged_jobs
 ORDER BY id
 LIMIT $1
 FOR UPDATE SKIP LOCKED
@@ -35,6 +36,7 @@ func (q *Queries) ClaimStagedJobs(ctx context.Context, db DBTX, batchSize int32)
 			&i.Args,
 			&i.IdempotencyKeyID,
 			&i.CreatedAt,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}
@@ -67,19 +69,27 @@ func (q *Queries) DeleteStagedJobs(ctx context.Context, db DBTX, ids []int64) er
 }
 
 const insertStagedJobs = `-- name: InsertStagedJobs :exec
-INSERT INTO staged_jobs (kind, args, idempotency_key_id)
-SELECT unnest($1::text[]), unnest($2::text[])::jsonb, $3::uuid
+INSERT INTO staged_jobs (kind, args, idempotency_key_id, trace_parent)
+SELECT unnest($1::text[]), unnest($2::text[])::jsonb, $3::uuid,
+    $4::text
 `
 
 type InsertStagedJobsParams struct {
 	Kinds            []string
 	Args             []string
 	IdempotencyKeyID *uuid.UUID
+	TraceParent      pgtype.Text
 }
 
-// Stages jobs, one row each (kinds[i] with args[i]), in one statement.
+// Stages jobs, one row each (kinds[i] with args[i]), in one statement,
+// with the traceparent of the request that staged them, when it is traced.
 func (q *Queries) InsertStagedJobs(ctx context.Context, db DBTX, arg InsertStagedJobsParams) error {
-	_, err := db.Exec(ctx, insertStagedJobs, arg.Kinds, arg.Args, arg.IdempotencyKeyID)
+	_, err := db.Exec(ctx, insertStagedJobs,
+		arg.Kinds,
+		arg.Args,
+		arg.IdempotencyKeyID,
+		arg.TraceParent,
+	)
 	return err
 }
 

@@ -36,15 +36,18 @@ WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 -- already fails it on the unique index, which aborts the transaction before
 -- any of the phase's work runs, and the claim takes the careful path.
 -- The caller chooses the id and knows every column, so nothing is returned
--- and the insert can be queued (db.Tx.Queued).
+-- and the insert can be queued (db.Tx.Queued). trace_parent is the W3C
+-- traceparent of the request, when it is traced: a later attempt by the
+-- completer links its own trace to it.
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent
 ) VALUES (
     @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
     'started', coalesce(sqlc.narg('now')::timestamptz, now()),
     coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
-    1, coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now())
+    1, coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()),
+    sqlc.narg('trace_parent')
 );
 
 -- name: IdempotencyKeyExists :one

@@ -1,7 +1,9 @@
 -- name: InsertStagedJobs :exec
--- Stages jobs, one row each (kinds[i] with args[i]), in one statement.
-INSERT INTO staged_jobs (kind, args, idempotency_key_id)
-SELECT unnest(@kinds::text[]), unnest(@args::text[])::jsonb, sqlc.narg('idempotency_key_id')::uuid;
+-- Stages jobs, one row each (kinds[i] with args[i]), in one statement,
+-- with the traceparent of the request that staged them, when it is traced.
+INSERT INTO staged_jobs (kind, args, idempotency_key_id, trace_parent)
+SELECT unnest(@kinds::text[]), unnest(@args::text[])::jsonb, sqlc.narg('idempotency_key_id')::uuid,
+    sqlc.narg('trace_parent')::text;
 
 -- name: ClaimStagedJobs :many
 -- A batch to move to the job queue. SKIP LOCKED lets several enqueuers work

@@ -236,3 +236,48 @@ func TestTracing_theCompletersAttemptAtACrashedRequestLinksToItsTrace(t *testing
 		"the same child key as the crashed attempt's: Stripe replays instead of charging again")
 	requireSpan(t, resumed, "recovery claim")
 }
+
+// `payments keys retry` finishes a crashed request in a trace of its own,
+// "operator resume", linked to the crashed request's trace like the
+// completer's attempt, with the next attempt and the same key to Stripe.
+func TestTracing_anOperatorsRetryOfACrashedRequestLinksToItsTrace(t *testing.T) {
+	t.Parallel()
+	receiver := otlptest.NewHTTP(t)
+	simURL := startSimulator(t)
+	dbURL := dbtest.NewURL(t)
+	seedDemoUsers(t, dbURL)
+
+	doomed, base := startServe(t, dbURL, simURL, append(tracingEnv(receiver), "PAYMENTS_FAILPOINTS=after_stripe:payment_intent=crash")...)
+	traceParent, traceID, _ := newTraceParent()
+	_, _, err := postTraced(t, base, "crashed-for-operator", traceParent)
+	require.Error(t, err, "the process dies before it can answer")
+	select {
+	case <-doomed.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service did not crash")
+	}
+	crashed := receiver.Trace(traceID)
+	claim := requireSpan(t, crashed, "recovery claim")
+	keyID := claim.Attributes["payments.idempotency_key_id"]
+	stripeKey := requireSpan(t, crashed, "POST /v1/payment_intents").Attributes["payments.stripe_idempotency_key"]
+
+	keysEnv := append(tracingEnv(receiver), "DATABASE_URL="+dbURL, "STRIPE_SECRET_KEY=", "STRIPE_API_BASE="+simURL,
+		"PAYMENTS_LOCK_TIMEOUT=1s")
+	var retry keysRun
+	require.Eventually(t, func() bool { // until the crashed attempt's 1 s lock has lapsed
+		retry = runKeys(t, keysEnv, "retry", "--user", "alice@example.com", "crashed-for-operator")
+		return retry.code == 0
+	}, 60*time.Second, 200*time.Millisecond, "retry never succeeded: %s", retry.stderr)
+
+	// The command flushed its spans as it exited: they are there now.
+	resumes := otlptest.Named(receiver.Spans(), "operator resume")
+	require.Len(t, resumes, 1, "one resumed attempt: a retry refused while the lock lived claims nothing")
+	resume := resumes[0]
+	require.NotEqual(t, traceID, resume.TraceID, "a trace of its own")
+	require.Equal(t, []otlptest.Link{{TraceID: traceID, SpanID: claim.SpanID}}, resume.Links)
+	require.Equal(t, keyID, resume.Attributes["payments.idempotency_key_id"])
+	require.Equal(t, "payment_created", resume.Attributes["payments.recovery_point"])
+	resumed := receiver.Trace(resume.TraceID)
+	require.Equal(t, "2", requireSpan(t, resumed, "recovery phase payment_created").Attributes["payments.attempt"])
+	require.Equal(t, stripeKey, requireSpan(t, resumed, "POST /v1/payment_intents").Attributes["payments.stripe_idempotency_key"])
+}

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/keyfilter"
 	"github.com/example/payments/internal/pglocal"
 	"github.com/example/payments/internal/stripesim"
 	"github.com/example/payments/internal/users"
@@ -52,6 +53,12 @@ type bench struct {
 	machine    machineInfo
 	results    []*cellResult
 	elapsed    time.Duration
+
+	// The scale run (scale.go): the target of the cell running, and a key
+	// filter configuration for startService in place of the default.
+	scaleRun       *scaleRun
+	scaleTarget    *scaleTarget
+	filterOverride *keyfilter.Config
 }
 
 type benchUser struct {

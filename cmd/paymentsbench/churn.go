@@ -3,8 +3,11 @@ package main
 import (
 	"context"
 	"fmt"
+	"io"
 	"log/slog"
 	"math"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -16,6 +19,8 @@ import (
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
+
+	"github.com/example/payments/migrations"
 )
 
 // The churn run: keys expire in seconds instead of a day, so a few minutes
@@ -30,12 +35,12 @@ import (
 // minute, for this run only), so that each keeps the share of a TTL it has
 // in production.
 
-// The churn variants: the database as migrated, or with idempotency_keys'
-// storage settings (reloptions, table and indexes) reset to PostgreSQL's
-// defaults, as they were before migration 000017.
+// The churn variants: the database as migrated, or as it was before
+// migration 000017 (its down migration run on the clone).
 const (
-	churnAsMigrated = "as-migrated"
-	churnBefore     = "before-000017"
+	churnAsMigrated    = "as-migrated"
+	churnBefore        = "before-000017"
+	churnDefaultVacuum = "default-autovacuum" // as migrated, idempotency_keys' storage settings reset
 )
 
 // churnNaptime is autovacuum_naptime during the churn.
@@ -53,6 +58,10 @@ type churnSample struct {
 	lag         float64
 	autovacuums int64
 	sent, ok    int64 // requests sent and answered 201 so far
+	// webhook_deliveries: its rows, and the rows its scans have read so
+	// far (seq_tup_read): each key the reaper deletes looks up the
+	// deliveries that refer to it.
+	deliveries, deliveryScanRows int64
 }
 
 // churnResult is one churn run.
@@ -82,9 +91,19 @@ func (b *bench) runChurn(ctx context.Context, variant string) (*churnResult, err
 		return nil, err
 	}
 	defer conn.Close(context.WithoutCancel(ctx))
-	if variant == churnBefore {
+	if variant == churnDefaultVacuum {
 		if err := resetStorageSettings(ctx, conn, "idempotency_keys"); err != nil {
 			return nil, err
+		}
+	}
+	if variant == churnBefore {
+		// The schema as it was before migration 000017: its down migration.
+		down, err := migrations.FS.ReadFile("000017_key_store_at_scale.down.sql")
+		if err != nil {
+			return nil, err
+		}
+		if _, err := conn.Exec(ctx, string(down)); err != nil {
+			return nil, fmt.Errorf("migrating 000017 down: %w", err)
 		}
 	}
 	if err := conn.QueryRow(ctx, `SELECT coalesce(string_agg(c.relname || ': ' || array_to_string(c.reloptions, ', '), '; '), 'none')
@@ -114,7 +133,7 @@ func (b *bench) runChurn(ctx context.Context, variant string) (*churnResult, err
 	env := append(os.Environ(),
 		"DATABASE_URL="+b.server.URL(dbname), "STRIPE_API_BASE="+b.simURL, "STRIPE_WEBHOOK_SECRET=whsec_bench_0123456789abcdef",
 		"PAYMENTS_IDEMPOTENCY_KEY_TTL="+o.churnTTL.String(), "PAYMENTS_REAPER_INTERVAL="+o.churnReaper.String(),
-		"PAYMENTS_RATE_LIMIT=0", "PAYMENTS_ADDR="+apiAddr, "PAYMENTS_METRICS_ADDR="+metricsAddr)
+		"PAYMENTS_RATE_LIMIT=0", "PAYMENTS_ADDR="+apiAddr, "PAYMENTS_METRICS_ADDR="+metricsAddr, "PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true")
 	var procs []*exec.Cmd
 	defer func() {
 		for _, p := range procs {
@@ -144,6 +163,23 @@ func (b *bench) runChurn(ctx context.Context, variant string) (*churnResult, err
 	}
 	if err := waitHTTP(ctx, "http://"+metricsAddr+"/healthz", time.Minute); err != nil {
 		return nil, err
+	}
+	// Every user has a webhook endpoint, as merchants do: each payment's
+	// event is delivered, and webhook_deliveries grows by a row per payment.
+	receiver, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return nil, err
+	}
+	hooks := &http.Server{ReadHeaderTimeout: 5 * time.Second, Handler: http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		_, _ = io.Copy(io.Discard, r.Body)
+		w.WriteHeader(http.StatusNoContent)
+	})}
+	go func() { _ = hooks.Serve(receiver) }()
+	defer hooks.Close()
+	for _, u := range b.users {
+		if err := registerEndpoint(ctx, httpClient(1), "http://"+apiAddr, u, "http://"+receiver.Addr().String()+"/hooks"); err != nil {
+			return nil, err
+		}
 	}
 
 	loadFor := time.Duration(o.churnTTLs) * o.churnTTL
@@ -241,8 +277,9 @@ func sampleChurn(ctx context.Context, conn *pgx.Conn) (churnSample, error) {
 		pg_table_size('idempotency_keys'), pg_indexes_size('idempotency_keys'),
 		coalesce((SELECT extract(epoch FROM now() - min(expires_at)) FROM idempotency_keys
 			WHERE recovery_point = 'finished' AND expires_at <= now()), 0)::float8
-		FROM pg_stat_user_tables t WHERE t.relname = 'idempotency_keys'`).
-		Scan(&s.rows, &s.unexpired, &s.nLive, &s.nDead, &s.autovacuums, &s.table, &s.indexes, &s.lag)
+		, d.n_live_tup, d.seq_tup_read
+		FROM pg_stat_user_tables t, pg_stat_user_tables d WHERE t.relname = 'idempotency_keys' AND d.relname = 'webhook_deliveries'`).
+		Scan(&s.rows, &s.unexpired, &s.nLive, &s.nDead, &s.autovacuums, &s.table, &s.indexes, &s.lag, &s.deliveries, &s.deliveryScanRows)
 	return s, err
 }
 
@@ -314,20 +351,28 @@ type churnPeriod struct {
 	sizeEnd, sizeMax  int64 // table + indexes
 	lagMax            float64
 	unexpiredMean     float64
+	deliveriesEnd     int64
+	scanRowsPerSecond float64 // webhook_deliveries rows read by scans, per second
 }
 
 // periods cuts the samples into TTLs.
 func (r *churnResult) periods() []churnPeriod {
 	var ps []churnPeriod
-	for n := 1; ; n++ {
+	for n := 1; time.Duration(n)*r.ttl <= r.load+time.Second; n++ {
 		from, to := time.Duration(n-1)*r.ttl, time.Duration(n)*r.ttl
 		p := churnPeriod{n: n, rowsMin: math.Inf(1)}
 		count := 0
-		for _, s := range r.samples {
+		var first, last *churnSample
+		for i := range r.samples {
+			s := r.samples[i]
 			if s.at < from || s.at >= to {
 				continue
 			}
 			count++
+			if first == nil {
+				first = &r.samples[i]
+			}
+			last = &r.samples[i]
 			p.rowsMean += float64(s.rows)
 			p.unexpiredMean += float64(s.unexpired)
 			p.rowsMax = max(p.rowsMax, float64(s.rows))
@@ -338,12 +383,17 @@ func (r *churnResult) periods() []churnPeriod {
 			p.lagMax = max(p.lagMax, s.lag)
 		}
 		if count == 0 {
-			return ps
+			break
 		}
 		p.rowsMean /= float64(count)
 		p.unexpiredMean /= float64(count)
+		p.deliveriesEnd = last.deliveries
+		if d := (last.at - first.at).Seconds(); d > 0 {
+			p.scanRowsPerSecond = float64(last.deliveryScanRows-first.deliveryScanRows) / d
+		}
 		ps = append(ps, p)
 	}
+	return ps
 }
 
 // goals judges the run: after the first TTL, the rows stay within 10 % of

@@ -119,6 +119,11 @@ func newBench(ctx context.Context, o options, log *slog.Logger) (*bench, error) 
 // and full_page_writes stay on (no pglocal Ephemeral), as in the baseline.
 func (b *bench) startCluster(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "paymentsbench-")
+	if b.o.clusterDir != "" {
+		// A cluster of an earlier -keep run, with its databases.
+		dir, err = b.o.clusterDir, os.MkdirAll(b.o.clusterDir, 0o755)
+		b.o.keep = true
+	}
 	if err != nil {
 		return err
 	}

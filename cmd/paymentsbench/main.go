@@ -76,6 +76,7 @@ type options struct {
 	churnSVG       string
 	scaleLoad      string
 	baselineBin    string
+	clusterDir     string
 }
 
 // allScenarios in the order they run at each client count.
@@ -124,8 +125,9 @@ func parseFlags() (options, error) {
 	fs.IntVar(&o.churnTTLs, "churn-ttls", 0, "scale run: how many TTLs the churn's load lasts (0: no churn)")
 	fs.IntVar(&o.churnRate, "churn-rate", 150, "scale run: the churn's new payments per second")
 	fs.DurationVar(&o.churnReaper, "churn-reaper-interval", time.Second, "scale run: the churn's PAYMENTS_REAPER_INTERVAL")
-	fs.StringVar(&churnVariants, "churn-variants", "as-migrated", "scale run: churn runs, comma-separated: as-migrated, or before-000017 (idempotency_keys' storage settings reset)")
+	fs.StringVar(&churnVariants, "churn-variants", "as-migrated", "scale run: churn runs, comma-separated: as-migrated, default-autovacuum (as migrated, idempotency_keys' storage settings reset to PostgreSQL's defaults), before-000017 (migration 000017 run down)")
 	fs.StringVar(&o.baselineBin, "startup-baseline-bin", "", "scale run: also time the start-up (filter on) of this payments binary, say one built from main, for a before/after in one run")
+	fs.StringVar(&o.clusterDir, "cluster-dir", "", "run on the cluster in this directory (one an earlier -keep run left), kept; the scale run reuses the databases it finds there (for development: their cells have added keys)")
 	fs.StringVar(&o.scaleLoad, "scale-load", "copy", "scale run: how the databases are filled: copy (COPY FREEZE from the benchmark, three tables at once) or insert (INSERT ... SELECT generate_series, one table at a time)")
 	fs.StringVar(&o.churnSVG, "churn-svg", "", "scale run: write the churn's plot here (SVG)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
@@ -162,8 +164,8 @@ func parseFlags() (options, error) {
 		o.scaleScenarios = append(o.scaleScenarios, s)
 	}
 	for _, v := range strings.Split(churnVariants, ",") {
-		if v = strings.TrimSpace(v); v != churnAsMigrated && v != churnBefore {
-			return o, fmt.Errorf("-churn-variants: %q is not %s or %s", v, churnAsMigrated, churnBefore)
+		if v = strings.TrimSpace(v); v != churnAsMigrated && v != churnBefore && v != churnDefaultVacuum {
+			return o, fmt.Errorf("-churn-variants: %q is not %s, %s or %s", v, churnAsMigrated, churnDefaultVacuum, churnBefore)
 		}
 		o.churnVariants = append(o.churnVariants, v)
 	}

@@ -302,6 +302,11 @@ func newScaleBench(ctx context.Context, o options, log *slog.Logger) (*bench, er
 	if err := b.startSimulator(); err != nil {
 		return nil, err
 	}
+	if o.clusterDir != "" { // an earlier run's template: made again, with new users' keys
+		if _, err := b.monitor.Exec(ctx, "DROP DATABASE IF EXISTS "+tmplPayments+" WITH (FORCE)"); err != nil {
+			return nil, err
+		}
+	}
 	if err := b.server.CreateDatabase(ctx, tmplPayments); err != nil {
 		return nil, err
 	}

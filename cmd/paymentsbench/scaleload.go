@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"crypto/md5"
+	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
 	"log/slog"
@@ -76,6 +77,33 @@ func (b *bench) buildScaleDB(ctx context.Context, size int) (*scaleDB, error) {
 		d.steps = append(d.steps, buildStep{name, time.Since(t)})
 		b.log.Info("scale build", slog.String("db", d.name), slog.String("step", name), slog.Duration("took", time.Since(t).Round(time.Millisecond)))
 		return nil
+	}
+	if b.o.clusterDir != "" {
+		var exists bool
+		if err := b.monitor.QueryRow(ctx, "SELECT EXISTS (SELECT 1 FROM pg_database WHERE datname = $1)", d.name).Scan(&exists); err != nil {
+			return nil, err
+		}
+		if exists {
+			// The users are the same (ids 1 to -users, in order); their API
+			// keys are this run's.
+			d.method = "reused (-cluster-dir)"
+			conn, err := pgx.Connect(ctx, b.server.URL(d.name))
+			if err != nil {
+				return nil, err
+			}
+			defer conn.Close(context.WithoutCancel(ctx))
+			if _, err := conn.Exec(ctx, "DELETE FROM api_keys"); err != nil {
+				return nil, err
+			}
+			for _, u := range b.users {
+				hash := sha256.Sum256([]byte(u.apiKey))
+				if _, err := conn.Exec(ctx, "INSERT INTO api_keys (user_id, key_hash, key_prefix) VALUES ($1, $2, $3)",
+					u.id, hash[:], u.apiKey[:10]); err != nil {
+					return nil, err
+				}
+			}
+			return d, nil
+		}
 	}
 	if _, err := b.monitor.Exec(ctx, "DROP DATABASE IF EXISTS "+pgx.Identifier{d.name}.Sanitize()+" WITH (FORCE)"); err != nil {
 		return nil, err

@@ -323,11 +323,11 @@ func (b *bench) writeFilterSizes(p func(string, ...any)) {
 			p("\n")
 		}
 	}
-	p("\nA Bloom filter needs at least 1.44 × log2(1/ε) bits per key; a time-sliced one holds slices/(slices−1) TTLs of keys, "+
-		"each slice at ε/slices: at 0.1 %%, at least 2.87 bytes per live key with 4 slices, 3.12 with 3, 2.67 with 8 (the least), "+
-		"before blocking adds its share. So 2.5 bytes per live key at 0.1 %% is out of this design's reach whatever the layout: "+
-		"it takes a rate of about 0.5 %% (bloomv3, 4 slices: see the table) or 1 %% (blocked, 3 slices), where one new key in "+
-		"100 to 200 takes the careful path (one lookup more: E's cost instead of B's for that request), or another structure "+
+	p("\nA Bloom filter needs at least 1.44 × log2(1/ε) bits per key; a time-sliced one holds slices/(slices−1) TTLs of keys, " +
+		"each slice at ε/slices: at 0.1 %%, at least 2.87 bytes per live key with 4 slices, 3.12 with 3, 2.67 with 8 (the least), " +
+		"before blocking adds its share. So 2.5 bytes per live key at 0.1 %% is out of this design's reach whatever the layout: " +
+		"it takes a rate of about 0.5 %% (bloomv3, 4 slices: see the table) or 1 %% (blocked, 3 slices), where one new key in " +
+		"100 to 200 takes the careful path (one lookup more: E's cost instead of B's for that request), or another structure " +
 		"(a filter that can delete, such as a cuckoo filter, needs no slices).\n\n")
 }
 
@@ -358,13 +358,13 @@ func (b *bench) writeScaleNotes(p func(string, ...any)) {
 	p("- **Memory after the rebuild.** The rebuild's pages are garbage once read, and the service's GOGC of 400 let the heap " +
 		"grow to five times what it keeps; `payments serve` now hands that memory back once the filter is ready " +
 		"(`debug.FreeOSMemory`), so VmRSS once ready is the filter and the service, and VmHWM the peak of the rebuild.\n")
-	p("- **B as the store grows.** Each new key writes random leaf pages of the two big b-trees on idempotency_keys (the " +
-		"primary key and `(user_id, idempotency_key)`), once at the insert and again at each of its two updates (`n_tup_hot_upd` is 0); " +
-		"at 10M keys those pages are rarely in shared_buffers (%s), and the first change of each after a checkpoint writes a " +
-		"full-page image into the WAL: compare *reads*, *key reads* and *WAL KiB (full pages)* across the sizes. Keeping " +
-		"`recovery_point` out of every index (partial indexes on `expires_at IS NULL` / `IS NOT NULL` instead, which the " +
-		"constraint `idempotency_keys_expires_when_finished` makes the same sets) with some free space per heap page " +
-		"(fillfactor) would let the first update be HOT (the second sets `expires_at`, which is indexed) and spare a third of those writes; it changes the engine's and the " +
+	p("- **B as the store grows.** Each new key writes random leaf pages of the two big b-trees on idempotency_keys (the "+
+		"primary key and `(user_id, idempotency_key)`), once at the insert and again at each of its two updates (`n_tup_hot_upd` is 0); "+
+		"at 10M keys those pages are rarely in shared_buffers (%s), and the first change of each after a checkpoint writes a "+
+		"full-page image into the WAL: compare *reads*, *key reads* and *WAL KiB (full pages)* across the sizes. Keeping "+
+		"`recovery_point` out of every index (partial indexes on `expires_at IS NULL` / `IS NOT NULL` instead, which the "+
+		"constraint `idempotency_keys_expires_when_finished` makes the same sets) with some free space per heap page "+
+		"(fillfactor) would let the first update be HOT (the second sets `expires_at`, which is indexed) and spare a third of those writes; it changes the engine's and the "+
 		"completer's queries and is not done here.\n", b.setting("shared_buffers"))
 	p("- **C as the store grows.** A replay reads its key through the unique index and the heap: at 10M keys about two blocks " +
 		"from outside shared_buffers per replay (*reads*), all in the OS page cache on this machine (24 GB).\n\n")

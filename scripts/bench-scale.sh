@@ -12,18 +12,18 @@
 #    p50/p99, statements, shared-buffer hits and reads, table and index sizes;
 # 3. starts the real binary (`payments serve`) on the 1M and 10M databases,
 #    key filter on and off: time to /readyz and to the filter rebuilt, RSS;
-# 4. churn: `payments serve` and `payments worker` with a 30 s key TTL under a
-#    fixed rate of new payments for 6 TTLs, sampled every second (rows, dead
+# 4. churn: `payments serve` and `payments worker` with a 45 s key TTL under a
+#    fixed rate of new payments for 5 TTLs, sampled every second (rows, dead
 #    tuples, table and index sizes, reaper lag), plotted into docs/churn.svg;
-#    twice: as migrated, and with idempotency_keys' storage settings reset to
-#    PostgreSQL's defaults (as before migration 000017), for the comparison.
+#    every user has a webhook endpoint, so deliveries pile up as in production;
+#    twice: as migrated, and with migration 000017 run down, for the comparison.
 #
 # It writes a file of its own because `make bench` rewrites
 # docs/BENCHMARKS.md whole (which links to it). Settings, from the environment:
 #   BENCH_SCALE_SIZES    (default 0,100000,1000000,10000000)
 #   BENCH_SCALE_STARTUP  (default 1000000,10000000: sizes whose start-up is timed)
 #   BENCH_SCALE_CLIENTS  (default 16)   BENCH_SCALE_DURATION (5s)   BENCH_SCALE_ROUNDS (2)
-#   BENCH_SCALE_CHURN    (default "-churn-ttl 30s -churn-ttls 6 -churn-rate 150")
+#   BENCH_SCALE_CHURN    (default "-churn-ttl 45s -churn-ttls 5 -churn-rate 150")
 #   BENCH_SCALE_ARGS     more paymentsbench flags, e.g. "-startup-baseline-bin /tmp/payments-main"
 #   BENCH_SCALE_QUICK=1  0 and 100k keys, 1s cells, one round, 2 TTLs of 10 s of churn
 #   BENCH_SCALE_OUT      (default docs/BENCHMARKS-scale.md)
@@ -45,7 +45,7 @@ else
   args=(-scale "${BENCH_SCALE_SIZES:-0,100000,1000000,10000000}" -clients "${BENCH_SCALE_CLIENTS:-16}"
     -duration "${BENCH_SCALE_DURATION:-5s}" -warmup 1s -rounds "${BENCH_SCALE_ROUNDS:-2}"
     -startup "${BENCH_SCALE_STARTUP:-1000000,10000000}"
-    ${BENCH_SCALE_CHURN:--churn-ttl 30s -churn-ttls 6 -churn-rate 150} -churn-variants as-migrated,before-000017)
+    ${BENCH_SCALE_CHURN:--churn-ttl 45s -churn-ttls 5 -churn-rate 150} -churn-variants as-migrated,before-000017)
 fi
 # shellcheck disable=SC2206 # BENCH_SCALE_ARGS is a list of flags on purpose
 args+=(-payments-bin bin/payments-bench -churn-svg "$svg" ${BENCH_SCALE_ARGS:-})

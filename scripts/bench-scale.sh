@@ -22,7 +22,7 @@
 # docs/BENCHMARKS.md whole (which links to it). Settings, from the environment:
 #   BENCH_SCALE_SIZES    (default 0,100000,1000000,10000000)
 #   BENCH_SCALE_STARTUP  (default 1000000,10000000: sizes whose start-up is timed)
-#   BENCH_SCALE_CLIENTS  (default 16)   BENCH_SCALE_DURATION (5s)   BENCH_SCALE_ROUNDS (2)
+#   BENCH_SCALE_CLIENTS  (default 16)   BENCH_SCALE_DURATION (5s)   BENCH_SCALE_ROUNDS (3)
 #   BENCH_SCALE_CHURN    (default "-churn-ttl 45s -churn-ttls 5 -churn-rate 150")
 #   BENCH_SCALE_ARGS     more paymentsbench flags, e.g. "-startup-baseline-bin /tmp/payments-main"
 #   BENCH_SCALE_QUICK=1  0 and 100k keys, 1s cells, one round, 2 TTLs of 10 s of churn
@@ -43,7 +43,7 @@ if [[ ${BENCH_SCALE_QUICK:-} == 1 ]]; then
 else
   # shellcheck disable=SC2206 # BENCH_SCALE_CHURN is a list of flags on purpose
   args=(-scale "${BENCH_SCALE_SIZES:-0,100000,1000000,10000000}" -clients "${BENCH_SCALE_CLIENTS:-16}"
-    -duration "${BENCH_SCALE_DURATION:-5s}" -warmup 1s -rounds "${BENCH_SCALE_ROUNDS:-2}"
+    -duration "${BENCH_SCALE_DURATION:-5s}" -warmup 1s -rounds "${BENCH_SCALE_ROUNDS:-3}"
     -startup "${BENCH_SCALE_STARTUP:-1000000,10000000}"
     ${BENCH_SCALE_CHURN:--churn-ttl 45s -churn-ttls 5 -churn-rate 150} -churn-variants as-migrated,before-000017)
 fi

@@ -87,9 +87,10 @@ func (b *bench) writeScaleTable(p func(string, ...any)) {
 		"over the cell (`pg_stat_database`; a read is a block not in shared_buffers, %s, served by the OS page cache or the disk), *key reads* "+
 		"the reads of `idempotency_keys`' heap + indexes (`pg_statio_user_tables`); *WAL KiB* the WAL written per request, with the "+
 		"full-page images in it (`pg_stat_wal`; the first change of a page after a checkpoint writes all 8 KiB of it); sizes are after the cell, in MiB: the key table, its "+
-		"indexes, and payments + audit_records (heap and indexes), the other tables a request writes.\n\n", b.setting("shared_buffers"))
-	p("| keys (size) | scenario | clients | req/s | p50 ms | p99 ms | stmts | server | hits | reads | hit %% | key reads | WAL KiB (full pages) | keys MiB | key indexes MiB | payments+audit MiB | outcomes |\n")
-	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
+		"indexes, and payments + audit_records (heap and indexes), the other tables a request writes; *others* is the share of the "+
+		"machine's CPU that other processes used during the window (the machine is shared: a high figure marks a disturbed cell).\n\n", b.setting("shared_buffers"))
+	p("| keys (size) | scenario | clients | req/s | p50 ms | p99 ms | stmts | server | hits | reads | hit %% | key reads | WAL KiB (full pages) | keys MiB | key indexes MiB | payments+audit MiB | others %% | outcomes |\n")
+	p("|---|---|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|--:|---|\n")
 	for _, c := range o.clients {
 		for _, t := range sr.targets {
 			for _, s := range o.scaleScenarios {
@@ -108,11 +109,12 @@ func (b *bench) writeScaleTable(p func(string, ...any)) {
 				}
 				sc := r.scale
 				hitPct := 100 * float64(sc.blksHit) / math.Max(1, float64(sc.blksHit+sc.blksRead))
-				p("| %d (%s) | %s | %d | %s | %s | %s | %.1f | %s | %.1f | %.2f | %.2f | %.2f | %.1f (%.2f) | %s | %s | %s | %s |\n",
+				_, _, _, others, _ := r.cpuPerReq()
+				p("| %d (%s) | %s | %d | %s | %s | %s | %.1f | %s | %.1f | %.2f | %.2f | %.2f | %.1f (%.2f) | %s | %s | %s | %.0f | %s |\n",
 					r.liveKeys, sizeName(t.size), s, c, rps, ms(r.p50), ms(r.p99), r.perReq(float64(r.client.statements)), server,
 					r.perReq(float64(sc.blksHit)), r.perReq(float64(sc.blksRead)), hitPct, r.perReq(float64(sc.keyHeapRd+sc.keyIdxRd)),
 					r.perReq(r.server.walBytes)/1024, r.perReq(float64(r.server.walFPI)),
-					mib(sc.keyTable), mib(sc.keyIndexes), mib(sc.otherTables), r.outcomeString())
+					mib(sc.keyTable), mib(sc.keyIndexes), mib(sc.otherTables), others, r.outcomeString())
 			}
 		}
 	}

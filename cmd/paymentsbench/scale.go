@@ -390,7 +390,7 @@ func mib(n int64) string { return fmt.Sprintf("%.0f", float64(n)/(1<<20)) }
 func sizeName(n int) string {
 	switch {
 	case n == 0:
-		return "0 (young)"
+		return "young"
 	case n%1_000_000 == 0:
 		return fmt.Sprintf("%dM", n/1_000_000)
 	case n%1000 == 0:

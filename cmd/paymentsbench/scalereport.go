@@ -82,7 +82,8 @@ func (b *bench) writeScaleTable(p func(string, ...any)) {
 		"sizes its key filter for the live keys as an operator would (`PAYMENTS_KEYFILTER_EXPECTED_KEYS` = a third of them, never below "+
 		"the default 1,048,576). Each cell: %s warm-up, %s window, closed loop; %d round(s), interleaved over every size and scenario; "+
 		"each row is the median round by throughput, with the range.\n\n", o.warmup, o.duration, o.rounds)
-	p("Columns: *keys* are the rows of `idempotency_keys` when the cell began; *stmts* are statements per request as the client sent them, "+
+	p("Columns: *keys* are the rows of `idempotency_keys` when the cell began (*young*: a new clone of the migrated database, whose C "+
+		"replays the keys made for it); *stmts* are statements per request as the client sent them, "+
 		"*server* as PostgreSQL counted them (pg_stat_statements); *hits* and *reads* are shared-buffer block hits and reads per request "+
 		"over the cell (`pg_stat_database`; a read is a block not in shared_buffers, %s, served by the OS page cache or the disk), *key reads* "+
 		"the reads of `idempotency_keys`' heap + indexes (`pg_statio_user_tables`); *WAL KiB* the WAL written per request, with the "+

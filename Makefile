@@ -10,7 +10,7 @@ TOOLS_DIR    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/payments-tools
 SQLC_VERSION := v1.30.0
 SQLC         := $(TOOLS_DIR)/sqlc-$(SQLC_VERSION)/sqlc
 
-.PHONY: help deps build run test check generate bench
+.PHONY: help deps build run test check generate bench bench-scale
 
 help:
 	@echo "make run    build and start payments dev on http://127.0.0.1:8080"
@@ -18,6 +18,7 @@ help:
 	@echo "make check  gofmt, go vet, and generated code up to date"
 	@echo "make lint-api  lint the OpenAPI document (GET /openapi.json) with Redocly CLI"
 	@echo "make bench  run the benchmarks and write docs/BENCHMARKS.md"
+	@echo "make bench-scale  B, C, E at 0 to 10M live keys, start-up, churn: docs/BENCHMARKS-scale.md (~25 min)"
 
 deps:
 	@./scripts/install-deps.sh
@@ -42,6 +43,11 @@ generate: $(SQLC)
 
 bench: deps
 	./scripts/bench.sh
+
+# How the cost grows with the key store (issue 19): scripts/bench-scale.sh
+# says what it runs; it writes docs/BENCHMARKS-scale.md and docs/churn.svg.
+bench-scale: deps
+	./scripts/bench-scale.sh
 
 $(SQLC):
 	GOBIN=$(dir $(SQLC)) $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)

@@ -9,6 +9,11 @@
 #    also judges the filter's figures from step 1;
 # 3. the cost of a fresh test database (internal/dbtest).
 #
+# How the cost grows with the key store (10M live keys, start-up, churn) is
+# `make bench-scale` (scripts/bench-scale.sh), which writes
+# docs/BENCHMARKS-scale.md: a file of its own, since this one is rewritten
+# whole; the report links to it.
+#
 # Machines here are shared and noisy: read the ratios, which come from one
 # run. Settings, from the environment:
 #   BENCH_CLIENTS   (default 1,4,16,64)   BENCH_DURATION (5s)   BENCH_WARMUP (1s)
@@ -62,6 +67,12 @@ echo "== ${db_cmd[*]}" >&2
   echo '```'
   grep -E '^(Benchmark|goos|goarch|cpu|\(internal)' "$tmp/keyfilter.txt" || true
   echo '```'
+  echo
+  echo "## At scale"
+  echo
+  echo "How these costs grow with the key store (0 to 10 million live keys), the start-up with the key filter's"
+  echo "rebuild, and several TTLs of churn with the reaper: [BENCHMARKS-scale.md](BENCHMARKS-scale.md), written by"
+  echo "\`make bench-scale\` (\`scripts/bench-scale.sh\`)."
   echo
   echo "## A fresh test database"
   echo

@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"runtime/debug"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -74,6 +75,11 @@ func (p *process) serveAPI(ctx context.Context, ln net.Listener) error {
 			p.Log.Warn("key filter rebuild failed; claims stay careful", slog.String("error", err.Error()))
 			return
 		}
+		// The rebuild read every live key a page at a time: at ten million
+		// keys, some hundreds of MB of pages that are garbage now, which the
+		// service's GOGC (internal/tuning) would keep mapped until the
+		// runtime's scavenger gives them back, minutes later.
+		debug.FreeOSMemory()
 		p.Log.Info("key filter ready", slog.Int("keys", st.Added), slog.Duration("took", time.Since(start)))
 	}()
 	handler := p.APIHandler(api.RateLimit{Rate: p.cfg.RateLimit, Burst: p.cfg.RateLimitBurst}, p.cfg.apiAuthCacheTTL())

@@ -16,6 +16,7 @@ import (
 	"github.com/jackc/pgx/v5"
 
 	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/keyfilter"
 	"github.com/example/payments/internal/pglocal"
 	"github.com/example/payments/internal/stripesim"
 	"github.com/example/payments/internal/users"
@@ -52,6 +53,12 @@ type bench struct {
 	machine    machineInfo
 	results    []*cellResult
 	elapsed    time.Duration
+
+	// The scale run (scale.go): the target of the cell running, and a key
+	// filter configuration for startService in place of the default.
+	scaleRun       *scaleRun
+	scaleTarget    *scaleTarget
+	filterOverride *keyfilter.Config
 }
 
 type benchUser struct {
@@ -112,6 +119,11 @@ func newBench(ctx context.Context, o options, log *slog.Logger) (*bench, error) 
 // and full_page_writes stay on (no pglocal Ephemeral), as in the baseline.
 func (b *bench) startCluster(ctx context.Context) error {
 	dir, err := os.MkdirTemp("", "paymentsbench-")
+	if b.o.clusterDir != "" {
+		// A cluster of an earlier -keep run, with its databases.
+		dir, err = b.o.clusterDir, os.MkdirAll(b.o.clusterDir, 0o755)
+		b.o.keep = true
+	}
 	if err != nil {
 		return err
 	}

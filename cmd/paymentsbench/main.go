@@ -62,6 +62,21 @@ type options struct {
 	topSQL          int
 	preload         int
 	rounds          int
+
+	// The scale run (scale.go, startup.go, churn.go): make bench-scale.
+	scaleSizes     []int
+	scaleScenarios []string
+	startupSizes   []int
+	paymentsBin    string
+	churnTTL       time.Duration
+	churnTTLs      int
+	churnRate      int
+	churnReaper    time.Duration
+	churnVariants  []string
+	churnSVG       string
+	scaleLoad      string
+	baselineBin    string
+	clusterDir     string
 }
 
 // allScenarios in the order they run at each client count.
@@ -80,6 +95,7 @@ func main() {
 func parseFlags() (options, error) {
 	var o options
 	var clients, scenarios string
+	var scaleSizes, scaleScenariosFlag, startupSizes, churnVariants string
 	fs := flag.NewFlagSet("paymentsbench", flag.ContinueOnError)
 	fs.StringVar(&clients, "clients", "1,4,16,64", "comma-separated concurrent client counts")
 	fs.DurationVar(&o.warmup, "warmup", time.Second, "warm-up of each cell, not measured")
@@ -101,8 +117,63 @@ func parseFlags() (options, error) {
 	fs.IntVar(&o.rounds, "rounds", 1, "run every cell this many times, interleaved, and report the median")
 	fs.IntVar(&o.topSQL, "top-sql", 0, "after each cell, log its N costliest statements by server execution time (pg_stat_statements)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the cluster's directory and log (for a look at PostgreSQL's log afterwards)")
+	fs.StringVar(&scaleSizes, "scale", "", "the scale run instead: live keys of each database, comma-separated (e.g. 0,100000,1000000,10000000; 0 is the young database)")
+	fs.StringVar(&scaleScenariosFlag, "scale-scenarios", strings.Join(scaleScenarios, ","), "scale run: the scenarios of the table (B, C, E; empty: none)")
+	fs.StringVar(&startupSizes, "startup", "", "scale run: measure the start-up of -payments-bin on these -scale sizes, filter on and off")
+	fs.StringVar(&o.paymentsBin, "payments-bin", "", "scale run: the payments binary (go build ./cmd/payments) for -startup and -churn-ttls")
+	fs.DurationVar(&o.churnTTL, "churn-ttl", 20*time.Second, "scale run: the churn's PAYMENTS_IDEMPOTENCY_KEY_TTL")
+	fs.IntVar(&o.churnTTLs, "churn-ttls", 0, "scale run: how many TTLs the churn's load lasts (0: no churn)")
+	fs.IntVar(&o.churnRate, "churn-rate", 150, "scale run: the churn's new payments per second")
+	fs.DurationVar(&o.churnReaper, "churn-reaper-interval", time.Second, "scale run: the churn's PAYMENTS_REAPER_INTERVAL")
+	fs.StringVar(&churnVariants, "churn-variants", "as-migrated", "scale run: churn runs, comma-separated: as-migrated, default-autovacuum (as migrated, idempotency_keys' storage settings reset to PostgreSQL's defaults), before-000017 (migration 000017 run down)")
+	fs.StringVar(&o.baselineBin, "startup-baseline-bin", "", "scale run: also time the start-up (filter on) of this payments binary, say one built from main, for a before/after in one run")
+	fs.StringVar(&o.clusterDir, "cluster-dir", "", "run on the cluster in this directory (one an earlier -keep run left), kept; the scale run reuses the databases it finds there (for development: their cells have added keys)")
+	fs.StringVar(&o.scaleLoad, "scale-load", "copy", "scale run: how the databases are filled: copy (COPY FREEZE from the benchmark, three tables at once) or insert (INSERT ... SELECT generate_series, one table at a time)")
+	fs.StringVar(&o.churnSVG, "churn-svg", "", "scale run: write the churn's plot here (SVG)")
 	if err := fs.Parse(os.Args[1:]); err != nil {
 		return o, err
+	}
+	intList := func(name, v string) ([]int, error) {
+		var out []int
+		for _, f := range strings.Split(v, ",") {
+			if f = strings.TrimSpace(f); f == "" {
+				continue
+			}
+			n, err := strconv.Atoi(f)
+			if err != nil || n < 0 {
+				return nil, fmt.Errorf("-%s: %q is not a count", name, f)
+			}
+			out = append(out, n)
+		}
+		return out, nil
+	}
+	var err error
+	if o.scaleSizes, err = intList("scale", scaleSizes); err != nil {
+		return o, err
+	}
+	if o.startupSizes, err = intList("startup", startupSizes); err != nil {
+		return o, err
+	}
+	for _, s := range strings.Split(scaleScenariosFlag, ",") {
+		if s = strings.TrimSpace(s); s == "" {
+			continue
+		}
+		if !slices.Contains(scaleScenarios, s) {
+			return o, fmt.Errorf("-scale-scenarios: %q is not one of %s", s, strings.Join(scaleScenarios, ", "))
+		}
+		o.scaleScenarios = append(o.scaleScenarios, s)
+	}
+	for _, v := range strings.Split(churnVariants, ",") {
+		if v = strings.TrimSpace(v); v != churnAsMigrated && v != churnBefore && v != churnDefaultVacuum {
+			return o, fmt.Errorf("-churn-variants: %q is not %s, %s or %s", v, churnAsMigrated, churnDefaultVacuum, churnBefore)
+		}
+		o.churnVariants = append(o.churnVariants, v)
+	}
+	if o.scaleLoad != "copy" && o.scaleLoad != "insert" {
+		return o, fmt.Errorf("-scale-load: %q is not copy or insert", o.scaleLoad)
+	}
+	if (len(o.startupSizes) > 0 || o.churnTTLs > 0) && o.paymentsBin == "" {
+		return o, errors.New("-startup and -churn-ttls need -payments-bin")
 	}
 	if o.quick {
 		clients, o.warmup, o.duration = "1,4", 500*time.Millisecond, time.Second
@@ -148,6 +219,9 @@ func run() error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
+	if len(o.scaleSizes) > 0 || o.churnTTLs > 0 {
+		return runScale(ctx, o, log)
+	}
 	start := time.Now()
 	b, err := newBench(ctx, o, log)
 	if err != nil {

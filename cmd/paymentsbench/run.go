@@ -39,6 +39,12 @@ type cellResult struct {
 	server   serverCounters    // deltas
 	retries  uint64            // db.WithTx retries after serialization failures or deadlocks
 	bg       *backgroundResult // F only
+
+	// The scale run's cells (scale.go): the preloaded size, the keys the
+	// database held when the cell began, buffers and sizes.
+	size     int
+	liveKeys int64
+	scale    scaleCounters
 }
 
 func (r *cellResult) perReq(n float64) float64 {
@@ -196,7 +202,13 @@ type scenario struct {
 // collects every counter.
 func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellResult, error) {
 	b.log.Info("running", "scenario", name, "clients", clients)
-	sc, err := b.setup(ctx, name, clients)
+	var sc *scenario
+	var err error
+	if b.scaleTarget != nil {
+		sc, err = b.setupScale(ctx, b.scaleTarget, name, clients)
+	} else {
+		sc, err = b.setup(ctx, name, clients)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -210,6 +222,12 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 	before, err := b.serverCounters(ctx, sc.dbname)
 	if err != nil {
 		return nil, err
+	}
+	var scaleBefore scaleCounters
+	if b.scaleTarget != nil {
+		if scaleBefore, err = b.readScaleCounters(ctx, sc.dbname); err != nil {
+			return nil, err
+		}
 	}
 	clientBefore := sc.tracer.snapshot()
 	retriesBefore := db.SerializationRetries()
@@ -275,6 +293,13 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 	}
 	if !b.pgss {
 		res.server.statements = -1
+	}
+	if b.scaleTarget != nil {
+		scaleAfter, err := b.readScaleCounters(ctx, sc.dbname)
+		if err != nil {
+			return nil, err
+		}
+		res.scale = scaleAfter.minus(scaleBefore)
 	}
 	res.outcomes, res.errs = l.outcomes, l.errs
 	res.summarize(l, b.o.duration)

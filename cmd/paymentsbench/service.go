@@ -51,9 +51,13 @@ func (b *bench) startService(ctx context.Context, dbname string, filterOn bool, 
 	if err != nil {
 		return nil, err
 	}
+	filter := keyfilter.Config{Disabled: !filterOn} // the service's defaults: 1<<20 keys per slice, 0.1 %
+	if b.filterOverride != nil {
+		filter = *b.filterOverride
+	}
 	a, err := app.New(ctx, app.Config{
 		DatabaseURL: b.server.URL(dbname), Pool: db.PoolConfig{MaxConns: int32(b.o.serviceConns), Tracer: tracer},
-		KeyFilter: keyfilter.Config{Disabled: !filterOn}, // the service's defaults: 1<<20 keys per slice, 0.1 %
+		KeyFilter: filter,
 		Stripe:    stripe, WebhookSecret: "whsec_bench_0123456789abcdef", Logger: log,
 	})
 	if err != nil {

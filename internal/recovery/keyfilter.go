@@ -4,7 +4,7 @@ import (
 	"context"
 	"iter"
 
-	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/keyfilter"
@@ -31,28 +31,81 @@ func (e *Engine) RebuildKeyFilter(ctx context.Context) (keyfilter.RebuildStats, 
 // rebuildPage is how many keys one query of the rebuild reads.
 const rebuildPage = 5000
 
-// liveKeys streams every live key, page by page, so a rebuild never holds
-// more than one page in memory.
+// A livePage is one query's worth of live keys, or the error that ended the
+// reading.
+type livePage struct {
+	rows []keyfilter.Row
+	err  error
+}
+
+// liveKeys streams every live key, page by page: the unfinished keys, then
+// the finished ones in the order they expire (ListUnfinishedKeys,
+// ListLiveFinishedKeys). A key that finishes while the rebuild runs is in
+// one list or the other: it leaves the first only when it finishes, and
+// then expires after every key already finished.
+//
+// The next page is read while the filter takes in the last one, so that
+// PostgreSQL and the filter work at once (on different cores), and at most
+// two pages are held in memory.
 func (e *Engine) liveKeys(ctx context.Context) iter.Seq2[keyfilter.Row, error] {
 	return func(yield func(keyfilter.Row, error) bool) {
-		after := uuid.Nil
-		for {
-			page, err := queries.ListLiveKeys(ctx, e.cfg.Pool, dbsqlc.ListLiveKeysParams{
-				Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(), AfterID: after, PageSize: rebuildPage,
-			})
-			if err != nil {
-				yield(keyfilter.Row{}, err)
+		ctx, cancel := context.WithCancel(ctx)
+		defer cancel()
+		pages := make(chan livePage, 1)
+		go e.readLivePages(ctx, pages)
+		for page := range pages {
+			if page.err != nil {
+				yield(keyfilter.Row{}, page.err)
 				return
 			}
-			for _, k := range page {
-				if !yield(keyfilter.Row{UserID: k.UserID, Key: k.IdempotencyKey, LiveFrom: k.LiveFrom}, nil) {
+			for _, row := range page.rows {
+				if !yield(row, nil) {
 					return
 				}
 			}
-			if len(page) < rebuildPage {
-				return
-			}
-			after = page[len(page)-1].ID
 		}
+	}
+}
+
+// readLivePages sends the pages of liveKeys to pages, and closes it after
+// the last one or an error, or when ctx is done.
+func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage) {
+	defer close(pages)
+	send := func(p livePage) bool {
+		select {
+		case pages <- p:
+			return p.err == nil
+		case <-ctx.Done():
+			return false
+		}
+	}
+	unfinished := dbsqlc.ListUnfinishedKeysParams{Now: e.now(), PageSize: rebuildPage}
+	for {
+		keys, err := queries.ListUnfinishedKeys(ctx, e.cfg.Pool, unfinished)
+		page := livePage{err: err, rows: make([]keyfilter.Row, len(keys))}
+		for i, k := range keys {
+			page.rows[i] = keyfilter.Row{UserID: k.UserID, Key: k.IdempotencyKey, LiveFrom: k.LiveFrom}
+		}
+		if !send(page) {
+			return
+		}
+		if len(keys) < rebuildPage {
+			break
+		}
+		last := keys[len(keys)-1]
+		unfinished.AfterLastRunAt, unfinished.AfterID = pgtype.Timestamptz{Time: last.LastRunAt, Valid: true}, last.ID
+	}
+	finished := dbsqlc.ListLiveFinishedKeysParams{Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(), PageSize: rebuildPage}
+	for {
+		keys, err := queries.ListLiveFinishedKeys(ctx, e.cfg.Pool, finished)
+		page := livePage{err: err, rows: make([]keyfilter.Row, len(keys))}
+		for i, k := range keys {
+			page.rows[i] = keyfilter.Row{UserID: k.UserID, Key: k.IdempotencyKey, LiveFrom: k.LiveFrom}
+		}
+		if !send(page) || len(keys) < rebuildPage {
+			return
+		}
+		last := keys[len(keys)-1]
+		finished.AfterExpiresAt, finished.AfterID = last.ExpiresAt, last.ID
 	}
 }

@@ -2,6 +2,7 @@ package recovery_test
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -120,4 +121,42 @@ func TestKeyFilter_rebuildRemembersKeysClaimedLongAgoThatAreStillLive(t *testing
 	require.True(t, f.MaybeSeen(1, "finished-late"), "finished 23 hours ago: live for one more")
 	require.True(t, f.MaybeSeen(1, "unfinished"), "an unfinished key never expires")
 	require.False(t, f.MaybeSeen(1, "expired"))
+}
+
+// The rebuild reads keys a page at a time, keyset-paginated on columns that
+// repeat (finished keys by expiry, unfinished ones by their last run), so
+// keys that share a value across a page's end must all be read, once.
+func TestKeyFilter_rebuildReadsEveryLiveKeyAcrossPagesOfTiedTimes(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	ctx := context.Background()
+	// 12,000 finished keys over three expiry times, 6,000 unfinished ones
+	// over two last runs (a page is 5,000 rows), and 1,000 expired ones.
+	_, err := b.pool.Exec(ctx, `
+		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
+			request_fingerprint, recovery_point, response_code, response_body, last_run_at, expires_at)
+		SELECT 1, kind || '-' || i, 'thing', 'POST', '/v1/things', '{}', sha256(i::text::bytea),
+			CASE WHEN kind = 'unfinished' THEN 'started' ELSE 'finished' END,
+			CASE WHEN kind = 'unfinished' THEN NULL ELSE 201 END,
+			CASE WHEN kind = 'unfinished' THEN NULL ELSE '\x7b7d'::bytea END,
+			now() - make_interval(mins => i % 2),
+			CASE kind WHEN 'finished' THEN now() + make_interval(hours => 1 + i % 3)
+				WHEN 'expired' THEN now() - interval '1 minute' END
+		FROM (VALUES ('finished', 12000), ('unfinished', 6000), ('expired', 1000)) AS k(kind, n),
+			generate_series(1, n) AS i`)
+	require.NoError(t, err)
+
+	f, err := keyfilter.New(keyfilter.Config{TTL: 24 * time.Hour, ExpectedKeysPerSlice: 20000})
+	require.NoError(t, err)
+	engine := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	st, err := engine.RebuildKeyFilter(ctx)
+	require.NoError(t, err)
+	require.Equal(t, 18000, st.Added, "every live key once")
+	require.Equal(t, 0, st.Expired)
+	for i := 1; i <= 12000; i++ {
+		require.True(t, f.MaybeSeen(1, fmt.Sprintf("finished-%d", i)), "finished-%d", i)
+	}
+	for i := 1; i <= 6000; i++ {
+		require.True(t, f.MaybeSeen(1, fmt.Sprintf("unfinished-%d", i)), "unfinished-%d", i)
+	}
 }

@@ -50,3 +50,30 @@ payments_reaper_keys_deleted_total 1
 	require.Equal(t, []string{"old-unfinished", "young-finished"}, keys, "an unfinished key is never reaped")
 	require.Equal(t, 3, b.count(t, "SELECT count(*) FROM things"), "the work of a reaped key stays")
 }
+
+// Deleting a key sets the references to it to NULL (or deletes them) in
+// every table that has one: PostgreSQL runs, for each key the reaper
+// deletes, one query per referencing table to find its rows. Without an
+// index led by the referencing column that query reads the whole table, so
+// the reaper's cost per key would grow with, say, every webhook delivery
+// ever made, and it would fall behind the insert rate.
+func TestReaper_everyReferenceToAKeyIsFoundThroughAnIndex(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	rows, err := b.pool.Query(context.Background(), `
+		SELECT c.conrelid::regclass::text || '.' || a.attname
+		FROM pg_constraint c
+		JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
+		WHERE c.contype = 'f' AND c.confrelid = 'idempotency_keys'::regclass
+		  AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indkey[0] = c.conkey[1])
+		ORDER BY 1`)
+	require.NoError(t, err)
+	var unindexed []string
+	for rows.Next() {
+		var col string
+		require.NoError(t, rows.Scan(&col))
+		unindexed = append(unindexed, col)
+	}
+	require.NoError(t, rows.Err())
+	require.Empty(t, unindexed, "references to idempotency_keys that a key's deletion must find by scanning the table")
+}

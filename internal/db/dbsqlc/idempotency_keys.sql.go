@@ -419,39 +419,47 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 	return err
 }
 
-const listLiveKeys = `-- name: ListLiveKeys :many
-SELECT id, user_id, idempotency_key,
-    coalesce(expires_at - make_interval(secs => $1::float8), coalesce($2::timestamptz, now()))::timestamptz AS live_from
+const listLiveFinishedKeys = `-- name: ListLiveFinishedKeys :many
+SELECT id, user_id, idempotency_key, expires_at,
+    (expires_at - make_interval(secs => $1::float8))::timestamptz AS live_from
 FROM idempotency_keys
-WHERE (expires_at IS NULL OR expires_at > coalesce($2::timestamptz, now()))
-  AND id > $3
-ORDER BY id
-LIMIT $4
+WHERE recovery_point = 'finished'
+  AND expires_at > coalesce($2::timestamptz, now())
+  AND expires_at >= coalesce($3::timestamptz, '-infinity')
+  AND (expires_at, id) > (coalesce($3::timestamptz, '-infinity'), $4::uuid)
+ORDER BY expires_at, id
+LIMIT $5
 `
 
-type ListLiveKeysParams struct {
-	TtlSeconds float64
-	Now        pgtype.Timestamptz
-	AfterID    uuid.UUID
-	PageSize   int32
+type ListLiveFinishedKeysParams struct {
+	TtlSeconds     float64
+	Now            pgtype.Timestamptz
+	AfterExpiresAt pgtype.Timestamptz
+	AfterID        uuid.UUID
+	PageSize       int32
 }
 
-type ListLiveKeysRow struct {
+type ListLiveFinishedKeysRow struct {
 	ID             uuid.UUID
 	UserID         int64
 	IdempotencyKey string
+	ExpiresAt      pgtype.Timestamptz
 	LiveFrom       time.Time
 }
 
-// A page of the keys a claim can still find, for rebuilding the key filter
-// at start-up: keyset-paginated by id, so no page holds many rows. Each
-// comes with the time from which it lives one more TTL (live_from): a
-// finished key's finish, an unfinished key's "now" (it lives until it
-// finishes, and then a TTL more).
-func (q *Queries) ListLiveKeys(ctx context.Context, db DBTX, arg ListLiveKeysParams) ([]ListLiveKeysRow, error) {
-	rows, err := db.Query(ctx, listLiveKeys,
+// A page of the finished keys a claim can still find, for rebuilding the
+// key filter at start-up, in the order they expire: keyset-paginated by
+// (expires_at, id) through the expiry index. Keys finish in about the
+// order their rows were written, so that order is nearly the heap's: a
+// page reads its rows from a few neighbouring heap pages, where paging by
+// id (a random UUID) read one random page per row, at ten million keys
+// most of them from outside shared_buffers. Each comes with the time from
+// which it lives one more TTL (live_from): its finish.
+func (q *Queries) ListLiveFinishedKeys(ctx context.Context, db DBTX, arg ListLiveFinishedKeysParams) ([]ListLiveFinishedKeysRow, error) {
+	rows, err := db.Query(ctx, listLiveFinishedKeys,
 		arg.TtlSeconds,
 		arg.Now,
+		arg.AfterExpiresAt,
 		arg.AfterID,
 		arg.PageSize,
 	)
@@ -459,13 +467,77 @@ func (q *Queries) ListLiveKeys(ctx context.Context, db DBTX, arg ListLiveKeysPar
 		return nil, err
 	}
 	defer rows.Close()
-	var items []ListLiveKeysRow
+	var items []ListLiveFinishedKeysRow
 	for rows.Next() {
-		var i ListLiveKeysRow
+		var i ListLiveFinishedKeysRow
 		if err := rows.Scan(
 			&i.ID,
 			&i.UserID,
 			&i.IdempotencyKey,
+			&i.ExpiresAt,
+			&i.LiveFrom,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listUnfinishedKeys = `-- name: ListUnfinishedKeys :many
+SELECT id, user_id, idempotency_key, last_run_at,
+    coalesce($1::timestamptz, now())::timestamptz AS live_from
+FROM idempotency_keys
+WHERE recovery_point <> 'finished'
+  AND last_run_at >= coalesce($2::timestamptz, '-infinity')
+  AND (last_run_at, id) > (coalesce($2::timestamptz, '-infinity'), $3::uuid)
+ORDER BY last_run_at, id
+LIMIT $4
+`
+
+type ListUnfinishedKeysParams struct {
+	Now            pgtype.Timestamptz
+	AfterLastRunAt pgtype.Timestamptz
+	AfterID        uuid.UUID
+	PageSize       int32
+}
+
+type ListUnfinishedKeysRow struct {
+	ID             uuid.UUID
+	UserID         int64
+	IdempotencyKey string
+	LastRunAt      time.Time
+	LiveFrom       time.Time
+}
+
+// A page of the unfinished keys (they live until they finish, and then a
+// TTL more), for rebuilding the key filter at start-up: keyset-paginated
+// by (last_run_at, id) through the index of unfinished keys, so a page
+// reads only its own entries however big the table is. last_run_at only
+// grows: a key the completer touches meanwhile may come twice, never not.
+// Each lives one more TTL from now (live_from), by the one clock.
+func (q *Queries) ListUnfinishedKeys(ctx context.Context, db DBTX, arg ListUnfinishedKeysParams) ([]ListUnfinishedKeysRow, error) {
+	rows, err := db.Query(ctx, listUnfinishedKeys,
+		arg.Now,
+		arg.AfterLastRunAt,
+		arg.AfterID,
+		arg.PageSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListUnfinishedKeysRow
+	for rows.Next() {
+		var i ListUnfinishedKeysRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.UserID,
+			&i.IdempotencyKey,
+			&i.LastRunAt,
 			&i.LiveFrom,
 		); err != nil {
 			return nil, err

@@ -74,6 +74,9 @@ echo "== ${db_cmd[*]}" >&2
   echo "rebuild, and several TTLs of churn with the reaper: [BENCHMARKS-scale.md](BENCHMARKS-scale.md), written by"
   echo "\`make bench-scale\` (\`scripts/bench-scale.sh\`)."
   echo
+  echo "What tracing costs when it is off (B before and after issue 18, alternated):"
+  echo "[BENCHMARKS-tracing-off.md](BENCHMARKS-tracing-off.md), by \`scripts/bench-tracing-off.sh\`."
+  echo
   echo "## A fresh test database"
   echo
   echo "Every test that touches SQL gets its own database cloned from a migrated template"

@@ -175,6 +175,38 @@ func TestTracing_aRequestIsOneTraceFromTheServerSpanToItsWebhookDelivery(t *test
 	require.Equal(t, server.SpanID, requestLine["span_id"])
 }
 
+// crashedTrace is what the trace of a request crashed at
+// after_stripe:payment_intent shows at the collector.
+type crashedTrace struct {
+	traceID   string
+	claim     otlptest.Span // the span that claimed the key
+	keyID     string
+	stripeKey string // the derived key of the Stripe call whose answer was never recorded
+}
+
+// crashTracedRequest sends a traced payment to a serve that crashes after
+// Stripe answered (failpoint after_stripe:payment_intent) and returns what
+// its trace shows: what the request did before it died was exported (the
+// failpoint flushes the spans that had ended), its claim and its Stripe call.
+func crashTracedRequest(t *testing.T, receiver *otlptest.Receiver, dbURL, simURL, key string) crashedTrace {
+	t.Helper()
+	doomed, base := startServe(t, dbURL, simURL, append(tracingEnv(receiver), "PAYMENTS_FAILPOINTS=after_stripe:payment_intent=crash")...)
+	traceParent, traceID, _ := newTraceParent()
+	_, _, err := postTraced(t, base, key, traceParent)
+	require.Error(t, err, "the process dies before it can answer")
+	select {
+	case <-doomed.exited:
+	case <-time.After(10 * time.Second):
+		t.Fatal("the service did not crash")
+	}
+	crashed := receiver.Trace(traceID)
+	c := crashedTrace{traceID: traceID, claim: requireSpan(t, crashed, "recovery claim")}
+	c.keyID = c.claim.Attributes["payments.idempotency_key_id"]
+	c.stripeKey = requireSpan(t, crashed, "POST /v1/payment_intents").Attributes["payments.stripe_idempotency_key"]
+	require.Equal(t, "payments-"+c.keyID+"-payment_intent", c.stripeKey)
+	return c
+}
+
 // A request crashed at a failpoint is finished by the completer in a trace
 // of its own that links to the crashed request's trace, resuming at the
 // recovery point where the crash left it, with the next attempt.
@@ -185,23 +217,8 @@ func TestTracing_theCompletersAttemptAtACrashedRequestLinksToItsTrace(t *testing
 	dbURL := dbtest.NewURL(t)
 	seedDemoUsers(t, dbURL)
 
-	doomed, base := startServe(t, dbURL, simURL, append(tracingEnv(receiver), "PAYMENTS_FAILPOINTS=after_stripe:payment_intent=crash")...)
-	traceParent, traceID, _ := newTraceParent()
-	_, _, err := postTraced(t, base, "crashed-1", traceParent)
-	require.Error(t, err, "the process dies before it can answer")
-	select {
-	case <-doomed.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the service did not crash")
-	}
-	// What the crashed request did before it died was exported (the
-	// failpoint flushes the spans that had ended): its claim, and the
-	// Stripe call whose answer it never recorded.
-	crashed := receiver.Trace(traceID)
-	claim := requireSpan(t, crashed, "recovery claim")
-	stripeCall := requireSpan(t, crashed, "POST /v1/payment_intents")
-	keyID := claim.Attributes["payments.idempotency_key_id"]
-	require.Equal(t, "payments-"+keyID+"-payment_intent", stripeCall.Attributes["payments.stripe_idempotency_key"])
+	crashed := crashTracedRequest(t, receiver, dbURL, simURL, "crashed-1")
+	traceID, claim, keyID := crashed.traceID, crashed.claim, crashed.keyID
 
 	startProc(t, append(tracingEnv(receiver), "DATABASE_URL="+dbURL, "STRIPE_API_BASE="+simURL, "STRIPE_SECRET_KEY=",
 		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_LOCK_TIMEOUT=1s",
@@ -232,7 +249,7 @@ func TestTracing_theCompletersAttemptAtACrashedRequestLinksToItsTrace(t *testing
 	require.Equal(t, keyID, phase.Attributes["payments.idempotency_key_id"])
 	require.Equal(t, "2", phase.Attributes["payments.attempt"], "the completer's claim is the key's second")
 	again := requireSpan(t, resumed, "POST /v1/payment_intents")
-	require.Equal(t, stripeCall.Attributes["payments.stripe_idempotency_key"], again.Attributes["payments.stripe_idempotency_key"],
+	require.Equal(t, crashed.stripeKey, again.Attributes["payments.stripe_idempotency_key"],
 		"the same child key as the crashed attempt's: Stripe replays instead of charging again")
 	requireSpan(t, resumed, "recovery claim")
 }
@@ -247,19 +264,8 @@ func TestTracing_anOperatorsRetryOfACrashedRequestLinksToItsTrace(t *testing.T) 
 	dbURL := dbtest.NewURL(t)
 	seedDemoUsers(t, dbURL)
 
-	doomed, base := startServe(t, dbURL, simURL, append(tracingEnv(receiver), "PAYMENTS_FAILPOINTS=after_stripe:payment_intent=crash")...)
-	traceParent, traceID, _ := newTraceParent()
-	_, _, err := postTraced(t, base, "crashed-for-operator", traceParent)
-	require.Error(t, err, "the process dies before it can answer")
-	select {
-	case <-doomed.exited:
-	case <-time.After(10 * time.Second):
-		t.Fatal("the service did not crash")
-	}
-	crashed := receiver.Trace(traceID)
-	claim := requireSpan(t, crashed, "recovery claim")
-	keyID := claim.Attributes["payments.idempotency_key_id"]
-	stripeKey := requireSpan(t, crashed, "POST /v1/payment_intents").Attributes["payments.stripe_idempotency_key"]
+	crashed := crashTracedRequest(t, receiver, dbURL, simURL, "crashed-for-operator")
+	traceID, claim, keyID, stripeKey := crashed.traceID, crashed.claim, crashed.keyID, crashed.stripeKey
 
 	keysEnv := append(tracingEnv(receiver), "DATABASE_URL="+dbURL, "STRIPE_SECRET_KEY=", "STRIPE_API_BASE="+simURL,
 		"PAYMENTS_LOCK_TIMEOUT=1s")

@@ -8,7 +8,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"strings"
@@ -40,21 +39,10 @@ func newTraceParent() (header, traceID, spanID string) {
 	return "00-" + traceID + "-" + spanID + "-01", traceID, spanID
 }
 
-// postTraced is createPayment with a traceparent header.
+// postTraced is createPayment with a traceparent header
+// (postWithTraceHeaders, tracing_hostile_test.go).
 func postTraced(t *testing.T, base, key, traceParent string) (int, []byte, error) {
-	req, _ := http.NewRequest(http.MethodPost, base+"/v1/payments",
-		strings.NewReader(`{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","metadata":{"order":"traced"}}`))
-	req.Header.Set("Authorization", "Bearer "+aliceKey)
-	req.Header.Set("Idempotency-Key", key)
-	req.Header.Set("Content-Type", "application/json")
-	req.Header.Set("traceparent", traceParent)
-	resp, err := apiClient(t).Do(req)
-	if err != nil {
-		return 0, nil, err
-	}
-	defer resp.Body.Close()
-	data, err := io.ReadAll(resp.Body)
-	return resp.StatusCode, data, err
+	return postWithTraceHeaders(t, base, key, traceParent, "")
 }
 
 // merchant is a webhook endpoint that acknowledges every delivery and

@@ -81,13 +81,7 @@ func newBench(ctx context.Context, o options, log *slog.Logger) (*bench, error) 
 		return nil, err
 	}
 	// Templates, migrated (and preloaded) once; each cell gets a clone.
-	if err := b.server.CreateDatabase(ctx, tmplPayments); err != nil {
-		return nil, err
-	}
-	if err := db.MigrateUp(ctx, b.server.URL(tmplPayments), nil); err != nil {
-		return nil, fmt.Errorf("migrating %s: %w", tmplPayments, err)
-	}
-	if err := b.createUsers(ctx, tmplPayments); err != nil {
+	if err := b.makePaymentsTemplate(ctx); err != nil {
 		return nil, err
 	}
 	// Before the preload: B-young starts from the tables as a new
@@ -411,4 +405,16 @@ func (b *bench) logTopSQL(ctx context.Context, dbname string, n int, requests in
 			slog.String("µs/call", fmt.Sprintf("%.1f", total*1000/float64(max(calls, 1)))),
 			slog.String("WAL B/req", fmt.Sprintf("%.0f", wal/per)), slog.String("query", query))
 	}
+}
+
+// makePaymentsTemplate creates the service's template database: migrated,
+// with the benchmark's users (every run, and the scale run, start from it).
+func (b *bench) makePaymentsTemplate(ctx context.Context) error {
+	if err := b.server.CreateDatabase(ctx, tmplPayments); err != nil {
+		return err
+	}
+	if err := db.MigrateUp(ctx, b.server.URL(tmplPayments), nil); err != nil {
+		return fmt.Errorf("migrating %s: %w", tmplPayments, err)
+	}
+	return b.createUsers(ctx, tmplPayments)
 }

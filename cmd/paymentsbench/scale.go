@@ -307,13 +307,7 @@ func newScaleBench(ctx context.Context, o options, log *slog.Logger) (*bench, er
 			return nil, err
 		}
 	}
-	if err := b.server.CreateDatabase(ctx, tmplPayments); err != nil {
-		return nil, err
-	}
-	if err := db.MigrateUp(ctx, b.server.URL(tmplPayments), nil); err != nil {
-		return nil, fmt.Errorf("migrating %s: %w", tmplPayments, err)
-	}
-	if err := b.createUsers(ctx, tmplPayments); err != nil {
+	if err := b.makePaymentsTemplate(ctx); err != nil {
 		return nil, err
 	}
 	if err := b.clone(ctx, dbReplay, tmplPayments); err != nil {

@@ -15,7 +15,7 @@ SQLC         := $(TOOLS_DIR)/sqlc-$(SQLC_VERSION)/sqlc
 help:
 	@echo "make run    build and start payments dev on http://127.0.0.1:8080"
 	@echo "make test   run every test (installs PostgreSQL's server first if missing)"
-	@echo "make check  gofmt, go vet, and generated code up to date"
+	@echo "make check  gofmt, go vet, generated code up to date, no links outside the repository"
 	@echo "make lint-api  lint the OpenAPI document (GET /openapi.json) with Redocly CLI"
 	@echo "make bench  run the benchmarks and write docs/BENCHMARKS.md"
 	@echo "make bench-scale  B, C, E at 0 to 10M live keys, start-up, churn: docs/BENCHMARKS-scale.md (~25 min)"
@@ -37,6 +37,9 @@ check: deps $(SQLC)
 	$(GO) vet ./...
 	$(GO) vet -tags chaos ./cmd/payments/
 	$(SQLC) diff
+	@# The repository stands alone: no tracked file may point at a checkout's
+	@# sibling folders (cite docs/API.md and docs/architecture.md instead).
+	@if git grep -nE '[.][.]/shared|/work[/]shared' -- .; then echo "make check: the lines above point outside the repository"; exit 1; fi
 
 generate: $(SQLC)
 	$(SQLC) generate

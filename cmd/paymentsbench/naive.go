@@ -9,9 +9,10 @@ import (
 	"github.com/example/payments/internal/db"
 )
 
-// naiveSchema is the schema of the pgbench baseline
-// (../shared/reference/pg-baseline.md, scripts/schema.sql) without its
-// replay table: bigserial keys everywhere, as in Brandur's Rocket Rides.
+// naiveSchema is the schema of the baseline (the pgbench measurement of
+// plain PostgreSQL on this kind of machine that the project started from)
+// without its replay table: bigserial keys everywhere, as in Brandur's
+// Rocket Rides.
 const naiveSchema = `
 CREATE TABLE idempotency_keys (
     id             bigserial   PRIMARY KEY,

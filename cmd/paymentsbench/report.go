@@ -165,7 +165,7 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 			"is rebuilt from the database before the load starts. Empty b-trees exaggerate SERIALIZABLE's page-level " +
 			"conflicts; `-preload N` starts from N finished requests instead.\n\n")
 	}
-	p("- **A-naive**: the baseline's `request4.sql` (`../shared/reference/pg-baseline.md`): four SERIALIZABLE transactions "+
+	p("- **A-naive**: the baseline's `request4.sql` (the pgbench measurement of plain PostgreSQL that the project started from, reproduced in `cmd/paymentsbench/naive.go`): four SERIALIZABLE transactions "+
 		"per new request, on its own schema (bigserial keys) in its own database, issued through pgx, %s, every statement "+
 		"on its own and BEGIN alone, as pgbench sends them. Each transaction "+
 		"is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n", floorConnsText(o.floorConns))

@@ -161,6 +161,8 @@ func TestCreatePayment_aFinalAnswerIsNotRetried(t *testing.T) {
 	require.NotEmpty(t, e.Payment)
 	require.False(t, e.Replayed)
 	require.Equal(t, k, e.IdempotencyKey)
+	require.NotEmpty(t, e.RequestID)
+	require.Equal(t, seen.seen[0].Header.Get("X-Request-Id"), e.RequestID)
 	require.Len(t, seen.seen, 1)
 	p, err := c.GetPayment(ctx, e.Payment)
 	require.NoError(t, err)

@@ -104,14 +104,16 @@ func ExampleClient_CapturePayment() {
 	}
 	fmt.Println(p.Status)
 
-	p, err = c.CapturePayment(ctx, p.ID, client.CapturePaymentParams{Amount: 4000})
+	p, err = c.CapturePayment(ctx, p.ID, client.CapturePaymentParams{Amount: client.Int64(4000)})
 	if err != nil {
 		fmt.Println("error:", err)
 		return
 	}
 	fmt.Println(p.Status, p.AmountCaptured)
 
-	r, err := c.CreateRefund(ctx, client.CreateRefundParams{Payment: p.ID, Amount: 1500, Reason: "requested_by_customer"})
+	r, err := c.CreateRefund(ctx, client.CreateRefundParams{
+		Payment: p.ID, Amount: client.Int64(1500), Reason: client.String("requested_by_customer"),
+	})
 	if err != nil {
 		fmt.Println("error:", err)
 		return

@@ -1,5 +1,5 @@
 // Package client is the client half of idempotency keys with recovery
-// points: a Go client of the payments API (API.md sections 2, 7 and 8;
+// points: a Go client of the payments API (docs/API.md sections 2, 7 and 8;
 // the OpenAPI document at GET /openapi.json) that makes one key per intent
 // and retries with it until the service gives its one final answer.
 //
@@ -53,6 +53,22 @@
 //     ran is not known; sent again with the same key, it runs once.
 //
 // Requests carry the User-Agent "payments-go/<version> <Go version>".
+//
+// The paged lists are iterators over every page (ListPayments, ListEvents,
+// ListWebhookEndpoints; one page: ListPaymentsPage, ...):
+//
+//	for p, err := range c.ListPayments(ctx, client.ListParams{Limit: client.Int64(100)}) {
+//		if err != nil {
+//			return err
+//		}
+//		...
+//	}
+//
+// Optional request fields are pointers (Int64, String, Bool): nil leaves
+// a field out, and a value set is sent, zero included.
+//
+// Package webhook (client/webhook) verifies the deliveries of the
+// merchant's webhook endpoints.
 //
 // WithObserver sees every attempt as it happened (its status, headers, raw
 // body or error, and the wait before the next one), for logs and metrics,

@@ -10,7 +10,7 @@ import (
 // "code"); switch on it, never on the text.
 type Code string
 
-// The codes the API answers with (API.md section 2).
+// The codes the API answers with (docs/API.md section 2).
 const (
 	CodeUnauthorized                 Code = "unauthorized"
 	CodeNotFound                     Code = "not_found"

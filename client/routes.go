@@ -8,7 +8,7 @@ import (
 	"strconv"
 )
 
-// The methods below are one per route of the API, in the order of API.md.
+// The methods below are one per route of the API, in the order of docs/API.md.
 // POSTs carry an Idempotency-Key (WithIdempotencyKey, or one made per call);
 // every method retries as the package comment says.
 

@@ -161,6 +161,8 @@ func TestCreatePayment_aFinalAnswerIsNotRetried(t *testing.T) {
 	require.NotEmpty(t, e.Payment)
 	require.False(t, e.Replayed)
 	require.Equal(t, k, e.IdempotencyKey)
+	require.NotEmpty(t, e.RequestID)
+	require.Equal(t, seen.seen[0].Header.Get("X-Request-Id"), e.RequestID)
 	require.Len(t, seen.seen, 1)
 	p, err := c.GetPayment(ctx, e.Payment)
 	require.NoError(t, err)
@@ -229,7 +231,7 @@ func TestClient_429IsRetriedAfterRetryAfter(t *testing.T) {
 	var seen attempts
 	c := client.New(server.URL, aliceKey, client.WithObserver(seen.observe))
 	started := time.Now()
-	l, err := c.ListPayments(ctxTimeout(t, time.Minute), client.ListParams{})
+	l, err := c.ListPaymentsPage(ctxTimeout(t, time.Minute), client.ListParams{})
 	require.NoError(t, err)
 	require.Empty(t, l.Data)
 	require.Equal(t, []int{http.StatusTooManyRequests, http.StatusOK}, seen.statuses())
@@ -258,7 +260,7 @@ func TestClient_everyRoute(t *testing.T) {
 	}, client.WithIdempotencyKey(key("routes-authorise")))
 	require.NoError(t, err)
 	require.Equal(t, client.PaymentRequiresCapture, authorised.Status)
-	captured, err := c.CapturePayment(ctx, authorised.ID, client.CapturePaymentParams{Amount: 3000})
+	captured, err := c.CapturePayment(ctx, authorised.ID, client.CapturePaymentParams{Amount: client.Int64(3000)})
 	require.NoError(t, err)
 	require.Equal(t, int64(3000), captured.AmountCaptured)
 
@@ -268,17 +270,19 @@ func TestClient_everyRoute(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, client.PaymentCanceled, canceled.Status)
 
-	refund, err := c.CreateRefund(ctx, client.CreateRefundParams{Payment: captured.ID, Amount: 1000, Reason: "requested_by_customer"})
+	refund, err := c.CreateRefund(ctx, client.CreateRefundParams{
+		Payment: captured.ID, Amount: client.Int64(1000), Reason: client.String("requested_by_customer"),
+	})
 	require.NoError(t, err)
 	got, err := c.GetRefund(ctx, refund.ID)
 	require.NoError(t, err)
 	require.Equal(t, refund.ID, got.ID)
 
-	page, err := c.ListPayments(ctx, client.ListParams{Limit: 1})
+	page, err := c.ListPaymentsPage(ctx, client.ListParams{Limit: client.Int64(1)})
 	require.NoError(t, err)
 	require.Len(t, page.Data, 1)
 	require.True(t, page.HasMore)
-	next, err := c.ListPayments(ctx, client.ListParams{Limit: 1, StartingAfter: page.Data[0].ID})
+	next, err := c.ListPaymentsPage(ctx, client.ListParams{Limit: client.Int64(1), StartingAfter: &page.Data[0].ID})
 	require.NoError(t, err)
 	require.NotEqual(t, page.Data[0].ID, next.Data[0].ID)
 
@@ -295,20 +299,26 @@ func TestClient_everyRoute(t *testing.T) {
 	gotEndpoint, err := c.GetWebhookEndpoint(ctx, endpoint.ID)
 	require.NoError(t, err)
 	require.Empty(t, gotEndpoint.Secret)
-	endpoints, err := c.ListWebhookEndpoints(ctx, client.ListParams{})
+	endpoints, err := c.ListWebhookEndpointsPage(ctx, client.ListParams{})
 	require.NoError(t, err)
 	require.NotEmpty(t, endpoints.Data)
+	var listed []string
+	for e, err := range c.ListWebhookEndpoints(ctx, client.ListParams{Limit: client.Int64(1)}) {
+		require.NoError(t, err)
+		listed = append(listed, e.ID)
+	}
+	require.Contains(t, listed, endpoint.ID)
 
 	// The event of a payment made after the endpoint existed.
 	paid, err := c.CreatePayment(ctx, visa(900))
 	require.NoError(t, err)
 	var event *client.Event
 	require.Eventually(t, func() bool {
-		events, err := c.ListEvents(ctx, client.ListEventsParams{Type: "payment.succeeded", Limit: 100})
-		require.NoError(t, err)
-		for _, e := range events.Data {
+		for e, err := range c.ListEvents(ctx, client.ListEventsParams{Type: client.String("payment.succeeded"), Limit: client.Int64(100)}) {
+			require.NoError(t, err)
+			require.Equal(t, "payment.succeeded", e.Type)
 			if p, err := e.Payment(); err == nil && p.ID == paid.ID {
-				event = &e
+				event = e
 				return true
 			}
 		}

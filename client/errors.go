@@ -10,27 +10,34 @@ import (
 // "code"); switch on it, never on the text.
 type Code string
 
-// The codes the API answers with (API.md section 2).
+// The codes the API answers with (docs/API.md section 2).
 const (
-	CodeUnauthorized                Code = "unauthorized"
-	CodeNotFound                    Code = "not_found"
-	CodeMethodNotAllowed            Code = "method_not_allowed"
-	CodeValidationFailed            Code = "validation_failed"
-	CodeUnsupportedMediaType        Code = "unsupported_media_type"
-	CodeBodyTooLarge                Code = "body_too_large"
-	CodeIdempotencyKeyMissing       Code = "idempotency_key_missing"
-	CodeIdempotencyKeyInvalid       Code = "idempotency_key_invalid"
-	CodeIdempotencyKeyReused        Code = "idempotency_key_reused"
-	CodeIdempotencyKeyInUse         Code = "idempotency_key_in_use"
-	CodeCardDeclined                Code = "card_declined"
-	CodeRefundNotAllowed            Code = "refund_not_allowed"
-	CodePaymentNotCapturable        Code = "payment_not_capturable"
-	CodePaymentProcessorUnavailable Code = "payment_processor_unavailable"
-	CodeRateLimited                 Code = "rate_limited"
-	CodeInternal                    Code = "internal"
+	CodeUnauthorized                 Code = "unauthorized"
+	CodeNotFound                     Code = "not_found"
+	CodeMethodNotAllowed             Code = "method_not_allowed"
+	CodeValidationFailed             Code = "validation_failed"
+	CodeUnsupportedMediaType         Code = "unsupported_media_type"
+	CodeBodyTooLarge                 Code = "body_too_large"
+	CodeIdempotencyKeyMissing        Code = "idempotency_key_missing"
+	CodeIdempotencyKeyInvalid        Code = "idempotency_key_invalid"
+	CodeIdempotencyKeyReused         Code = "idempotency_key_reused"
+	CodeIdempotencyKeyInUse          Code = "idempotency_key_in_use"
+	CodeCardDeclined                 Code = "card_declined"
+	CodeRefundNotAllowed             Code = "refund_not_allowed"
+	CodePaymentNotCapturable         Code = "payment_not_capturable"
+	CodePaymentProcessorUnavailable  Code = "payment_processor_unavailable"
+	CodePaymentProcessing            Code = "payment_processing" // 409, retried: the payment's creation has not finished
+	CodeIdempotencyKeyNeedsAttention Code = "idempotency_key_needs_attention"
+	CodeWebhookSignatureInvalid      Code = "webhook_signature_invalid"
+	CodeRateLimited                  Code = "rate_limited"
+	CodeInternal                     Code = "internal"
 )
 
+// requestIDHeader is where the service names the request in its logs.
+const requestIDHeader = "X-Request-Id"
+
 // Error is an answer that is not a 2xx: the API's problem details (RFC 9457).
+// A call that got no answer at all returns a *NetworkError instead.
 type Error struct {
 	Status      int    // the HTTP status
 	Code        Code   // the stable code, such as CodeCardDeclined
@@ -43,8 +50,12 @@ type Error struct {
 	// answer: the request was not executed again (a declined card stays
 	// declined).
 	Replayed bool
-	// IdempotencyKey is the key the call was sent with ("" for a GET).
+	// IdempotencyKey is the key the call was sent with ("" for a GET),
+	// the one to send again (WithIdempotencyKey) for the same intent.
 	IdempotencyKey string
+	// RequestID is the answer's X-Request-Id: the service's name of the
+	// request in its logs, for a support ticket.
+	RequestID string
 }
 
 func (e *Error) Error() string {
@@ -76,5 +87,32 @@ func toError(a Attempt) *Error {
 	return &Error{
 		Status: a.Status, Code: p.Code, DeclineCode: p.DeclineCode, Payment: p.Payment,
 		Title: p.Title, Detail: p.Detail, Type: p.Type, Replayed: a.Replayed(), IdempotencyKey: a.IdempotencyKey,
+		RequestID: a.Header.Get(requestIDHeader),
 	}
 }
+
+// NetworkError is a call that ended without an answer it could use: every
+// attempt failed before a whole answer came back (a refused or dropped
+// connection, a time-out), the context ended first, or the answer could
+// not be read (over MaxResponseBytes, or not the JSON expected). Whether
+// the service executed the request is not known: send it again with the
+// same IdempotencyKey, and it runs once, or its stored answer is replayed.
+// errors.Is sees through it to the cause (context.DeadlineExceeded,
+// ErrResponseTooLarge, ...).
+type NetworkError struct {
+	Method, Path   string // the call's route
+	IdempotencyKey string // the key every attempt carried ("" for a GET)
+	RequestID      string // X-Request-Id, when an answer came back but could not be read
+	Attempts       int    // how many attempts were sent
+	Err            error  // why the last one, or the call, ended
+}
+
+func (e *NetworkError) Error() string {
+	msg := fmt.Sprintf("payments: %s %s: no usable answer", e.Method, e.Path)
+	if e.IdempotencyKey != "" {
+		msg += " (Idempotency-Key " + e.IdempotencyKey + ")"
+	}
+	return msg + ": " + e.Err.Error()
+}
+
+func (e *NetworkError) Unwrap() error { return e.Err }

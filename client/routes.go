@@ -2,12 +2,13 @@ package client
 
 import (
 	"context"
+	"iter"
 	"net/http"
 	"net/url"
 	"strconv"
 )
 
-// The methods below are one per route of the API, in the order of API.md.
+// The methods below are one per route of the API, in the order of docs/API.md.
 // POSTs carry an Idempotency-Key (WithIdempotencyKey, or one made per call);
 // every method retries as the package comment says.
 
@@ -66,8 +67,26 @@ func (c *Client) GetPayment(ctx context.Context, id string) (*Payment, error) {
 	return &p, nil
 }
 
-// ListPayments returns a page of payments, newest first: GET /v1/payments.
-func (c *Client) ListPayments(ctx context.Context, params ListParams) (*List[Payment], error) {
+// ListPayments iterates over the payments, newest first, fetching the
+// pages of GET /v1/payments as the loop needs them (params.Limit items
+// each). An error ends the iteration: it is yielded once, with a nil
+// payment.
+//
+//	for p, err := range c.ListPayments(ctx, client.ListParams{}) {
+//		if err != nil {
+//			return err
+//		}
+//		...
+//	}
+func (c *Client) ListPayments(ctx context.Context, params ListParams) iter.Seq2[*Payment, error] {
+	return autoPage(params.StartingAfter, func(after *string) (*List[Payment], error) {
+		return c.ListPaymentsPage(ctx, ListParams{Limit: params.Limit, StartingAfter: after})
+	}, func(p *Payment) string { return p.ID })
+}
+
+// ListPaymentsPage returns one page of payments, newest first:
+// GET /v1/payments.
+func (c *Client) ListPaymentsPage(ctx context.Context, params ListParams) (*List[Payment], error) {
 	return list[Payment](ctx, c, "/v1/payments", params.query())
 }
 
@@ -107,12 +126,21 @@ func (c *Client) GetIdempotencyKey(ctx context.Context, key string) (*Idempotenc
 	return &k, nil
 }
 
-// ListEvents returns a page of the merchant's events, newest first:
+// ListEvents iterates over the merchant's events (of params.Type only,
+// when set), newest first, fetching the pages of GET /v1/events as the
+// loop needs them; an error is yielded once and ends it.
+func (c *Client) ListEvents(ctx context.Context, params ListEventsParams) iter.Seq2[*Event, error] {
+	return autoPage(params.StartingAfter, func(after *string) (*List[Event], error) {
+		return c.ListEventsPage(ctx, ListEventsParams{Limit: params.Limit, StartingAfter: after, Type: params.Type})
+	}, func(e *Event) string { return e.ID })
+}
+
+// ListEventsPage returns one page of the merchant's events, newest first:
 // GET /v1/events.
-func (c *Client) ListEvents(ctx context.Context, params ListEventsParams) (*List[Event], error) {
+func (c *Client) ListEventsPage(ctx context.Context, params ListEventsParams) (*List[Event], error) {
 	q := ListParams{Limit: params.Limit, StartingAfter: params.StartingAfter}.query()
-	if params.Type != "" {
-		q.Set("type", params.Type)
+	if params.Type != nil {
+		q.Set("type", *params.Type)
 	}
 	return list[Event](ctx, c, "/v1/events", q)
 }
@@ -130,7 +158,8 @@ func (c *Client) GetEvent(ctx context.Context, id string) (*Event, error) {
 }
 
 // ListEventDeliveries returns the event's deliveries, one per endpoint it
-// is sent to: GET /v1/events/{id}/deliveries.
+// is sent to, all of them (the route is not paged):
+// GET /v1/events/{id}/deliveries.
 func (c *Client) ListEventDeliveries(ctx context.Context, id string) (*List[WebhookDelivery], error) {
 	if id == "" {
 		return nil, errEmptyID
@@ -165,9 +194,18 @@ func (c *Client) CreateWebhookEndpoint(ctx context.Context, params CreateWebhook
 	return &e, nil
 }
 
-// ListWebhookEndpoints returns a page of endpoints, newest first, without
-// their secrets: GET /v1/webhook_endpoints.
-func (c *Client) ListWebhookEndpoints(ctx context.Context, params ListParams) (*List[WebhookEndpoint], error) {
+// ListWebhookEndpoints iterates over the endpoints, newest first, without
+// their secrets, fetching the pages of GET /v1/webhook_endpoints as the
+// loop needs them; an error is yielded once and ends it.
+func (c *Client) ListWebhookEndpoints(ctx context.Context, params ListParams) iter.Seq2[*WebhookEndpoint, error] {
+	return autoPage(params.StartingAfter, func(after *string) (*List[WebhookEndpoint], error) {
+		return c.ListWebhookEndpointsPage(ctx, ListParams{Limit: params.Limit, StartingAfter: after})
+	}, func(e *WebhookEndpoint) string { return e.ID })
+}
+
+// ListWebhookEndpointsPage returns one page of endpoints, newest first,
+// without their secrets: GET /v1/webhook_endpoints.
+func (c *Client) ListWebhookEndpointsPage(ctx context.Context, params ListParams) (*List[WebhookEndpoint], error) {
 	return list[WebhookEndpoint](ctx, c, "/v1/webhook_endpoints", params.query())
 }
 
@@ -237,13 +275,39 @@ func list[T any](ctx context.Context, c *Client, path string, q url.Values) (*Li
 	return &l, nil
 }
 
+// autoPage yields the items of page(after) for after = start, then the
+// last id of each page, until a page says it has no more. Only the pages
+// the loop reaches are fetched.
+func autoPage[T any](start *string, page func(after *string) (*List[T], error), id func(*T) string) iter.Seq2[*T, error] {
+	return func(yield func(*T, error) bool) {
+		after := start
+		for {
+			l, err := page(after)
+			if err != nil {
+				yield(nil, err)
+				return
+			}
+			for i := range l.Data {
+				if !yield(&l.Data[i], nil) {
+					return
+				}
+			}
+			if !l.HasMore || len(l.Data) == 0 {
+				return
+			}
+			last := id(&l.Data[len(l.Data)-1])
+			after = &last
+		}
+	}
+}
+
 func (p ListParams) query() url.Values {
 	q := url.Values{}
-	if p.Limit != 0 {
-		q.Set("limit", strconv.Itoa(p.Limit))
+	if p.Limit != nil {
+		q.Set("limit", strconv.FormatInt(*p.Limit, 10))
 	}
-	if p.StartingAfter != "" {
-		q.Set("starting_after", p.StartingAfter)
+	if p.StartingAfter != nil {
+		q.Set("starting_after", *p.StartingAfter)
 	}
 	return q
 }

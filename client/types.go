@@ -148,6 +148,13 @@ type List[T any] struct {
 	Replayed bool   `json:"-"`
 }
 
+// The params below follow one rule: an optional field is a pointer (set it
+// with Int64, String or Bool), nil leaves it out of the request and lets
+// the service's default apply, and a value set is sent as it is, zero
+// included (a refund of amount 0 is refused, not taken for "all of it").
+// CreatePaymentParams keeps its plain Amount, Currency and PaymentMethod:
+// they are required.
+
 // CreatePaymentParams is the body of CreatePayment. Capture nil means
 // true; false only authorises (status requires_capture), and CapturePayment
 // or CancelPayment finishes the payment.
@@ -160,18 +167,19 @@ type CreatePaymentParams struct {
 	Metadata      map[string]string `json:"metadata,omitempty"`
 }
 
-// CapturePaymentParams is the body of CapturePayment; Amount 0 captures
+// CapturePaymentParams is the body of CapturePayment; Amount nil captures
 // all that was authorised.
 type CapturePaymentParams struct {
-	Amount int64 `json:"amount,omitempty"`
+	Amount *int64 `json:"amount,omitempty"`
 }
 
-// CreateRefundParams is the body of CreateRefund. Amount 0 refunds what is
-// left; Reason is "", "duplicate", "fraudulent" or "requested_by_customer".
+// CreateRefundParams is the body of CreateRefund. Amount nil refunds what
+// is left; Reason, when set, is "duplicate", "fraudulent" or
+// "requested_by_customer".
 type CreateRefundParams struct {
-	Payment string `json:"payment"`
-	Amount  int64  `json:"amount,omitempty"`
-	Reason  string `json:"reason,omitempty"`
+	Payment string  `json:"payment"`
+	Amount  *int64  `json:"amount,omitempty"`
+	Reason  *string `json:"reason,omitempty"`
 }
 
 // CreateWebhookEndpointParams is the body of CreateWebhookEndpoint.
@@ -182,19 +190,21 @@ type CreateWebhookEndpointParams struct {
 	Description   *string  `json:"description,omitempty"`
 }
 
-// ListParams pages a list: Limit 1..100 (0: the service's default, 10), and
-// StartingAfter the id of the last item of the previous page.
+// ListParams pages a list: Limit 1..100 items a page (nil: the service's
+// default, 10), and StartingAfter the id of the last item of the previous
+// page (nil: from the newest). The iterators (ListPayments, ...) start
+// after StartingAfter and fetch every page after it, Limit items at a time.
 type ListParams struct {
-	Limit         int
-	StartingAfter string
+	Limit         *int64
+	StartingAfter *string
 }
 
-// ListEventsParams pages the event feed; Type, when set, keeps the events
-// of that type only.
+// ListEventsParams pages the event feed as ListParams does; Type, when
+// set, keeps the events of that type only.
 type ListEventsParams struct {
-	Limit         int
-	StartingAfter string
-	Type          string
+	Limit         *int64
+	StartingAfter *string
+	Type          *string
 }
 
 // Bool returns a pointer to b, for the optional fields of params.
@@ -202,3 +212,6 @@ func Bool(b bool) *bool { return &b }
 
 // String returns a pointer to s, for the optional fields of params.
 func String(s string) *string { return &s }
+
+// Int64 returns a pointer to n, for the optional fields of params.
+func Int64(n int64) *int64 { return &n }

@@ -101,6 +101,30 @@ func TestDeploy_composeFileRunsRealCommands(t *testing.T) {
 	}
 }
 
+// Every image the compose file pulls is pinned to a release (a tag of at
+// least major.minor, such as postgres:15.18 or riverui:0.22.0): never
+// :latest, no tag, or a bare major version, which move under the same
+// file and make one checkout run different software from one day to the
+// next.
+func TestDeploy_composeImagesArePinned(t *testing.T) {
+	t.Parallel()
+	raw, err := os.ReadFile(filepath.Join(repoRoot, "docker-compose.yml"))
+	require.NoError(t, err)
+	var c composeFile
+	require.NoError(t, yaml.Unmarshal(raw, &c))
+	release := regexp.MustCompile(`^v?[0-9]+\.[0-9]+(\.[0-9]+)?(-[a-z0-9.]+)?$`)
+	for name, s := range c.Services {
+		if s.Build != nil {
+			continue // built here (payments:local)
+		}
+		require.NotEmpty(t, s.Image, "%s has an image", name)
+		ref := s.Image[strings.LastIndexByte(s.Image, '/')+1:]
+		_, tag, ok := strings.Cut(ref, ":")
+		require.True(t, ok, "%s's image %s names a tag", name, s.Image)
+		require.Regexp(t, release, tag, "%s's image %s is pinned to a release", name, s.Image)
+	}
+}
+
 // Prometheus scrapes serve and worker where they listen and evaluates the
 // alerting rules; Grafana gets the dashboard and a data source that is
 // Prometheus. Every file the compose file mounts is in the repository.

@@ -165,6 +165,7 @@ func (d *driver) sendWith(ctx context.Context, rng *rand.Rand, opts sendOptions,
 	c := paymentsclient.New(apiBase, apiKey,
 		paymentsclient.WithHTTPClient(&http.Client{Transport: picker, Timeout: attemptTimeout}),
 		paymentsclient.WithBackoff(minBackoff, maxBackoff), paymentsclient.WithMaxAttempts(maxAttemptsEach),
+		paymentsclient.WithRetryBudget(d.budget), // the context's budget, however long, not the client's default
 		paymentsclient.WithObserver(observe))
 
 	err := d.call(callCtx, c, r)

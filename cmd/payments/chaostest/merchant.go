@@ -255,7 +255,7 @@ func merchantClient(base, apiKey string) *paymentsclient.Client {
 // but 200 is a problem.
 func (m *merchant) redeliverLatest(ctx context.Context, base, apiKey string, n int, stats *Stats, logf func(string, ...any)) {
 	c := merchantClient(base, apiKey)
-	events, err := c.ListEvents(ctx, paymentsclient.ListEventsParams{Limit: 1})
+	events, err := c.ListEventsPage(ctx, paymentsclient.ListEventsParams{Limit: paymentsclient.Int64(1)})
 	if err != nil {
 		if ctx.Err() == nil {
 			logf("chaos: listing events: %v", err)

@@ -286,7 +286,7 @@ func TestSimulatorAnswersAsStripeDocuments(t *testing.T) {
 	names := map[string]bool{}
 	var checked atomic.Int64
 	t.Cleanup(func() {
-		t.Logf("%d answers to %d rows checked against Stripe's document", checked.Load(), len(conformanceRows))
+		t.Logf("%d answers and events of %d rows checked against Stripe's document", checked.Load(), len(conformanceRows))
 	})
 	for _, row := range conformanceRows {
 		require.False(t, names[row.name], "two rows named %q", row.name)
@@ -305,6 +305,15 @@ func TestSimulatorAnswersAsStripeDocuments(t *testing.T) {
 				if err := spec.checkAnswer(a.method, a.path, a.status, a.header, a.body); err != nil {
 					t.Errorf("%s %s -> %d is not an answer Stripe's document allows: %v\nbody: %s",
 						a.method, a.path, a.status, err, clipBody(a.body))
+				}
+			}
+			// The events the row caused, as the simulator sends them to webhooks.
+			events, err := e.sim.Objects("event")
+			require.NoError(t, err)
+			for _, ev := range events {
+				checked.Add(1)
+				if err := spec.checkEvent(ev); err != nil {
+					t.Errorf("an event Stripe's document does not allow: %v\nevent: %s", err, clipBody(ev))
 				}
 			}
 		})
@@ -335,12 +344,26 @@ func TestStripeSpecCatchesWhatStripeNeverSends(t *testing.T) {
 			`property "amount" is missing`},
 		{"POST", "/v1/refunds", 402, `{"error":{"type":"decline"}}`, "at /error/type: value is not one of the allowed values"},
 		{"GET", "/v1/nothing_here", 404, `{"error":{"type":"invalid_request_error"}}`, "no operation of Stripe's API"},
+		{"GET", "/v1/refunds/re_1", 200,
+			`{"id":"re_1","object":"refund","amount":100,"created":1,"currency":"usd","metadata":{"a":"b"},"failure_reasn":"x"}`,
+			"fields Stripe's document does not define: /failure_reasn"},
+		{"POST", "/v1/payment_intents", 402,
+			`{"error":{"type":"card_error","payment_method":{"id":"pm_1","object":"payment_method","type":"card","created":1,"livemode":false,` +
+				`"billing_details":{"address":null},"card":{"brand":"visa","exp_month":1,"exp_year":2030,"funding":"credit","last4":"4242","lastfour":"4242"}}}}`,
+			"fields Stripe's document does not define: /error/payment_method/card/lastfour"},
 	}
 	for _, b := range bad {
 		err := spec.checkAnswer(b.method, b.path, b.status, jsonHeader(), []byte(b.body))
 		require.Error(t, err, "%s %s -> %d %s", b.method, b.path, b.status, b.body)
 		require.Contains(t, err.Error(), b.want)
 	}
+	// An event is held to the event schema and its object to its own.
+	err = spec.checkEvent([]byte(`{"id":"evt_1","object":"event","created":1,"livemode":false,"pending_webhooks":0,` +
+		`"type":"charge.succeeded","data":{"object":{"id":"ch_1","object":"charge","amount":100}}}`))
+	require.ErrorContains(t, err, `data.object: at /amount_captured: property "amount_captured" is missing`)
+	err = spec.checkEvent([]byte(`{"id":"evt_1","object":"event","created":1,"type":"charge.succeeded","data":{"object":{"object":"charge"}}}`))
+	require.ErrorContains(t, err, `property "livemode" is missing`)
+
 	// And the route finder prefers the fixed segment: search is search.
 	route, err := spec.route("GET", "/v1/payment_intents/search")
 	require.NoError(t, err)

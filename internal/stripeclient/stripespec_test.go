@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 
@@ -150,7 +151,121 @@ func (s *stripeSpec) checkAnswer(method, path string, status int, header http.He
 	if err := openapi3filter.ValidateResponse(context.Background(), input); err != nil {
 		return fmt.Errorf("%s", schemaErrors(err))
 	}
+	response := route.Operation.Responses.Status(status)
+	if response == nil {
+		response = route.Operation.Responses.Default()
+	}
+	media := response.Value.Content.Get("application/json")
+	if media == nil || media.Schema == nil {
+		return nil
+	}
+	return noUndefinedFields(media.Schema.Value, body)
+}
+
+// noUndefinedFields is an error naming the fields of body schema does not
+// define, if any.
+func noUndefinedFields(schema *openapi3.Schema, body []byte) error {
+	var value any
+	if err := json.Unmarshal(body, &value); err != nil {
+		return err
+	}
+	if extra := undefinedFields(schema, value, ""); len(extra) > 0 {
+		return fmt.Errorf("fields Stripe's document does not define: %s", strings.Join(extra, ", "))
+	}
 	return nil
+}
+
+// checkEvent validates an event the simulator sends to webhooks against
+// Stripe's event schema, and the object it carries (data.object) against the
+// schema of that object's type ("payment_intent", "charge", "refund", ...):
+// the event schema itself leaves data.object open.
+func (s *stripeSpec) checkEvent(body []byte) error {
+	var ev struct {
+		Data struct {
+			Object json.RawMessage `json:"object"`
+		} `json:"data"`
+	}
+	if err := json.Unmarshal(body, &ev); err != nil {
+		return err
+	}
+	var obj struct {
+		Object string `json:"object"`
+	}
+	if err := json.Unmarshal(ev.Data.Object, &obj); err != nil {
+		return fmt.Errorf("data.object: %w", err)
+	}
+	if err := s.checkObject("event", body); err != nil {
+		return err
+	}
+	if err := s.checkObject(obj.Object, ev.Data.Object); err != nil {
+		return fmt.Errorf("data.object: %w", err)
+	}
+	return nil
+}
+
+// checkObject validates body against the document's schema of that name.
+func (s *stripeSpec) checkObject(schema string, body []byte) error {
+	ref, ok := s.doc.Components.Schemas[schema]
+	if !ok || ref.Value == nil {
+		return fmt.Errorf("Stripe's document has no object %q", schema)
+	}
+	var value any
+	if err := json.Unmarshal(body, &value); err != nil {
+		return err
+	}
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if err := ref.Value.VisitJSON(value, openapi3.MultiErrors()); err != nil {
+		return fmt.Errorf("%s", schemaErrors(err))
+	}
+	return noUndefinedFields(ref.Value, body)
+}
+
+// undefinedFields lists the fields of value, at any depth, that schema does
+// not define. Stripe's schemas do not forbid other fields (no
+// additionalProperties: false), so the validator lets them by; but Stripe
+// sends only the fields its document defines, so a field outside it is one
+// the simulator made up (or misspelt). An object schema without properties
+// (next_action's use_stripe_sdk, an event's data.object) is open and not
+// looked into; of an anyOf, the first branch value matches is followed.
+func undefinedFields(schema *openapi3.Schema, value any, at string) []string {
+	if schema == nil {
+		return nil
+	}
+	if len(schema.AnyOf) > 0 {
+		for _, branch := range schema.AnyOf {
+			if branch.Value != nil && branch.Value.VisitJSON(value) == nil {
+				return undefinedFields(branch.Value, value, at)
+			}
+		}
+		return nil // matches no branch: the validator reports it
+	}
+	var found []string
+	switch v := value.(type) {
+	case map[string]any:
+		for key, field := range v {
+			where := at + "/" + key
+			if prop, ok := schema.Properties[key]; ok {
+				found = append(found, undefinedFields(prop.Value, field, where)...)
+				continue
+			}
+			if extra := schema.AdditionalProperties.Schema; extra != nil {
+				found = append(found, undefinedFields(extra.Value, field, where)...)
+				continue
+			}
+			if len(schema.Properties) > 0 {
+				found = append(found, where)
+			}
+		}
+	case []any:
+		if schema.Items != nil {
+			for i, item := range v {
+				found = append(found, undefinedFields(schema.Items.Value, item, fmt.Sprintf("%s/%d", at, i))...)
+			}
+		}
+	}
+	slices.Sort(found)
+	return found
 }
 
 // schemaErrors words the validator's error as one line per schema error:

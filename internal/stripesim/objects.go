@@ -106,11 +106,13 @@ type charge struct {
 	Amount         int64             `json:"amount"`
 	AmountCaptured int64             `json:"amount_captured"`
 	AmountRefunded int64             `json:"amount_refunded"`
+	BillingDetails billingDetails    `json:"billing_details"` // a test card's: none
 	Captured       bool              `json:"captured"`
 	Created        int64             `json:"created"`
 	Currency       string            `json:"currency"`
 	Customer       *string           `json:"customer"`
 	Description    *string           `json:"description"`
+	Disputed       bool              `json:"disputed"` // the simulator has no disputes
 	FailureCode    *string           `json:"failure_code"`
 	FailureMessage *string           `json:"failure_message"`
 	Livemode       bool              `json:"livemode"`

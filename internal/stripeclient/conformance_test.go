@@ -236,6 +236,20 @@ var conformanceRows = []conformanceRow{
 		e.payWithKey(key, "pm_card_visa", false)
 		e.requireReplayed(1)
 	}},
+	{"dropped connection (no answer), then the replay", []int{200}, func(e *simEnv) {
+		e.fault(stripesim.FaultDropConnection)
+		key := e.key()
+		require.Empty(e.t, e.payWithKey(key, "pm_card_visa", false), "the first request gets no answer")
+		e.payWithKey(key, "pm_card_visa", false)
+		e.requireReplayed(0)
+	}},
+	{"slow answer", []int{200}, func(e *simEnv) {
+		require.NoError(e.t, e.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents", Kind: stripesim.FaultDelay, DelayMS: 50}))
+		e.pay("pm_card_visa", false)
+	}},
+	{"idempotency key over 255 characters", []int{400}, func(e *simEnv) {
+		e.send("POST", "/v1/payment_intents", strings.Repeat("k", 256), "amount=2000&currency=usd")
+	}},
 	{"no API key", []int{401}, func(e *simEnv) {
 		e.sendAs("", "GET", "/v1/payment_intents/pi_123", "", "")
 	}},

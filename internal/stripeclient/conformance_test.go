@@ -8,6 +8,7 @@ import (
 	"io"
 	"net/http"
 	"net/http/httptest"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -32,7 +33,9 @@ type conformanceRow struct {
 
 // conformanceRows are the calls the service makes, each way Stripe may
 // answer them, and Stripe's common failures. A route the simulator gains
-// gets its row here, e.g. once the simulator lists payment intents:
+// gets its row here (TestSimulatorAnswersAsStripeDocuments fails, naming
+// the route, until it has one), e.g. once the simulator lists payment
+// intents:
 //
 //	{"list payment intents", []int{200, 200}, func(e *simEnv) {
 //		e.pay("pm_card_visa", false)
@@ -300,6 +303,7 @@ func TestSimulatorAnswersAsStripeDocuments(t *testing.T) {
 	require.NoError(t, err, "Stripe's OpenAPI document (from stripe-mock %s)", stripeMockVersion)
 
 	names := map[string]bool{}
+	covered := map[string]bool{} // "GET /v1/refunds/{refund}": routes some row's answers came from
 	var checked atomic.Int64
 	t.Cleanup(func() {
 		t.Logf("%d answers and events of %d rows checked against Stripe's document", checked.Load(), len(conformanceRows))
@@ -318,6 +322,9 @@ func TestSimulatorAnswersAsStripeDocuments(t *testing.T) {
 			require.Equal(t, row.want, statuses, "the statuses of the row's answers")
 			for _, a := range answers {
 				checked.Add(1)
+				if route, err := spec.route(a.method, a.path); err == nil {
+					covered[a.method+" "+route.Path] = true
+				}
 				if err := spec.checkAnswer(a.method, a.path, a.status, a.header, a.body); err != nil {
 					t.Errorf("%s %s -> %d is not an answer Stripe's document allows: %v\nbody: %s",
 						a.method, a.path, a.status, err, clipBody(a.body))
@@ -334,6 +341,45 @@ func TestSimulatorAnswersAsStripeDocuments(t *testing.T) {
 			}
 		})
 	}
+
+	// A route the simulator gains needs its row: every operation of Stripe's
+	// document is tried on a fresh simulator, and each one it serves (it does
+	// not answer "Unrecognized request URL") must be one some row covered.
+	served := servedOperations(t, spec)
+	require.Contains(t, served, "POST /v1/payment_intents", "the probe finds the simulator's routes")
+	var uncovered []string
+	for _, op := range served {
+		if !covered[op] {
+			uncovered = append(uncovered, op)
+		}
+	}
+	require.Empty(t, uncovered, "the simulator serves these, and no row of conformanceRows calls them: add rows")
+}
+
+// servedOperations are the operations of Stripe's document that a fresh
+// simulator serves, as "METHOD /path/{param}", sorted.
+func servedOperations(t *testing.T, spec *stripeSpec) []string {
+	e := newSimEnv(t)
+	var served []string
+	for _, r := range spec.routes {
+		for method := range r.item.Operations() {
+			path := r.template
+			for _, seg := range r.segments {
+				if strings.HasPrefix(seg, "{") {
+					path = strings.Replace(path, seg, "probe", 1)
+				}
+			}
+			a, err := e.trySend(testKey, method, path, "", "")
+			require.NoError(t, err, "%s %s", method, path)
+			errObj, _ := a["error"].(map[string]any)
+			msg, _ := errObj["message"].(string)
+			if !strings.HasPrefix(msg, "Unrecognized request URL") {
+				served = append(served, method+" "+r.template)
+			}
+		}
+	}
+	slices.Sort(served)
+	return served
 }
 
 // TestStripeSpecCatchesWhatStripeNeverSends is the checker's negative

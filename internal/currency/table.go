@@ -4,14 +4,21 @@ package currency
 // (https://docs.stripe.com/currencies): the presentment currencies of card
 // payments, the zero-decimal ones, and the minimum charge amounts.
 
-// minimums are Stripe's published minimum charge amounts, in minor units
-// ("Minimum and maximum charge amounts"). Stripe states them for the
-// currencies it settles in and asks, for any other currency, the equivalent
-// of its account's minimum (0.50 usd for a US account) at the day's
-// exchange rate. Rates are not ours to guess, so a currency missing here
-// gets no minimum of its own from this table (1 minor unit), and Stripe has
-// the last word: a charge it finds too small is refused by Stripe
-// (amount_too_small) and the payment is failed.
+// minimums are Stripe's published minimum charge amounts, in minor units:
+// the table under "Minimum and maximum charge amounts"
+// (https://docs.stripe.com/currencies#minimum-and-maximum-charge-amounts),
+// columns "Settlement Currency" and "Minimum Charge Amount", checked row by
+// row on 2026-11-25 (TestPublishedMinimums holds this table to it). It has
+// these 24 rows; the comment beside each is the amount as Stripe prints it.
+// For a zero-decimal currency (jpy) the minor unit is the whole unit, so
+// ¥50 is 50.
+//
+// Stripe states minimums for the currencies it settles in and asks, for
+// any other currency, the equivalent of its account's minimum (0.50 usd for
+// a US account) at the day's exchange rate. Rates are not ours to guess, so
+// a currency missing here gets no minimum of its own from this table (1
+// minor unit), and Stripe has the last word: a charge it finds too small is
+// refused by Stripe (amount_too_small) and the payment is failed.
 var minimums = map[string]int64{
 	"usd": 50,    // $0.50
 	"aed": 200,   // 2.00 د.إ
@@ -20,8 +27,8 @@ var minimums = map[string]int64{
 	"brl": 50,    // R$0.50
 	"cad": 50,    // $0.50
 	"chf": 50,    // 0.50 Fr
-	"czk": 1500,  // 15.00 Kč
-	"dkk": 250,   // 2.50 kr.
+	"czk": 1500,  // 15.00Kč
+	"dkk": 250,   // 2.50-kr.
 	"eur": 50,    // €0.50
 	"gbp": 30,    // £0.30
 	"hkd": 400,   // $4.00
@@ -30,11 +37,11 @@ var minimums = map[string]int64{
 	"jpy": 50,    // ¥50 (zero-decimal)
 	"mxn": 1000,  // $10
 	"myr": 200,   // RM 2
-	"nok": 300,   // 3.00 kr.
+	"nok": 300,   // 3.00-kr.
 	"nzd": 50,    // $0.50
 	"pln": 200,   // 2.00 zł
 	"ron": 200,   // lei2.00
-	"sek": 300,   // 3.00 kr.
+	"sek": 300,   // 3.00-kr.
 	"sgd": 50,    // $0.50
 	"thb": 1000,  // ฿10
 }

@@ -1,6 +1,9 @@
 package stripesim
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // testCard is the behaviour of one of Stripe's test payment methods.
 type testCard struct {
@@ -44,18 +47,34 @@ var testCards = map[string]testCard{
 	"pm_card_pendingRefund":          {brand: "visa", last4: "7726", refunds: refundPendsThenSucceeds},
 }
 
-// paymentMethod describes the card as Stripe embeds it in a decline.
-func (tc testCard) paymentMethod(id string) *paymentMethod {
-	pm := &paymentMethod{ID: id, Object: "payment_method", Type: "card"}
-	pm.Card.Brand = tc.brand
-	pm.Card.Last4 = tc.last4
-	return pm
+// paymentMethod describes the card as Stripe embeds it in a card error: the
+// payment method created (at created, Unix seconds) for the test card. A
+// test card has no billing details, expires a year after it was created
+// (any future date will do for Stripe's test cards) and is a credit card
+// (Stripe lists its debit and prepaid test cards apart); the simulator does
+// not model the issuing country, which Stripe's schema allows to be null.
+func (tc testCard) paymentMethod(id string, created int64) *paymentMethod {
+	expires := time.Unix(created, 0).UTC().AddDate(1, 0, 0)
+	return &paymentMethod{
+		ID:     id,
+		Object: "payment_method",
+		Card: paymentMethodCard{
+			Brand:    tc.brand,
+			ExpMonth: int64(expires.Month()),
+			ExpYear:  int64(expires.Year()),
+			Funding:  "credit",
+			Last4:    tc.last4,
+		},
+		Created:  created,
+		Metadata: map[string]string{},
+		Type:     "card",
+	}
 }
 
 // authenticationRequired is the card_error Stripe reports when a payment
-// that needs 3-D Secure is confirmed with error_on_requires_action=true.
-// No charge was attempted, so none is named.
-func (tc testCard) authenticationRequired(pmID string) *apiError {
+// that needs 3-D Secure is confirmed with error_on_requires_action=true, at
+// now (Unix seconds). No charge was attempted, so none is named.
+func (tc testCard) authenticationRequired(pmID string, now int64) *apiError {
 	return &apiError{
 		status:        http.StatusPaymentRequired,
 		Type:          typeCard,
@@ -63,12 +82,13 @@ func (tc testCard) authenticationRequired(pmID string) *apiError {
 		DeclineCode:   "authentication_required",
 		DocURL:        "https://stripe.com/docs/error-codes/authentication-required",
 		Message:       "Your card was declined. This transaction requires authentication.",
-		PaymentMethod: tc.paymentMethod(pmID),
+		PaymentMethod: tc.paymentMethod(pmID, now),
 	}
 }
 
-// decline is the card_error Stripe reports for a declined charge.
-func (tc testCard) decline(pmID, chargeID string) *apiError {
+// decline is the card_error Stripe reports for a declined charge, made at
+// now (Unix seconds).
+func (tc testCard) decline(pmID, chargeID string, now int64) *apiError {
 	return &apiError{
 		status:        http.StatusPaymentRequired,
 		Type:          typeCard,
@@ -77,6 +97,6 @@ func (tc testCard) decline(pmID, chargeID string) *apiError {
 		DocURL:        "https://stripe.com/docs/error-codes/card-declined",
 		Message:       tc.message,
 		Charge:        chargeID,
-		PaymentMethod: tc.paymentMethod(pmID),
+		PaymentMethod: tc.paymentMethod(pmID, now),
 	}
 }

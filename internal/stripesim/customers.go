@@ -21,8 +21,14 @@ func (s *Simulator) createCustomer(c *call) outcome {
 	return succeeded(cus)
 }
 
-// getCustomer is GET /v1/customers/{id}.
+// getCustomer is GET /v1/customers/{id}. GET /v1/customers/search is
+// Stripe's customer search, which the simulator does not implement: like
+// every route it lacks, it is an unrecognized URL, not a customer named
+// "search".
 func (s *Simulator) getCustomer(c *call) outcome {
+	if c.id == "search" {
+		return unrecognizedURL(c)
+	}
 	cus, ok := s.state.customers.get(c.id)
 	if !ok {
 		return rejected(noSuchObject(http.StatusNotFound, "customer", "id", c.id))

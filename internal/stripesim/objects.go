@@ -106,11 +106,13 @@ type charge struct {
 	Amount         int64             `json:"amount"`
 	AmountCaptured int64             `json:"amount_captured"`
 	AmountRefunded int64             `json:"amount_refunded"`
+	BillingDetails billingDetails    `json:"billing_details"` // a test card's: none
 	Captured       bool              `json:"captured"`
 	Created        int64             `json:"created"`
 	Currency       string            `json:"currency"`
 	Customer       *string           `json:"customer"`
 	Description    *string           `json:"description"`
+	Disputed       bool              `json:"disputed"` // the simulator has no disputes
 	FailureCode    *string           `json:"failure_code"`
 	FailureMessage *string           `json:"failure_message"`
 	Livemode       bool              `json:"livemode"`
@@ -158,19 +160,43 @@ type refund struct {
 	PaymentIntent string            `json:"payment_intent"`
 	Reason        *string           `json:"reason"`
 	Status        string            `json:"status"` // pending, succeeded or failed
-	FailureReason *string           `json:"failure_reason"`
+	// FailureReason is set once a refund failed. Stripe's refund has no
+	// null here: the field is absent until there is a reason.
+	FailureReason string `json:"failure_reason,omitempty"`
 }
 
 // paymentMethod is the card behind a test payment method, as Stripe embeds
-// it in errors.
+// it in a card error (error.payment_method, and last_payment_error's): a
+// payment_method object with the fields Stripe's schema requires.
 type paymentMethod struct {
-	ID     string `json:"id"`
-	Object string `json:"object"`
-	Type   string `json:"type"`
-	Card   struct {
-		Brand string `json:"brand"`
-		Last4 string `json:"last4"`
-	} `json:"card"`
+	ID             string            `json:"id"`
+	Object         string            `json:"object"`
+	BillingDetails billingDetails    `json:"billing_details"`
+	Card           paymentMethodCard `json:"card"`
+	Created        int64             `json:"created"`
+	Customer       *string           `json:"customer"`
+	Livemode       bool              `json:"livemode"`
+	Metadata       map[string]string `json:"metadata"`
+	Type           string            `json:"type"`
+}
+
+// billingDetails are a payment method's billing details; a test card has
+// none, and Stripe sends each as null.
+type billingDetails struct {
+	Address json.RawMessage `json:"address"` // nil encodes as null
+	Email   *string         `json:"email"`
+	Name    *string         `json:"name"`
+	Phone   *string         `json:"phone"`
+}
+
+// paymentMethodCard is a payment method's card.
+type paymentMethodCard struct {
+	Brand    string  `json:"brand"`
+	Country  *string `json:"country"`
+	ExpMonth int64   `json:"exp_month"`
+	ExpYear  int64   `json:"exp_year"`
+	Funding  string  `json:"funding"`
+	Last4    string  `json:"last4"`
 }
 
 // snapshot encodes v as it is now. Responses and events carry snapshots, so

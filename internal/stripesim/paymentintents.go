@@ -208,7 +208,7 @@ func (s *Simulator) confirm(c *call, pi *paymentIntent, p paymentIntentParams) o
 // authentication_required, as Stripe does.
 func (s *Simulator) requireAction(c *call, pi *paymentIntent, card testCard, errorOnRequiresAction bool) outcome {
 	if errorOnRequiresAction {
-		lastError := card.authenticationRequired(*pi.PaymentMethod)
+		lastError := card.authenticationRequired(*pi.PaymentMethod, s.now().Unix())
 		pi.Status = statusRequiresPaymentMethod
 		pi.PaymentMethod = nil
 		pi.LastPaymentError = lastError
@@ -251,7 +251,7 @@ func (s *Simulator) newCharge(pi *paymentIntent) *charge {
 // decline fails the charge and sends the payment intent back to
 // requires_payment_method, as Stripe does.
 func (s *Simulator) decline(c *call, pi *paymentIntent, ch *charge, card testCard) outcome {
-	lastError := card.decline(*pi.PaymentMethod, ch.ID)
+	lastError := card.decline(*pi.PaymentMethod, ch.ID, ch.Created)
 
 	ch.Status = "failed"
 	ch.FailureCode = nullable(lastError.Code)

@@ -87,7 +87,7 @@ func (s *Simulator) failRefund(re *refund, ch *charge, reason string) {
 		return
 	}
 	re.Status = refundFailed
-	re.FailureReason = &reason
+	re.FailureReason = reason
 	ch.refund(-re.Amount)
 	s.emit(nil, "charge.refund.updated", re)
 }

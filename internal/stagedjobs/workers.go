@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/example/payments/internal/currency"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
@@ -250,13 +251,6 @@ func receiptMessage(to string, a ReceiptArgs, kind string) Message {
 		MessageID: receiptMessageID(a, kind),
 		Subject:   fmt.Sprintf("%s receipt for %s", what, a.Payment),
 		Body: fmt.Sprintf("%s of %s %s for payment %s.\n\nThank you.\n",
-			what, formatAmount(a.Amount), strings.ToUpper(a.Currency), a.Payment),
+			what, currency.Decimal(a.Currency, a.Amount), strings.ToUpper(a.Currency), a.Payment),
 	}
-}
-
-// formatAmount writes minor units as a decimal amount (2000 -> 20.00). It
-// assumes two decimals, which fits most currencies; a receipt for JPY would
-// need ISO 4217's exponent table.
-func formatAmount(minor int64) string {
-	return fmt.Sprintf("%d.%02d", minor/100, minor%100)
 }

@@ -2,6 +2,7 @@ package stagedjobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -166,6 +167,7 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 	for _, job := range jobs {
 		asStaged := river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)}
 		if job.Kind == string(MerchantEvent) {
+			asStaged.Args = stagedArgs{kind: job.Kind, args: withCreated(job.Args, job.CreatedAt)}
 			events, eventIDs = append(events, asStaged), append(eventIDs, job.ID)
 			continue
 		}
@@ -199,8 +201,16 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 // failure leaves the drain's transaction usable. The SAVEPOINT and RELEASE
 // are queued (db.Tx.Queued): they ride with the statement and the next
 // round trip, and cost none of their own.
+//
+// Before the events, it takes the lock that orders them with the creation
+// of their users' endpoints (LockEndpointsOfStagedEvents, queued too: it
+// runs, and so waits for an endpoint being created, before the statement
+// that reads the endpoints takes its snapshot).
 func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) ([]dbsqlc.WriteStagedEventsRow, error) {
 	if _, err := tx.Queued().Exec(ctx, "SAVEPOINT write_staged_events"); err != nil {
+		return nil, err
+	}
+	if err := queries.LockEndpointsOfStagedEvents(ctx, tx.Queued(), ids); err != nil {
 		return nil, err
 	}
 	deliveries, err := queries.WriteStagedEvents(ctx, tx, ids)
@@ -212,6 +222,27 @@ func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) ([]dbsqlc.Wr
 	}
 	_, err = tx.Queued().Exec(ctx, "RELEASE SAVEPOINT write_staged_events")
 	return deliveries, err
+}
+
+// withCreated sets an event's arguments' created to its staged row's
+// created_at, the event's created (see EventArgs.Created), for EventWorker.
+// Arguments that are not an object are left as they are: EventWorker
+// refuses them anyway.
+func withCreated(args []byte, created time.Time) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(args, &fields); err != nil || fields == nil {
+		return args
+	}
+	at, err := json.Marshal(created)
+	if err != nil {
+		return args
+	}
+	fields["created"] = at
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return args
+	}
+	return out
 }
 
 func ids(jobs []dbsqlc.StagedJob) []int64 {

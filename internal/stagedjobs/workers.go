@@ -67,10 +67,21 @@ type EventWorker struct {
 // subscribes to the event's type, existed when the event was created (the
 // change's commit, maybe a while before this job runs) and still exists.
 // So a delivery exists if and only if its event does, and an endpoint made
-// after the change gets nothing of this event.
+// after the change gets nothing of this event. The lock it takes first
+// orders it with the creation of the user's endpoints, as the drain's
+// (LockEndpointsOfUser in internal/db/queries/webhooks_out.sql): an
+// endpoint created before the event is committed, and seen, by then.
 func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
 	a := job.Args
+	if a.Created.IsZero() {
+		// Not handed over by the drain (which sets it): nothing to
+		// order the endpoints by.
+		return river.JobCancel(fmt.Errorf("event %s has no created time", a.EventID))
+	}
 	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx *db.Tx) error {
+		if err := queries.LockEndpointsOfUserShared(ctx, tx.Queued(), a.UserID); err != nil {
+			return err
+		}
 		inserted, err := queries.InsertEvent(ctx, tx, dbsqlc.InsertEventParams{
 			ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: a.Created,
 		})

@@ -69,9 +69,9 @@ func TestEnqueuer_writesEventsAndQueuesTheirDeliveries(t *testing.T) {
 	before := now.Add(-time.Minute)
 	b.addEndpoint(t, "we_all", alice, before, "*")
 	b.addEndpoint(t, "we_prefix", alice, before, "payment.*")
-	b.addEndpoint(t, "we_refunds", alice, before, "refund.*")                // not subscribed
+	b.addEndpoint(t, "we_refunds", alice, before, "refund.*")      // not subscribed
 	b.addEndpoint(t, "we_newer", alice, now.Add(time.Minute), "*") // younger than the event
-	b.addEndpoint(t, "we_bobs", bob, before, "*")                            // another user's
+	b.addEndpoint(t, "we_bobs", bob, before, "*")                  // another user's
 	b.stageTx(t,
 		stagedjobs.Job{Kind: stagedjobs.MerchantEvent, Args: event},
 		stagedjobs.Job{Kind: stagedjobs.ReceiptEmail, Args: stagedjobs.ReceiptArgs{UserID: alice, Payment: "pay_events", Amount: 2000, Currency: "usd", Reason: "payment"}},

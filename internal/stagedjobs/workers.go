@@ -31,16 +31,26 @@ const ReceiptQueue = "receipts"
 const WebhookQueue = "webhooks"
 
 // DefaultSendTimeout is how long one attempt at sending a receipt may take,
-// from the dial to the mail server's answer, unless WorkersConfig says
-// otherwise.
+// from the dial to the mail server's answer, with a Mailer that does not
+// say (see MaxSendTimer), unless WorkersConfig says otherwise.
 const DefaultSendTimeout = 20 * time.Second
+
+// MaxSendTimer is a Mailer that knows the longest a send can take: the
+// SMTP mailer, whose steps have RFC 5321's timeouts (35 minutes in all by
+// default, 10 of them for the answer to the end of DATA). The receipt
+// worker gives each send that long, so that it never gives up on a mail
+// server that is only slow and may still accept the receipt.
+type MaxSendTimer interface {
+	MaxSendTime() time.Duration
+}
 
 // WorkersConfig configures the staged jobs' workers.
 type WorkersConfig struct {
 	Pool   *pgxpool.Pool
 	Mailer Mailer
-	// SendTimeout bounds one attempt at sending a receipt. Default
-	// DefaultSendTimeout. The receipt job's timeout is longer (Timeout).
+	// SendTimeout bounds one attempt at sending a receipt. Default: the
+	// Mailer's MaxSendTime, or DefaultSendTimeout. The receipt job's
+	// timeout is longer (Timeout).
 	SendTimeout time.Duration
 	Logger      *slog.Logger
 }
@@ -128,6 +138,9 @@ type ReceiptWorker struct {
 // NewReceiptWorker returns the receipt worker (AddWorkers registers it).
 func NewReceiptWorker(cfg WorkersConfig) *ReceiptWorker {
 	w := &ReceiptWorker{pool: cfg.Pool, mailer: cfg.Mailer, sendTimeout: cfg.SendTimeout, log: cfg.Logger}
+	if m, ok := cfg.Mailer.(MaxSendTimer); ok && w.sendTimeout <= 0 {
+		w.sendTimeout = m.MaxSendTime()
+	}
 	if w.sendTimeout <= 0 {
 		w.sendTimeout = DefaultSendTimeout
 	}
@@ -147,7 +160,11 @@ const (
 
 // Timeout is the receipt job's: longer than a send and the writes around
 // it, so River never ends the job's context while the send may still
-// succeed. (River's own timeout for the other jobs may be shorter.)
+// succeed (35 minutes and 15 seconds with the SMTP mailer's defaults).
+// River's timeout for the other jobs is shorter, and a receipt runs on its
+// own queue (ReceiptQueue) with workers of its own: however long a send
+// waits, no other job waits for it. River's rescuer, too, leaves a running
+// job alone for its Timeout, not just RescueStuckJobsAfter.
 func (w *ReceiptWorker) Timeout(*river.Job[ReceiptArgs]) time.Duration {
 	return w.sendTimeout + 3*recordTimeout
 }

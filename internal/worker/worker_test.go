@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -64,7 +65,7 @@ func setup(t *testing.T, mail smtptest.Behaviour, adjust ...func(*worker.Config)
 
 	smtp, err := smtptest.Start(smtptest.Config{Behaviour: mail})
 	require.NoError(t, err)
-	mailer, err := stagedjobs.NewMailer(smtp.URL(), a.Log)
+	mailer, err := stagedjobs.NewMailer(smtp.URL(), stagedjobs.SMTPTimeouts{}, a.Log)
 	require.NoError(t, err)
 	cfg := worker.Config{
 		Pool: a.Pool, Logger: a.Log, Engine: a.Engine, Flows: a.Payments.Flows(), Mailer: mailer, Payments: a.Payments,
@@ -130,44 +131,66 @@ func (b *testBundle) count(t *testing.T, query string, args ...any) int {
 
 // With the mail server hung, and more receipts waiting on it than the pool
 // has connections, the API still answers within its budget and the rest of
-// the background work (the drain, events, the completer) goes on. (Until
-// make bench's scenario F showed that 4 receipt workers cap receipts at 40 a
-// second, there were fewer receipt workers than connections; a receipt never
-// held a connection while it sends, and this test now shows it.)
+// the background work (the drain, events, webhook deliveries, the
+// completer) goes on. (Until make bench's scenario F showed that 4 receipt
+// workers cap receipts at 40 a second, there were fewer receipt workers
+// than connections; a receipt never held a connection while it sends, and
+// this test now shows it.) The mailer has RFC 5321's timeouts, unscaled: a
+// server hung before its greeting holds each send 5 minutes, one hung
+// after the message's end 10 minutes, far longer than this test.
 func TestRun_aHungMailServerStallsNothingElse(t *testing.T) {
 	t.Parallel()
-	b := setup(t, smtptest.Behaviour{Mode: smtptest.HangOnConnect})
+	for _, mode := range []smtptest.Mode{smtptest.HangOnConnect, smtptest.HangOnData} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, smtptest.Behaviour{Mode: mode})
+			var hooks atomic.Int64
+			receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hooks.Add(1)
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			t.Cleanup(receiver.Close)
+			_, err := b.app.Pool.Exec(context.Background(), `INSERT INTO webhook_endpoints (id, user_id, url, enabled_events, secret)
+				SELECT 'we_hung', id, $1, '{*}', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' FROM users WHERE email = 'alice@example.com'`, receiver.URL)
+			require.NoError(t, err)
 
-	const payments = 3 * poolSize
-	for i := range payments {
-		b.createPayment(t, fmt.Sprintf("hung-%d", i), 5*time.Second)
+			const payments = 3 * poolSize
+			for i := range payments {
+				b.createPayment(t, fmt.Sprintf("hung-%d", i), 5*time.Second)
+			}
+			// More receipts wait on the hung server at once than the pool has
+			// connections: they hold none while they wait.
+			require.Eventually(t, func() bool { return b.smtp.OpenConnections() > poolSize }, 10*time.Second, 20*time.Millisecond,
+				"receipts are waiting on the hung server")
+			require.Zero(t, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND queue <> $1", stagedjobs.ReceiptQueue),
+				"receipts wait on their own queue")
+			completersBefore := b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'")
+
+			// Once receipts hang, the API still answers, reads and writes alike.
+			b.createPayment(t, "after-the-hang", 5*time.Second)
+			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(b.api + "/readyz")
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+
+			// The drain empties staged_jobs, every payment gets its event and
+			// its webhook delivery, and the completer keeps running.
+			require.Eventually(t, func() bool {
+				return b.count(t, "SELECT count(*) FROM staged_jobs") == 0 &&
+					b.count(t, "SELECT count(*) FROM events WHERE type = 'payment.succeeded'") == payments+1
+			}, 15*time.Second, 50*time.Millisecond, "the drain and the event jobs go on")
+			require.Eventually(t, func() bool {
+				return b.count(t, "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = 'we_hung' AND status = 'succeeded'") == payments+1
+			}, 15*time.Second, 50*time.Millisecond, "the webhook deliveries go on")
+			require.GreaterOrEqual(t, hooks.Load(), int64(payments+1))
+			require.Eventually(t, func() bool {
+				return b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'") > completersBefore
+			}, 15*time.Second, 50*time.Millisecond, "the completer goes on")
+			require.Empty(t, b.smtp.Accepted())
+			require.Zero(t, b.count(t, "SELECT count(*) FROM receipts WHERE sent_at IS NOT NULL"))
+			require.Greater(t, b.smtp.OpenConnections(), poolSize, "and the receipts still wait")
+		})
 	}
-	// More receipts wait on the hung server at once than the pool has
-	// connections: they hold none while they wait.
-	require.Eventually(t, func() bool { return b.smtp.OpenConnections() > poolSize }, 10*time.Second, 20*time.Millisecond,
-		"receipts are waiting on the hung server")
-	require.Zero(t, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND queue <> $1", stagedjobs.ReceiptQueue),
-		"receipts wait on their own queue")
-	completersBefore := b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'")
-
-	// Once receipts hang, the API still answers, reads and writes alike.
-	b.createPayment(t, "after-the-hang", 5*time.Second)
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(b.api + "/readyz")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-
-	// The drain empties staged_jobs, every payment gets its event, and the
-	// completer keeps running.
-	require.Eventually(t, func() bool {
-		return b.count(t, "SELECT count(*) FROM staged_jobs") == 0 &&
-			b.count(t, "SELECT count(*) FROM events WHERE type = 'payment.succeeded'") == payments+1
-	}, 15*time.Second, 50*time.Millisecond, "the drain and the event jobs go on")
-	require.Eventually(t, func() bool {
-		return b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'") > completersBefore
-	}, 15*time.Second, 50*time.Millisecond, "the completer goes on")
-	require.Empty(t, b.smtp.Accepted())
-	require.Zero(t, b.count(t, "SELECT count(*) FROM receipts WHERE sent_at IS NOT NULL"))
 }
 
 // receiptJob is the River job of a payment's receipt.

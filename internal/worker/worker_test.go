@@ -41,6 +41,10 @@ type testBundle struct {
 	app  *app.App
 	api  string
 	smtp *smtptest.Server
+	// stopWorker ends the worker's context; workerDone then receives
+	// worker.Run's error.
+	stopWorker func()
+	workerDone chan error
 }
 
 // setup starts the service; adjust, if given, changes the worker's
@@ -81,8 +85,10 @@ func setup(t *testing.T, mail smtptest.Behaviour, adjust ...func(*worker.Config)
 	t.Cleanup(func() {
 		stop()
 		select {
-		case err := <-done:
-			require.NoError(t, err)
+		case err, ok := <-done:
+			if ok {
+				require.NoError(t, err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("the worker did not stop")
 		}
@@ -91,7 +97,7 @@ func setup(t *testing.T, mail smtptest.Behaviour, adjust ...func(*worker.Config)
 	// connections ends any send still hanging, whatever the code under
 	// test does with its deadlines.
 	t.Cleanup(func() { _ = smtp.Close() })
-	return &testBundle{app: a, api: apiServer.URL, smtp: smtp}
+	return &testBundle{app: a, api: apiServer.URL, smtp: smtp, stopWorker: stop, workerDone: done}
 }
 
 // quickRetries retries a failed job after 100 ms times its attempt: River's
@@ -191,6 +197,39 @@ func TestRun_aHungMailServerStallsNothingElse(t *testing.T) {
 			require.Greater(t, b.smtp.OpenConnections(), poolSize, "and the receipts still wait")
 		})
 	}
+}
+
+// A send waiting for the answer to the end of its DATA (RFC 5321's 10
+// minutes, unscaled) does not hold the worker's shutdown past its shutdown
+// timeout: it is cancelled then, and gives its receipt's reservation back,
+// so that the retry need not wait for it to lapse (docs/failure-scenarios.md
+// says what that costs when the server accepts the message all the same).
+func TestRun_aSendWaitingForTheEndOfDataDoesNotHoldTheShutdown(t *testing.T) {
+	t.Parallel()
+	const shutdownTimeout = time.Second
+	b := setup(t, smtptest.Behaviour{Mode: smtptest.HangOnData},
+		func(cfg *worker.Config) { cfg.ShutdownTimeout = shutdownTimeout })
+	paymentID := b.createPayment(t, "hung-at-shutdown", 5*time.Second)
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM receipts WHERE payment_id = $1 AND sending_until IS NOT NULL", paymentID) == 1 &&
+			b.smtp.OpenConnections() == 1
+	}, 10*time.Second, 20*time.Millisecond, "the receipt is being sent")
+
+	began := time.Now()
+	b.stopWorker()
+	select {
+	case err := <-b.workerDone:
+		require.NoError(t, err)
+		close(b.workerDone)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+	took := time.Since(began)
+	require.GreaterOrEqual(t, took, shutdownTimeout, "running jobs had the shutdown timeout to finish")
+	require.Less(t, took, shutdownTimeout+5*time.Second, "then the send was cancelled")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM receipts WHERE payment_id = $1 AND (sending_until IS NOT NULL OR sent_at IS NOT NULL)", paymentID),
+		"its reservation given back, nothing recorded as sent")
+	require.Empty(t, b.smtp.Accepted())
 }
 
 // receiptJob is the River job of a payment's receipt.

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/riverqueue/river"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/merchanthooks"
@@ -105,4 +106,41 @@ func TestEnqueuer_anEndpointBeingCreatedGetsAnEventIffItIsOlder(t *testing.T) {
 			}
 		})
 	}
+}
+
+// The event worker (events the drain could not write, or jobs staged
+// straight into River) keeps the same promise: with an endpoint's creating
+// transaction open, it waits for it, and the endpoint, older than the
+// event, gets it.
+func TestEventWorker_waitsForAnEndpointBeingCreated(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	userID := b.seedPayment(t, "pay_race_worker")
+
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	endpoint, err := merchanthooks.InsertEndpointTx(ctx, tx, userID,
+		merchanthooks.CreateParams{URL: "https://example.com/hooks", EnabledEvents: []string{"payment.*"}}, nil)
+	require.NoError(t, err)
+
+	event := stagedjobs.NewEventArgs(userID, "payment.succeeded", json.RawMessage(`{"id":"pay_race_worker"}`))
+	worked := make(chan error, 1)
+	go func() {
+		worked <- stagedjobs.NewEventWorker(b.pool).Work(ctx, &river.Job[stagedjobs.EventArgs]{Args: event})
+	}()
+	require.Eventually(t, func() bool {
+		select {
+		case err := <-worked:
+			worked <- err
+			return true
+		default:
+			return b.count(t, "SELECT count(*) FROM pg_locks WHERE NOT granted") > 0
+		}
+	}, 10*time.Second, 5*time.Millisecond)
+	require.NoError(t, tx.Commit(ctx))
+	require.NoError(t, <-worked)
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM webhook_deliveries WHERE event_id = $1 AND endpoint_id = $2",
+		event.EventID, endpoint.ID), "the endpoint is older than the event")
 }

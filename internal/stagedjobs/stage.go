@@ -46,6 +46,8 @@ type EventArgs struct {
 	// created, the clock endpoints are stamped with; see
 	// LockEndpointsOfUser in internal/db/queries/webhooks_out.sql), and set
 	// from it when the drain hands the event to River as a job of its own.
+	// EventWorker stamps an event that reaches it without one with the
+	// database's clock.
 	Created time.Time `json:"created,omitzero"`
 }
 

@@ -57,7 +57,7 @@ type WorkersConfig struct {
 
 // AddWorkers registers the workers of the staged jobs with River.
 func AddWorkers(workers *river.Workers, cfg WorkersConfig) {
-	river.AddWorker(workers, &EventWorker{pool: cfg.Pool})
+	river.AddWorker(workers, NewEventWorker(cfg.Pool))
 	river.AddWorker(workers, NewReceiptWorker(cfg))
 }
 
@@ -71,6 +71,9 @@ type EventWorker struct {
 	pool *pgxpool.Pool
 }
 
+// NewEventWorker returns the event worker (AddWorkers registers it).
+func NewEventWorker(pool *pgxpool.Pool) *EventWorker { return &EventWorker{pool: pool} }
+
 // Work writes the event, unless it is already there, and in the same
 // transaction, the first time only, its webhook deliveries: one row and
 // one staged WebhookDelivery job per enabled endpoint of the user that
@@ -83,23 +86,25 @@ type EventWorker struct {
 // endpoint created before the event is committed, and seen, by then.
 func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
 	a := job.Args
-	if a.Created.IsZero() {
-		// Not handed over by the drain (which sets it): nothing to
-		// order the endpoints by.
-		return river.JobCancel(fmt.Errorf("event %s has no created time", a.EventID))
-	}
+	// The drain sets Created when it hands an event over; a job staged
+	// straight into River without it is stamped with the database's clock
+	// once the lock is held, which keeps the same promise.
+	created := pgtype.Timestamptz{Time: a.Created, Valid: !a.Created.IsZero()}
 	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx *db.Tx) error {
 		if err := queries.LockEndpointsOfUserShared(ctx, tx.Queued(), a.UserID); err != nil {
 			return err
 		}
-		inserted, err := queries.InsertEvent(ctx, tx, dbsqlc.InsertEventParams{
-			ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: a.Created,
+		eventCreated, err := queries.InsertEvent(ctx, tx, dbsqlc.InsertEventParams{
+			ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: created,
 		})
-		if err != nil || inserted == 0 {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // written already, with its deliveries
+		}
+		if err != nil {
 			return err
 		}
 		deliveries, err := queries.InsertWebhookDeliveries(ctx, tx, dbsqlc.InsertWebhookDeliveriesParams{
-			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type), EventCreated: a.Created,
+			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type), EventCreated: eventCreated,
 		})
 		if err != nil {
 			return fmt.Errorf("staging the deliveries of event %s: %w", a.EventID, err)

@@ -162,16 +162,15 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 // River's retries alone, and never stops the drain, the receipts or the
 // other events.
 func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsqlc.StagedJob) ([]river.InsertManyParams, error) {
-	var params, events []river.InsertManyParams
+	var params []river.InsertManyParams
+	var events []dbsqlc.StagedJob
 	var eventIDs []int64
 	for _, job := range jobs {
-		asStaged := river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)}
 		if job.Kind == string(MerchantEvent) {
-			asStaged.Args = stagedArgs{kind: job.Kind, args: withCreated(job.Args, job.CreatedAt)}
-			events, eventIDs = append(events, asStaged), append(eventIDs, job.ID)
+			events, eventIDs = append(events, job), append(eventIDs, job.ID)
 			continue
 		}
-		params = append(params, asStaged)
+		params = append(params, river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)})
 	}
 	if len(eventIDs) == 0 {
 		return params, nil
@@ -186,7 +185,12 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 		}
 		e.log.WarnContext(ctx, "enqueuer: could not write the batch's events; River's event jobs will",
 			slog.Int("events", len(eventIDs)), slog.String("error", err.Error()))
-		return append(params, events...), nil
+		for _, job := range events { // each with its created (EventArgs.Created)
+			params = append(params, river.InsertManyParams{
+				Args: stagedArgs{kind: job.Kind, args: withCreated(job.Args, job.CreatedAt)}, InsertOpts: tracedInsertOpts(job.TraceParent),
+			})
+		}
+		return params, nil
 	}
 	for _, d := range deliveries {
 		params = append(params, river.InsertManyParams{

@@ -126,10 +126,16 @@ func TestEnqueuer_anEventItCannotWriteBlocksNothing(t *testing.T) {
 		stagedjobs.Job{Kind: stagedjobs.ReceiptEmail, Args: map[string]int{"n": 2}},
 	)
 
+	var stagedAt time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT created_at FROM staged_jobs WHERE args->>'event_id' = $1", good.EventID).Scan(&stagedAt))
+
 	e := stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river})
 	moved, err := e.DrainOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, moved)
+	var created time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT (args->>'created')::timestamptz FROM river_job WHERE args->>'event_id' = $1", good.EventID).Scan(&created))
+	require.True(t, stagedAt.Equal(created), "the job carries the event's created, its staging's: %s, not %s", created, stagedAt)
 	require.Zero(t, b.staged(t))
 	require.Zero(t, b.count(t, "SELECT count(*) FROM events"), "the batch's events were not written here")
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'merchant_event'"), "but handed to River")

@@ -89,7 +89,9 @@ func (p *process) serveAPI(ctx context.Context, ln net.Listener) error {
 
 // runWorker does the background work until ctx is cancelled.
 func (p *process) runWorker(ctx context.Context) error {
-	mailer, err := stagedjobs.NewMailer(p.cfg.SMTPURL, p.Log.With(slog.String("component", "mailer")))
+	mailer, err := stagedjobs.NewMailer(p.cfg.SMTPURL, stagedjobs.SMTPTimeouts{
+		Command: p.cfg.SMTPCommandTimeout, DataTermination: p.cfg.SMTPDataTimeout,
+	}, p.Log.With(slog.String("component", "mailer")))
 	if err != nil {
 		return fmt.Errorf("%w: %v", errUsage, err)
 	}

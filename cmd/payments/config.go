@@ -49,6 +49,8 @@ type config struct {
 	AuthCacheTTL   time.Duration
 
 	SMTPURL              string
+	SMTPCommandTimeout   time.Duration
+	SMTPDataTimeout      time.Duration
 	CompleterInterval    time.Duration
 	CompleterGrace       time.Duration
 	ReaperInterval       time.Duration
@@ -154,6 +156,10 @@ func (c *config) commonFlags(f *flags) {
 // workerFlags are the settings of the background work.
 func (c *config) workerFlags(f *flags) {
 	f.stringVar(&c.SMTPURL, "smtp-url", "SMTP_URL", "", "SMTP server for receipts, smtp://user:pass@host:port?from=addr (STARTTLS when offered) or smtps:// (implicit TLS); empty: receipts are logged")
+	f.durationVar(&c.SMTPCommandTimeout, "smtp-command-timeout", "PAYMENTS_SMTP_COMMAND_TIMEOUT", stagedjobs.DefaultSMTPCommandTimeout,
+		"how long the mail server may take to greet, and to answer MAIL and each RCPT (RFC 5321 section 4.5.3.2: 5 minutes)")
+	f.durationVar(&c.SMTPDataTimeout, "smtp-data-timeout", "PAYMENTS_SMTP_DATA_TIMEOUT", stagedjobs.DefaultSMTPDataTerminationTimeout,
+		"how long the mail server may take to answer the end of a receipt's DATA (RFC 5321 section 4.5.3.2.6: 10 minutes); a shorter wait may send a slow server the receipt twice")
 	f.durationVar(&c.CompleterInterval, "completer-interval", "PAYMENTS_COMPLETER_INTERVAL", 10*time.Second,
 		"how often the completer looks for abandoned requests")
 	f.durationVar(&c.CompleterGrace, "completer-grace", "PAYMENTS_COMPLETER_GRACE", 30*time.Second,
@@ -237,6 +243,8 @@ func (c config) LogValue() slog.Value {
 		slog.Int("rate_limit_burst", c.RateLimitBurst),
 		slog.String("auth_cache_ttl", c.AuthCacheTTL.String()),
 		slog.String("smtp_url", maskURL(c.SMTPURL)),
+		slog.String("smtp_command_timeout", c.SMTPCommandTimeout.String()),
+		slog.String("smtp_data_timeout", c.SMTPDataTimeout.String()),
 		slog.String("completer_interval", c.CompleterInterval.String()),
 		slog.String("completer_grace", c.CompleterGrace.String()),
 		slog.String("reaper_interval", c.ReaperInterval.String()),
@@ -323,6 +331,8 @@ func (c config) validate() error {
 		bad("PAYMENTS_DB_MAX_CONNS", "db-max-conns", "is %d: give a pool size, or 0 for four per core", c.DBMaxConns)
 	}
 	positive("PAYMENTS_SHUTDOWN_TIMEOUT", "shutdown-timeout", c.ShutdownTimeout)
+	positive("PAYMENTS_SMTP_COMMAND_TIMEOUT", "smtp-command-timeout", c.SMTPCommandTimeout)
+	positive("PAYMENTS_SMTP_DATA_TIMEOUT", "smtp-data-timeout", c.SMTPDataTimeout)
 	switch {
 	case c.RateLimit < 0:
 		bad("PAYMENTS_RATE_LIMIT", "rate-limit", "is %v: give requests per second, or 0 for no limit", c.RateLimit)

@@ -15,7 +15,8 @@ import (
 func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	for _, env := range []string{"PAYMENTS_AUTH_CACHE_TTL", "PAYMENTS_ENQUEUER_POLL_INTERVAL", "PAYMENTS_KEYFILTER",
 		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_DB_MAX_CONNS",
-		"PAYMENTS_REFUND_RECONCILE_INTERVAL", "PAYMENTS_REFUND_RECONCILE_AFTER"} {
+		"PAYMENTS_REFUND_RECONCILE_INTERVAL", "PAYMENTS_REFUND_RECONCILE_AFTER",
+		"PAYMENTS_SMTP_COMMAND_TIMEOUT", "PAYMENTS_SMTP_DATA_TIMEOUT"} {
 		if v, ok := os.LookupEnv(env); ok {
 			t.Setenv(env, v) // restored after the test
 			require.NoError(t, os.Unsetenv(env))
@@ -38,6 +39,8 @@ func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	require.Zero(t, c.DBMaxConns, "0: db.Open's default, four per core")
 	require.Equal(t, time.Minute, c.RefundReconcileInterval)
 	require.Equal(t, 10*time.Minute, c.RefundReconcileAfter)
+	require.Equal(t, 5*time.Minute, c.SMTPCommandTimeout, "RFC 5321 section 4.5.3.2.1-3")
+	require.Equal(t, 10*time.Minute, c.SMTPDataTimeout, "RFC 5321 section 4.5.3.2.6")
 
 	require.Negative(t, parse("--auth-cache-ttl", "0").apiAuthCacheTTL(), "0 turns the cache off")
 }

@@ -27,7 +27,11 @@
 // like payments: one local phase each, whose commit writes the rows and
 // stores the answer. An endpoint's secret is drawn in that phase, so the
 // stored answer, and every replay of it, carries the one secret that was
-// committed.
+// committed. That phase takes the user's endpoint lock before it stamps
+// the endpoint's created (InsertEndpointTx), and the drain takes it too
+// before it reads the endpoints an event goes to: so an endpoint gets every
+// event created after it and none created before, even one whose
+// transaction is still open while the event is written.
 //
 // This package must never hold a transaction, or a pool connection, open
 // across an HTTP call to a merchant.

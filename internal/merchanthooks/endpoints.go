@@ -12,6 +12,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -182,20 +183,38 @@ func (s *Service) insertEndpoint(ctx context.Context, tx *db.Tx, k *recovery.Key
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	row, err := queries.InsertWebhookEndpoint(ctx, tx, dbsqlc.InsertWebhookEndpointParams{
-		ID: newEndpointID(), UserID: k.UserID, Url: p.URL, EnabledEvents: p.EnabledEvents,
-		Description: textOrNull(p.Description), Secret: newSecret(), IdempotencyKeyID: &k.ID,
-	})
+	e, err := InsertEndpointTx(ctx, tx, k.UserID, p, &k.ID)
 	if err != nil {
-		return recovery.Outcome{}, fmt.Errorf("inserting the webhook endpoint: %w", err)
+		return recovery.Outcome{}, err
 	}
-	e := toEndpoint(row)
-	e.Secret = row.Secret
 	body, err := json.Marshal(e)
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.Respond(201, body), nil
+}
+
+// InsertEndpointTx inserts a new endpoint of userID's in tx, with a new id
+// and secret, and returns it with its secret. It first takes the user's
+// endpoint lock, which tx holds until it ends, and stamps the endpoint's
+// created once it holds it: the drain, which takes the lock before it
+// reads the endpoints an event goes to, then sees the endpoint if and only
+// if it is older than the event (LockEndpointsOfUser in
+// internal/db/queries/webhooks_out.sql).
+func InsertEndpointTx(ctx context.Context, tx dbsqlc.DBTX, userID int64, p CreateParams, keyID *uuid.UUID) (Endpoint, error) {
+	if err := queries.LockEndpointsOfUser(ctx, tx, userID); err != nil {
+		return Endpoint{}, fmt.Errorf("locking the endpoints of user %d: %w", userID, err)
+	}
+	row, err := queries.InsertWebhookEndpoint(ctx, tx, dbsqlc.InsertWebhookEndpointParams{
+		ID: newEndpointID(), UserID: userID, Url: p.URL, EnabledEvents: p.EnabledEvents,
+		Description: textOrNull(p.Description), Secret: newSecret(), IdempotencyKeyID: keyID,
+	})
+	if err != nil {
+		return Endpoint{}, fmt.Errorf("inserting the webhook endpoint: %w", err)
+	}
+	e := toEndpoint(row)
+	e.Secret = row.Secret
+	return e, nil
 }
 
 // newEndpointID returns "we_" and 24 random hex characters.

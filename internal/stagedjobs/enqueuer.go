@@ -2,6 +2,7 @@ package stagedjobs
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
@@ -161,15 +162,15 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 // River's retries alone, and never stops the drain, the receipts or the
 // other events.
 func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsqlc.StagedJob) ([]river.InsertManyParams, error) {
-	var params, events []river.InsertManyParams
+	var params []river.InsertManyParams
+	var events []dbsqlc.StagedJob
 	var eventIDs []int64
 	for _, job := range jobs {
-		asStaged := river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)}
 		if job.Kind == string(MerchantEvent) {
-			events, eventIDs = append(events, asStaged), append(eventIDs, job.ID)
+			events, eventIDs = append(events, job), append(eventIDs, job.ID)
 			continue
 		}
-		params = append(params, asStaged)
+		params = append(params, river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)})
 	}
 	if len(eventIDs) == 0 {
 		return params, nil
@@ -184,7 +185,12 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 		}
 		e.log.WarnContext(ctx, "enqueuer: could not write the batch's events; River's event jobs will",
 			slog.Int("events", len(eventIDs)), slog.String("error", err.Error()))
-		return append(params, events...), nil
+		for _, job := range events { // each with its created (EventArgs.Created)
+			params = append(params, river.InsertManyParams{
+				Args: stagedArgs{kind: job.Kind, args: withCreated(job.Args, job.CreatedAt)}, InsertOpts: tracedInsertOpts(job.TraceParent),
+			})
+		}
+		return params, nil
 	}
 	for _, d := range deliveries {
 		params = append(params, river.InsertManyParams{
@@ -199,8 +205,16 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 // failure leaves the drain's transaction usable. The SAVEPOINT and RELEASE
 // are queued (db.Tx.Queued): they ride with the statement and the next
 // round trip, and cost none of their own.
+//
+// Before the events, it takes the lock that orders them with the creation
+// of their users' endpoints (LockEndpointsOfStagedEvents, queued too: it
+// runs, and so waits for an endpoint being created, before the statement
+// that reads the endpoints takes its snapshot).
 func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) ([]dbsqlc.WriteStagedEventsRow, error) {
 	if _, err := tx.Queued().Exec(ctx, "SAVEPOINT write_staged_events"); err != nil {
+		return nil, err
+	}
+	if err := queries.LockEndpointsOfStagedEvents(ctx, tx.Queued(), ids); err != nil {
 		return nil, err
 	}
 	deliveries, err := queries.WriteStagedEvents(ctx, tx, ids)
@@ -212,6 +226,27 @@ func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) ([]dbsqlc.Wr
 	}
 	_, err = tx.Queued().Exec(ctx, "RELEASE SAVEPOINT write_staged_events")
 	return deliveries, err
+}
+
+// withCreated sets an event's arguments' created to its staged row's
+// created_at, the event's created (see EventArgs.Created), for EventWorker.
+// Arguments that are not an object are left as they are: EventWorker
+// refuses them anyway.
+func withCreated(args []byte, created time.Time) json.RawMessage {
+	var fields map[string]json.RawMessage
+	if err := json.Unmarshal(args, &fields); err != nil || fields == nil {
+		return args
+	}
+	at, err := json.Marshal(created)
+	if err != nil {
+		return args
+	}
+	fields["created"] = at
+	out, err := json.Marshal(fields)
+	if err != nil {
+		return args
+	}
+	return out
 }
 
 func ids(jobs []dbsqlc.StagedJob) []int64 {

@@ -65,16 +65,20 @@ func TestEnqueuer_writesEventsAndQueuesTheirDeliveries(t *testing.T) {
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT id FROM users WHERE email = 'bob@example.com'").Scan(&bob))
 
 	event := stagedjobs.NewEventArgs(alice, "payment.succeeded", json.RawMessage(`{"id":"pay_events","amount":2000}`))
-	before := event.Created.Add(-time.Minute)
+	now := time.Now() // the event's created is the staging's, a moment later
+	before := now.Add(-time.Minute)
 	b.addEndpoint(t, "we_all", alice, before, "*")
 	b.addEndpoint(t, "we_prefix", alice, before, "payment.*")
-	b.addEndpoint(t, "we_refunds", alice, before, "refund.*")                // not subscribed
-	b.addEndpoint(t, "we_newer", alice, event.Created.Add(time.Minute), "*") // younger than the event
-	b.addEndpoint(t, "we_bobs", bob, before, "*")                            // another user's
+	b.addEndpoint(t, "we_refunds", alice, before, "refund.*")      // not subscribed
+	b.addEndpoint(t, "we_newer", alice, now.Add(time.Minute), "*") // younger than the event
+	b.addEndpoint(t, "we_bobs", bob, before, "*")                  // another user's
 	b.stageTx(t,
 		stagedjobs.Job{Kind: stagedjobs.MerchantEvent, Args: event},
 		stagedjobs.Job{Kind: stagedjobs.ReceiptEmail, Args: stagedjobs.ReceiptArgs{UserID: alice, Payment: "pay_events", Amount: 2000, Currency: "usd", Reason: "payment"}},
 	)
+
+	var stagedAt time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT created_at FROM staged_jobs WHERE kind = 'merchant_event'").Scan(&stagedAt))
 
 	crashing := stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river, BeforeCommit: crashOnce()})
 	_, err := crashing.DrainOnce(ctx)
@@ -92,7 +96,7 @@ func TestEnqueuer_writesEventsAndQueuesTheirDeliveries(t *testing.T) {
 		event.EventID, alice).Scan(&typ, &data, &created))
 	require.Equal(t, "payment.succeeded", typ)
 	require.JSONEq(t, `{"id":"pay_events","amount":2000}`, data)
-	require.WithinDuration(t, event.Created, created, time.Microsecond)
+	require.Equal(t, stagedAt, created, "the event's created is its staging's, on the database's clock")
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM events"))
 
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM webhook_deliveries"))
@@ -122,10 +126,16 @@ func TestEnqueuer_anEventItCannotWriteBlocksNothing(t *testing.T) {
 		stagedjobs.Job{Kind: stagedjobs.ReceiptEmail, Args: map[string]int{"n": 2}},
 	)
 
+	var stagedAt time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT created_at FROM staged_jobs WHERE args->>'event_id' = $1", good.EventID).Scan(&stagedAt))
+
 	e := stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river})
 	moved, err := e.DrainOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, moved)
+	var created time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT (args->>'created')::timestamptz FROM river_job WHERE args->>'event_id' = $1", good.EventID).Scan(&created))
+	require.True(t, stagedAt.Equal(created), "the job carries the event's created, its staging's: %s, not %s", created, stagedAt)
 	require.Zero(t, b.staged(t))
 	require.Zero(t, b.count(t, "SELECT count(*) FROM events"), "the batch's events were not written here")
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'merchant_event'"), "but handed to River")

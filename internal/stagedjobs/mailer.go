@@ -5,6 +5,7 @@ import (
 	"crypto/tls"
 	"errors"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/url"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/wneessen/go-mail"
+	"github.com/wneessen/go-mail/smtp"
 )
 
 // Message is an email.
@@ -40,9 +42,11 @@ type Mailer interface {
 // mail library refuses): retrying it is pointless.
 var ErrBadMessage = errors.New("message cannot be sent")
 
-// NewMailer returns an SMTP mailer for smtpURL (see ParseSMTPURL), or, when
-// smtpURL is empty, a mailer that only logs what it would send.
-func NewMailer(smtpURL string, log *slog.Logger) (Mailer, error) {
+// NewMailer returns an SMTP mailer for smtpURL (see ParseSMTPURL) that
+// waits as long as timeouts say (zero fields: RFC 5321's, see
+// SMTPTimeouts), or, when smtpURL is empty, a mailer that only logs what it
+// would send.
+func NewMailer(smtpURL string, timeouts SMTPTimeouts, log *slog.Logger) (Mailer, error) {
 	if smtpURL == "" {
 		return LogMailer{Log: log}, nil
 	}
@@ -50,7 +54,70 @@ func NewMailer(smtpURL string, log *slog.Logger) (Mailer, error) {
 	if err != nil {
 		return nil, err
 	}
+	cfg.Timeouts = timeouts
 	return NewSMTPMailer(cfg), nil
+}
+
+// SMTPTimeouts are how long an SMTPMailer waits for each step of a
+// conversation. The defaults are the client's minimum per-command timeouts
+// of RFC 5321, section 4.5.3.2 ("Timeouts"): a client that gives up
+// sooner on a server that is only slow sends the message again, and, at
+// the end of DATA, the server may have accepted it meanwhile. Section
+// 4.5.3.2.6 says so: "A spurious timeout at this point would be very
+// wasteful and would typically result in delivery of multiple copies of
+// the message, since it has been successfully sent and the server has
+// accepted responsibility for delivery."
+type SMTPTimeouts struct {
+	// Command bounds, each: the connection and the server's greeting
+	// (4.5.3.2.1, "Initial 220 Message: 5 Minutes"); EHLO, STARTTLS and
+	// AUTH together (the RFC names no timeout for them); MAIL (4.5.3.2.2,
+	// "MAIL Command: 5 Minutes"); and each RCPT (4.5.3.2.3, "RCPT Command:
+	// 5 Minutes"). Default 5 minutes (PAYMENTS_SMTP_COMMAND_TIMEOUT).
+	Command time.Duration
+	// DataInit bounds the reply to DATA (4.5.3.2.4, "DATA Initiation: 2
+	// Minutes"). Default 2 minutes.
+	DataInit time.Duration
+	// DataBlock bounds writing the message (4.5.3.2.5, "Data Block: 3
+	// Minutes", for each TCP SEND; here for the whole message, which a
+	// receipt's few kilobytes fit). Default 3 minutes.
+	DataBlock time.Duration
+	// DataTermination bounds the reply to the end of the message, the
+	// "." (4.5.3.2.6, "DATA Termination: 10 Minutes"): the server may
+	// deliver the message before it answers. Default 10 minutes
+	// (PAYMENTS_SMTP_DATA_TIMEOUT).
+	DataTermination time.Duration
+}
+
+// The defaults of SMTPTimeouts: RFC 5321, section 4.5.3.2.
+const (
+	DefaultSMTPCommandTimeout         = 5 * time.Minute  // 4.5.3.2.1-3
+	DefaultSMTPDataInitTimeout        = 2 * time.Minute  // 4.5.3.2.4
+	DefaultSMTPDataBlockTimeout       = 3 * time.Minute  // 4.5.3.2.5
+	DefaultSMTPDataTerminationTimeout = 10 * time.Minute // 4.5.3.2.6
+)
+
+func (t SMTPTimeouts) withDefaults() SMTPTimeouts {
+	if t.Command <= 0 {
+		t.Command = DefaultSMTPCommandTimeout
+	}
+	if t.DataInit <= 0 {
+		t.DataInit = DefaultSMTPDataInitTimeout
+	}
+	if t.DataBlock <= 0 {
+		t.DataBlock = DefaultSMTPDataBlockTimeout
+	}
+	if t.DataTermination <= 0 {
+		t.DataTermination = DefaultSMTPDataTerminationTimeout
+	}
+	return t
+}
+
+// total is the longest a send to one recipient can take: the connection
+// and greeting, then EHLO, STARTTLS and AUTH, then MAIL and RCPT, each a
+// Command; DATA, the message and its end. The QUIT after an accepted
+// message is not counted: the message is sent by then.
+func (t SMTPTimeouts) total() time.Duration {
+	return 4*t.Command + t.DataInit + t.DataBlock + t.DataTermination
 }
 
 // LogMailer logs each message instead of sending it: the default in dev.
@@ -77,6 +144,8 @@ type SMTPConfig struct {
 	// TLSConfig verifies the server (implicit TLS and STARTTLS alike).
 	// Default: the system's roots, for Host.
 	TLSConfig *tls.Config
+	// Timeouts are how long each step may take (zero fields: RFC 5321's).
+	Timeouts SMTPTimeouts
 }
 
 // ParseSMTPURL reads SMTP_URL: smtp://user:password@host:port?from=address
@@ -121,16 +190,28 @@ func NewSMTPMailer(cfg SMTPConfig) *SMTPMailer {
 	if cfg.TLSConfig.ServerName == "" {
 		cfg.TLSConfig.ServerName = cfg.Host
 	}
+	cfg.Timeouts = cfg.Timeouts.withDefaults()
 	return &SMTPMailer{cfg: cfg}
 }
 
-// perCommandTimeout bounds each SMTP command when ctx has no deadline.
-// With one, the whole conversation ends by it (see deadlineConn).
-const perCommandTimeout = 30 * time.Second
+// MaxSendTime is the longest one Send can take when ctx allows it: every
+// step's timeout, one after the other (35 minutes by default). The receipt
+// worker gives a send that long.
+func (s *SMTPMailer) MaxSendTime() time.Duration { return s.cfg.Timeouts.total() }
 
-// Send sends m on a connection of its own and returns by ctx's deadline,
-// or as soon as ctx is cancelled: the connection's deadlines come from ctx.
-// A message the server accepted is sent, whatever happens afterwards.
+// quitTimeout bounds the QUIT after an accepted message: the message is
+// sent whatever the answer, so nothing is worth waiting for.
+const quitTimeout = 5 * time.Second
+
+// Send sends m on a connection of its own, each step within its timeout
+// (SMTPTimeouts), and returns by ctx's deadline at the latest, or as soon
+// as ctx is cancelled: the connection's deadlines never pass ctx's. A
+// message the server accepted is sent, whatever happens afterwards.
+//
+// go-mail dials, greets and authenticates (under Command, per its
+// WithTimeout); the mail transaction is driven here, step by step, because
+// go-mail's own Send gives the whole transaction one deadline: it cannot
+// wait ten minutes for the end of DATA and a few for the rest.
 func (s *SMTPMailer) Send(ctx context.Context, m Message) error {
 	msg, err := s.message(m)
 	if err != nil {
@@ -139,7 +220,7 @@ func (s *SMTPMailer) Send(ctx context.Context, m Message) error {
 	dial := &ctxDialer{ctx: ctx, implicitTLS: s.cfg.ImplicitTLS, tlsConfig: s.cfg.TLSConfig}
 	defer dial.release()
 	opts := []mail.Option{
-		mail.WithPort(s.cfg.Port), mail.WithTimeout(perCommandTimeout), mail.WithDialContextFunc(dial.DialContext),
+		mail.WithPort(s.cfg.Port), mail.WithTimeout(s.cfg.Timeouts.Command), mail.WithDialContextFunc(dial.DialContext),
 		mail.WithTLSConfig(s.cfg.TLSConfig), mail.WithTLSPolicy(mail.TLSOpportunistic),
 	}
 	if s.cfg.ImplicitTLS {
@@ -152,13 +233,62 @@ func (s *SMTPMailer) Send(ctx context.Context, m Message) error {
 	if err != nil {
 		return fmt.Errorf("%w: %v", ErrBadMessage, err)
 	}
-	err = client.DialAndSendWithContext(ctx, msg)
-	if msg.IsDelivered() {
-		// The server answered 250 to the message: it is sent, even if the
-		// RSET or QUIT after it failed or ctx ended meanwhile.
+	conn, err := client.DialToSMTPClientWithContext(ctx)
+	if err != nil {
+		return err
+	}
+	defer conn.Close()
+	if err := s.transact(conn, msg); err != nil {
+		return err
+	}
+	// The server answered 250 to the message: it is sent, even if the
+	// QUIT fails or ctx ends meanwhile.
+	if conn.UpdateDeadline(quitTimeout) == nil {
+		_ = conn.Quit()
+	}
+	return nil
+}
+
+// transact sends msg on c: MAIL, RCPT, DATA, the message, and its end,
+// each step under its own timeout, and returns nil once the server
+// accepted it (its 250 to the end of DATA).
+func (s *SMTPMailer) transact(c *smtp.Client, msg *mail.Msg) error {
+	t := s.cfg.Timeouts
+	from, err := msg.GetSender(false)
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	rcpts, err := msg.GetRecipients()
+	if err != nil {
+		return fmt.Errorf("%w: %v", ErrBadMessage, err)
+	}
+	step := func(timeout time.Duration, what string, do func() error) error {
+		if err := c.UpdateDeadline(timeout); err != nil {
+			return err
+		}
+		if err := do(); err != nil {
+			return fmt.Errorf("%s: %w", what, err)
+		}
 		return nil
 	}
-	return err
+	if err := step(t.Command, "MAIL", func() error { return c.Mail(from) }); err != nil {
+		return err
+	}
+	for _, rcpt := range rcpts {
+		if err := step(t.Command, "RCPT", func() error { return c.Rcpt(rcpt) }); err != nil {
+			return err
+		}
+	}
+	var data io.WriteCloser
+	if err := step(t.DataInit, "DATA", func() (err error) { data, err = c.Data(); return err }); err != nil {
+		return err
+	}
+	if err := step(t.DataBlock, "writing the message", func() error { _, err := msg.WriteTo(data); return err }); err != nil {
+		return err
+	}
+	// The end of DATA: from here until its answer the server may take
+	// responsibility for the message at any moment (docs/failure-scenarios.md).
+	return step(t.DataTermination, "end of DATA", data.Close)
 }
 
 func (s *SMTPMailer) message(m Message) (*mail.Msg, error) {

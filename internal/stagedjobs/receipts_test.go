@@ -223,3 +223,30 @@ func TestReceiptWorker_aRefusedSendIsRetriedAndAnUnsendableOneIsNot(t *testing.T
 	require.ErrorIs(t, err, stagedjobs.ErrBadMessage)
 	require.Len(t, srv.Accepted(), 1)
 }
+
+// A receipt writes its amount with its currency's decimals (ISO 4217's
+// minor-unit exponent, as Stripe counts amounts): ¥5000 is "5000 JPY", not
+// "50.00 JPY".
+func TestReceiptWorker_writesTheAmountWithTheCurrencysDecimals(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	srv := startSMTP(t, smtptest.Config{})
+	w := stagedjobs.NewReceiptWorker(stagedjobs.WorkersConfig{Pool: b.pool, Mailer: smtpMailer(t, srv)})
+	for _, tc := range []struct {
+		currency string
+		amount   int64
+		want     string
+	}{
+		{"jpy", 5000, "Payment of 5000 JPY for payment pay_jpy."}, // zero-decimal
+		{"krw", 15000, "Payment of 15000 KRW for payment pay_krw."},
+		{"usd", 2050, "Payment of 20.50 USD for payment pay_usd."}, // two decimals
+		{"kwd", 1500, "Payment of 1.500 KWD for payment pay_kwd."}, // three decimals
+	} {
+		payment := "pay_" + tc.currency
+		job := receiptJob(b.seedPayment(t, payment), payment)
+		job.Args.Amount, job.Args.Currency = tc.amount, tc.currency
+		require.NoError(t, w.Work(context.Background(), job))
+		got := srv.Accepted()
+		require.Contains(t, got[len(got)-1].Body, tc.want)
+	}
+}

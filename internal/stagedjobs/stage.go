@@ -41,14 +41,21 @@ type EventArgs struct {
 	UserID  int64           `json:"user_id"`
 	Type    string          `json:"type"`
 	Object  json.RawMessage `json:"object"`
-	Created time.Time       `json:"created"`
+	// Created is the event's created: unset when the event is staged (the
+	// staged row's created_at, the database's clock, is the event's
+	// created, the clock endpoints are stamped with; see
+	// LockEndpointsOfUser in internal/db/queries/webhooks_out.sql), and set
+	// from it when the drain hands the event to River as a job of its own.
+	// EventWorker stamps an event that reaches it without one with the
+	// database's clock.
+	Created time.Time `json:"created,omitzero"`
 }
 
 // NewEventArgs describes a new event of eventType about object.
 func NewEventArgs(userID int64, eventType string, object json.RawMessage) EventArgs {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
-	return EventArgs{EventID: "evt_" + hex.EncodeToString(b), UserID: userID, Type: eventType, Object: object, Created: time.Now().UTC()}
+	return EventArgs{EventID: "evt_" + hex.EncodeToString(b), UserID: userID, Type: eventType, Object: object}
 }
 
 // ReceiptArgs are a ReceiptEmail's arguments.

@@ -13,6 +13,7 @@ import (
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 
+	"github.com/example/payments/internal/currency"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
@@ -30,23 +31,33 @@ const ReceiptQueue = "receipts"
 const WebhookQueue = "webhooks"
 
 // DefaultSendTimeout is how long one attempt at sending a receipt may take,
-// from the dial to the mail server's answer, unless WorkersConfig says
-// otherwise.
+// from the dial to the mail server's answer, with a Mailer that does not
+// say (see MaxSendTimer), unless WorkersConfig says otherwise.
 const DefaultSendTimeout = 20 * time.Second
+
+// MaxSendTimer is a Mailer that knows the longest a send can take: the
+// SMTP mailer, whose steps have RFC 5321's timeouts (35 minutes in all by
+// default, 10 of them for the answer to the end of DATA). The receipt
+// worker gives each send that long, so that it never gives up on a mail
+// server that is only slow and may still accept the receipt.
+type MaxSendTimer interface {
+	MaxSendTime() time.Duration
+}
 
 // WorkersConfig configures the staged jobs' workers.
 type WorkersConfig struct {
 	Pool   *pgxpool.Pool
 	Mailer Mailer
-	// SendTimeout bounds one attempt at sending a receipt. Default
-	// DefaultSendTimeout. The receipt job's timeout is longer (Timeout).
+	// SendTimeout bounds one attempt at sending a receipt. Default: the
+	// Mailer's MaxSendTime, or DefaultSendTimeout. The receipt job's
+	// timeout is longer (Timeout).
 	SendTimeout time.Duration
 	Logger      *slog.Logger
 }
 
 // AddWorkers registers the workers of the staged jobs with River.
 func AddWorkers(workers *river.Workers, cfg WorkersConfig) {
-	river.AddWorker(workers, &EventWorker{pool: cfg.Pool})
+	river.AddWorker(workers, NewEventWorker(cfg.Pool))
 	river.AddWorker(workers, NewReceiptWorker(cfg))
 }
 
@@ -60,24 +71,40 @@ type EventWorker struct {
 	pool *pgxpool.Pool
 }
 
+// NewEventWorker returns the event worker (AddWorkers registers it).
+func NewEventWorker(pool *pgxpool.Pool) *EventWorker { return &EventWorker{pool: pool} }
+
 // Work writes the event, unless it is already there, and in the same
 // transaction, the first time only, its webhook deliveries: one row and
 // one staged WebhookDelivery job per enabled endpoint of the user that
 // subscribes to the event's type, existed when the event was created (the
 // change's commit, maybe a while before this job runs) and still exists.
 // So a delivery exists if and only if its event does, and an endpoint made
-// after the change gets nothing of this event.
+// after the change gets nothing of this event. The lock it takes first
+// orders it with the creation of the user's endpoints, as the drain's
+// (LockEndpointsOfUser in internal/db/queries/webhooks_out.sql): an
+// endpoint created before the event is committed, and seen, by then.
 func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error {
 	a := job.Args
+	// The drain sets Created when it hands an event over; a job staged
+	// straight into River without it is stamped with the database's clock
+	// once the lock is held, which keeps the same promise.
+	created := pgtype.Timestamptz{Time: a.Created, Valid: !a.Created.IsZero()}
 	return db.WithTx(ctx, w.pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx *db.Tx) error {
-		inserted, err := queries.InsertEvent(ctx, tx, dbsqlc.InsertEventParams{
-			ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: a.Created,
+		if err := queries.LockEndpointsOfUserShared(ctx, tx.Queued(), a.UserID); err != nil {
+			return err
+		}
+		eventCreated, err := queries.InsertEvent(ctx, tx, dbsqlc.InsertEventParams{
+			ID: a.EventID, UserID: a.UserID, Type: a.Type, Data: a.Object, CreatedAt: created,
 		})
-		if err != nil || inserted == 0 {
+		if errors.Is(err, pgx.ErrNoRows) {
+			return nil // written already, with its deliveries
+		}
+		if err != nil {
 			return err
 		}
 		deliveries, err := queries.InsertWebhookDeliveries(ctx, tx, dbsqlc.InsertWebhookDeliveriesParams{
-			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type), EventCreated: a.Created,
+			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type), EventCreated: eventCreated,
 		})
 		if err != nil {
 			return fmt.Errorf("staging the deliveries of event %s: %w", a.EventID, err)
@@ -116,6 +143,9 @@ type ReceiptWorker struct {
 // NewReceiptWorker returns the receipt worker (AddWorkers registers it).
 func NewReceiptWorker(cfg WorkersConfig) *ReceiptWorker {
 	w := &ReceiptWorker{pool: cfg.Pool, mailer: cfg.Mailer, sendTimeout: cfg.SendTimeout, log: cfg.Logger}
+	if m, ok := cfg.Mailer.(MaxSendTimer); ok && w.sendTimeout <= 0 {
+		w.sendTimeout = m.MaxSendTime()
+	}
 	if w.sendTimeout <= 0 {
 		w.sendTimeout = DefaultSendTimeout
 	}
@@ -135,7 +165,11 @@ const (
 
 // Timeout is the receipt job's: longer than a send and the writes around
 // it, so River never ends the job's context while the send may still
-// succeed. (River's own timeout for the other jobs may be shorter.)
+// succeed (35 minutes and 15 seconds with the SMTP mailer's defaults).
+// River's timeout for the other jobs is shorter, and a receipt runs on its
+// own queue (ReceiptQueue) with workers of its own: however long a send
+// waits, no other job waits for it. River's rescuer, too, leaves a running
+// job alone for its Timeout, not just RescueStuckJobsAfter.
 func (w *ReceiptWorker) Timeout(*river.Job[ReceiptArgs]) time.Duration {
 	return w.sendTimeout + 3*recordTimeout
 }
@@ -250,13 +284,6 @@ func receiptMessage(to string, a ReceiptArgs, kind string) Message {
 		MessageID: receiptMessageID(a, kind),
 		Subject:   fmt.Sprintf("%s receipt for %s", what, a.Payment),
 		Body: fmt.Sprintf("%s of %s %s for payment %s.\n\nThank you.\n",
-			what, formatAmount(a.Amount), strings.ToUpper(a.Currency), a.Payment),
+			what, currency.Decimal(a.Currency, a.Amount), strings.ToUpper(a.Currency), a.Payment),
 	}
-}
-
-// formatAmount writes minor units as a decimal amount (2000 -> 20.00). It
-// assumes two decimals, which fits most currencies; a receipt for JPY would
-// need ISO 4217's exponent table.
-func formatAmount(minor int64) string {
-	return fmt.Sprintf("%d.%02d", minor/100, minor%100)
 }

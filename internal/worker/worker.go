@@ -92,8 +92,9 @@ type Config struct {
 	// conversations at once, under the 50 a Postfix server allows a client
 	// by default).
 	ReceiptWorkers int
-	// ReceiptSendTimeout bounds one attempt at sending a receipt. Default
-	// stagedjobs.DefaultSendTimeout.
+	// ReceiptSendTimeout bounds one attempt at sending a receipt. Default:
+	// the mailer's MaxSendTime (the SMTP mailer's: RFC 5321's timeouts, 35
+	// minutes in all), or stagedjobs.DefaultSendTimeout.
 	ReceiptSendTimeout time.Duration
 	// JobTimeout is how long a job may run before its context ends.
 	// Default 30s. The receipt job has its own, longer than its send
@@ -184,7 +185,10 @@ func Run(ctx context.Context, cfg Config) error {
 // still running: a completer attempt stuck at Stripe unlocks its key, a
 // receipt gives back its reservation, so nothing stays locked by a process
 // that is gone (a job left running when the process exits would hold its
-// key for the lock timeout, with nobody heartbeating it).
+// key for the lock timeout, with nobody heartbeating it). A receipt whose
+// send is cancelled while it waits for the answer to the end of its DATA
+// (up to 10 minutes) may be sent again by its retry, if the server accepts
+// it all the same: docs/failure-scenarios.md gives that window.
 func stop(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Duration, log *slog.Logger) error {
 	stopCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), timeout)
 	defer cancel()

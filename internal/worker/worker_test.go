@@ -8,6 +8,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -40,6 +41,10 @@ type testBundle struct {
 	app  *app.App
 	api  string
 	smtp *smtptest.Server
+	// stopWorker ends the worker's context; workerDone then receives
+	// worker.Run's error.
+	stopWorker func()
+	workerDone chan error
 }
 
 // setup starts the service; adjust, if given, changes the worker's
@@ -64,7 +69,7 @@ func setup(t *testing.T, mail smtptest.Behaviour, adjust ...func(*worker.Config)
 
 	smtp, err := smtptest.Start(smtptest.Config{Behaviour: mail})
 	require.NoError(t, err)
-	mailer, err := stagedjobs.NewMailer(smtp.URL(), a.Log)
+	mailer, err := stagedjobs.NewMailer(smtp.URL(), stagedjobs.SMTPTimeouts{}, a.Log)
 	require.NoError(t, err)
 	cfg := worker.Config{
 		Pool: a.Pool, Logger: a.Log, Engine: a.Engine, Flows: a.Payments.Flows(), Mailer: mailer, Payments: a.Payments,
@@ -80,8 +85,10 @@ func setup(t *testing.T, mail smtptest.Behaviour, adjust ...func(*worker.Config)
 	t.Cleanup(func() {
 		stop()
 		select {
-		case err := <-done:
-			require.NoError(t, err)
+		case err, ok := <-done:
+			if ok {
+				require.NoError(t, err)
+			}
 		case <-time.After(30 * time.Second):
 			t.Error("the worker did not stop")
 		}
@@ -90,7 +97,7 @@ func setup(t *testing.T, mail smtptest.Behaviour, adjust ...func(*worker.Config)
 	// connections ends any send still hanging, whatever the code under
 	// test does with its deadlines.
 	t.Cleanup(func() { _ = smtp.Close() })
-	return &testBundle{app: a, api: apiServer.URL, smtp: smtp}
+	return &testBundle{app: a, api: apiServer.URL, smtp: smtp, stopWorker: stop, workerDone: done}
 }
 
 // quickRetries retries a failed job after 100 ms times its attempt: River's
@@ -130,44 +137,99 @@ func (b *testBundle) count(t *testing.T, query string, args ...any) int {
 
 // With the mail server hung, and more receipts waiting on it than the pool
 // has connections, the API still answers within its budget and the rest of
-// the background work (the drain, events, the completer) goes on. (Until
-// make bench's scenario F showed that 4 receipt workers cap receipts at 40 a
-// second, there were fewer receipt workers than connections; a receipt never
-// held a connection while it sends, and this test now shows it.)
+// the background work (the drain, events, webhook deliveries, the
+// completer) goes on. (Until make bench's scenario F showed that 4 receipt
+// workers cap receipts at 40 a second, there were fewer receipt workers
+// than connections; a receipt never held a connection while it sends, and
+// this test now shows it.) The mailer has RFC 5321's timeouts, unscaled: a
+// server hung before its greeting holds each send 5 minutes, one hung
+// after the message's end 10 minutes, far longer than this test.
 func TestRun_aHungMailServerStallsNothingElse(t *testing.T) {
 	t.Parallel()
-	b := setup(t, smtptest.Behaviour{Mode: smtptest.HangOnConnect})
+	for _, mode := range []smtptest.Mode{smtptest.HangOnConnect, smtptest.HangOnData} {
+		t.Run(mode.String(), func(t *testing.T) {
+			t.Parallel()
+			b := setup(t, smtptest.Behaviour{Mode: mode})
+			var hooks atomic.Int64
+			receiver := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				hooks.Add(1)
+				w.WriteHeader(http.StatusNoContent)
+			}))
+			t.Cleanup(receiver.Close)
+			_, err := b.app.Pool.Exec(context.Background(), `INSERT INTO webhook_endpoints (id, user_id, url, enabled_events, secret)
+				SELECT 'we_hung', id, $1, '{*}', 'whsec_MfKQ9r8GKYqrTwjUPD8ILPZIo2LaLaSw' FROM users WHERE email = 'alice@example.com'`, receiver.URL)
+			require.NoError(t, err)
 
-	const payments = 3 * poolSize
-	for i := range payments {
-		b.createPayment(t, fmt.Sprintf("hung-%d", i), 5*time.Second)
+			const payments = 3 * poolSize
+			for i := range payments {
+				b.createPayment(t, fmt.Sprintf("hung-%d", i), 5*time.Second)
+			}
+			// More receipts wait on the hung server at once than the pool has
+			// connections: they hold none while they wait.
+			require.Eventually(t, func() bool { return b.smtp.OpenConnections() > poolSize }, 10*time.Second, 20*time.Millisecond,
+				"receipts are waiting on the hung server")
+			require.Zero(t, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND queue <> $1", stagedjobs.ReceiptQueue),
+				"receipts wait on their own queue")
+			completersBefore := b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'")
+
+			// Once receipts hang, the API still answers, reads and writes alike.
+			b.createPayment(t, "after-the-hang", 5*time.Second)
+			resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(b.api + "/readyz")
+			require.NoError(t, err)
+			resp.Body.Close()
+			require.Equal(t, http.StatusOK, resp.StatusCode)
+
+			// The drain empties staged_jobs, every payment gets its event and
+			// its webhook delivery, and the completer keeps running.
+			require.Eventually(t, func() bool {
+				return b.count(t, "SELECT count(*) FROM staged_jobs") == 0 &&
+					b.count(t, "SELECT count(*) FROM events WHERE type = 'payment.succeeded'") == payments+1
+			}, 15*time.Second, 50*time.Millisecond, "the drain and the event jobs go on")
+			require.Eventually(t, func() bool {
+				return b.count(t, "SELECT count(*) FROM webhook_deliveries WHERE endpoint_id = 'we_hung' AND status = 'succeeded'") == payments+1
+			}, 15*time.Second, 50*time.Millisecond, "the webhook deliveries go on")
+			require.GreaterOrEqual(t, hooks.Load(), int64(payments+1))
+			require.Eventually(t, func() bool {
+				return b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'") > completersBefore
+			}, 15*time.Second, 50*time.Millisecond, "the completer goes on")
+			require.Empty(t, b.smtp.Accepted())
+			require.Zero(t, b.count(t, "SELECT count(*) FROM receipts WHERE sent_at IS NOT NULL"))
+			require.Greater(t, b.smtp.OpenConnections(), poolSize, "and the receipts still wait")
+		})
 	}
-	// More receipts wait on the hung server at once than the pool has
-	// connections: they hold none while they wait.
-	require.Eventually(t, func() bool { return b.smtp.OpenConnections() > poolSize }, 10*time.Second, 20*time.Millisecond,
-		"receipts are waiting on the hung server")
-	require.Zero(t, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND queue <> $1", stagedjobs.ReceiptQueue),
-		"receipts wait on their own queue")
-	completersBefore := b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'")
+}
 
-	// Once receipts hang, the API still answers, reads and writes alike.
-	b.createPayment(t, "after-the-hang", 5*time.Second)
-	resp, err := (&http.Client{Timeout: 5 * time.Second}).Get(b.api + "/readyz")
-	require.NoError(t, err)
-	resp.Body.Close()
-	require.Equal(t, http.StatusOK, resp.StatusCode)
+// A send waiting for the answer to the end of its DATA (RFC 5321's 10
+// minutes, unscaled) does not hold the worker's shutdown past its shutdown
+// timeout: it is cancelled then, and gives its receipt's reservation back,
+// so that the retry need not wait for it to lapse (docs/failure-scenarios.md
+// says what that costs when the server accepts the message all the same).
+func TestRun_aSendWaitingForTheEndOfDataDoesNotHoldTheShutdown(t *testing.T) {
+	t.Parallel()
+	const shutdownTimeout = time.Second
+	b := setup(t, smtptest.Behaviour{Mode: smtptest.HangOnData},
+		func(cfg *worker.Config) { cfg.ShutdownTimeout = shutdownTimeout })
+	paymentID := b.createPayment(t, "hung-at-shutdown", 5*time.Second)
+	require.Eventually(t, func() bool {
+		return b.count(t, "SELECT count(*) FROM receipts WHERE payment_id = $1 AND sending_until IS NOT NULL", paymentID) == 1 &&
+			b.smtp.OpenConnections() == 1
+	}, 10*time.Second, 20*time.Millisecond, "the receipt is being sent")
 
-	// The drain empties staged_jobs, every payment gets its event, and the
-	// completer keeps running.
-	require.Eventually(t, func() bool {
-		return b.count(t, "SELECT count(*) FROM staged_jobs") == 0 &&
-			b.count(t, "SELECT count(*) FROM events WHERE type = 'payment.succeeded'") == payments+1
-	}, 15*time.Second, 50*time.Millisecond, "the drain and the event jobs go on")
-	require.Eventually(t, func() bool {
-		return b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'completer' AND state = 'completed'") > completersBefore
-	}, 15*time.Second, 50*time.Millisecond, "the completer goes on")
+	began := time.Now()
+	b.stopWorker()
+	select {
+	case err := <-b.workerDone:
+		require.NoError(t, err)
+		close(b.workerDone)
+	case <-time.After(20 * time.Second):
+		t.Fatal("the worker did not stop")
+	}
+	took := time.Since(began)
+	require.GreaterOrEqual(t, took, shutdownTimeout, "running jobs had the shutdown timeout to finish")
+	require.Less(t, took, shutdownTimeout+5*time.Second, "then the send was cancelled")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM receipts WHERE payment_id = $1 AND (sending_until IS NOT NULL OR sent_at IS NOT NULL)", paymentID),
+		"its reservation given back, nothing recorded as sent")
 	require.Empty(t, b.smtp.Accepted())
-	require.Zero(t, b.count(t, "SELECT count(*) FROM receipts WHERE sent_at IS NOT NULL"))
 }
 
 // receiptJob is the River job of a payment's receipt.

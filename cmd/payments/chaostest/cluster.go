@@ -132,6 +132,10 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 		// down when Stripe sent it) is settled by the reconciler.
 		"PAYMENTS_REFUND_RECONCILE_AFTER=5s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=1s",
 		"SMTP_URL=" + cfg.SMTPURL,
+		// RFC 5321's timeouts, scaled to the run: a send hung by the fake
+		// server (mail.go) gives up in seconds, not 5 or 10 minutes, so the
+		// run settles; its slowest answer (5 s) stays within them.
+		"PAYMENTS_SMTP_COMMAND_TIMEOUT=10s", "PAYMENTS_SMTP_DATA_TIMEOUT=20s",
 	}
 	for _, set := range instanceSettings {
 		lock := max(minLockTimeout, time.Duration(set.lockMult*float64(cfg.LockTimeout))).Round(time.Millisecond)

@@ -34,10 +34,11 @@ func (q *Queries) GetEvent(ctx context.Context, db DBTX, arg GetEventParams) (Ev
 	return i, err
 }
 
-const insertEvent = `-- name: InsertEvent :execrows
+const insertEvent = `-- name: InsertEvent :one
 INSERT INTO events (id, user_id, type, data, created_at)
-VALUES ($1, $2, $3, $4, $5)
+VALUES ($1, $2, $3, $4, coalesce($5::timestamptz, clock_timestamp()))
 ON CONFLICT (id) DO NOTHING
+RETURNING created_at
 `
 
 type InsertEventParams struct {
@@ -45,23 +46,24 @@ type InsertEventParams struct {
 	UserID    int64
 	Type      string
 	Data      []byte
-	CreatedAt time.Time
+	CreatedAt pgtype.Timestamptz
 }
 
 // The id was chosen when the change was staged: a job that runs twice
-// inserts nothing the second time.
-func (q *Queries) InsertEvent(ctx context.Context, db DBTX, arg InsertEventParams) (int64, error) {
-	result, err := db.Exec(ctx, insertEvent,
+// inserts nothing the second time (and gets no row). Without a created_at
+// the event's created is the database's clock now, which must then be read
+// after LockEndpointsOfUserShared (webhooks_out.sql), in its transaction.
+func (q *Queries) InsertEvent(ctx context.Context, db DBTX, arg InsertEventParams) (time.Time, error) {
+	row := db.QueryRow(ctx, insertEvent,
 		arg.ID,
 		arg.UserID,
 		arg.Type,
 		arg.Data,
 		arg.CreatedAt,
 	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
+	var created_at time.Time
+	err := row.Scan(&created_at)
+	return created_at, err
 }
 
 const listEvents = `-- name: ListEvents :many

@@ -97,7 +97,7 @@ const writeStagedEvents = `-- name: WriteStagedEvents :many
 WITH written AS (
     INSERT INTO events (id, user_id, type, data, created_at)
     SELECT s.args->>'event_id', (s.args->>'user_id')::bigint, s.args->>'type', s.args->'object',
-           (s.args->>'created')::timestamptz
+           s.created_at
     FROM staged_jobs s
     WHERE s.id = ANY($1::bigint[]) AND s.kind = 'merchant_event'
     ORDER BY s.id
@@ -124,11 +124,14 @@ type WriteStagedEventsRow struct {
 // Writes the events of the staged merchant_event jobs staged_ids (their
 // arguments are stagedjobs.EventArgs, read here field by field), and in the
 // same statement one delivery per enabled endpoint of the event's user that
-// existed when the event was created (API.md: an endpoint never gets
+// existed when the event was created (docs/API.md: an endpoint never gets
 // events older than itself), still exists, and subscribes to its type, the
 // type's prefix ("refund.*") or "*". An event already written (a drain
 // that ran twice) writes nothing, deliveries included. Returns the new
-// deliveries, for their jobs.
+// deliveries, for their jobs. An event's created is its staged row's
+// created_at: the database's clock in the transaction of its change, the
+// clock endpoints are stamped with. Run after LockEndpointsOfStagedEvents
+// (webhooks_out.sql), in its transaction.
 func (q *Queries) WriteStagedEvents(ctx context.Context, db DBTX, stagedIds []int64) ([]WriteStagedEventsRow, error) {
 	rows, err := db.Query(ctx, writeStagedEvents, stagedIds)
 	if err != nil {

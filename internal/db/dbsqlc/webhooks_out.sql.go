@@ -145,10 +145,11 @@ type InsertWebhookDeliveriesRow struct {
 	Cycle      int32
 }
 
-// One delivery per enabled endpoint of the user that existed when the
-// event was created (API.md: an endpoint never gets events older than
-// itself, even one the event worker writes after it was made), still
-// exists, and subscribes to the event: its enabled_events hold one of
+// Run after LockEndpointsOfUserShared, in its transaction. One delivery
+// per enabled endpoint of the user that existed when the event was created
+// (docs/API.md section 7: an endpoint never gets events older than itself,
+// even one the event worker writes after it was made), still exists, and
+// subscribes to the event: its enabled_events hold one of
 // patterns (the type, its prefix "refund.*", "*").
 func (q *Queries) InsertWebhookDeliveries(ctx context.Context, db DBTX, arg InsertWebhookDeliveriesParams) ([]InsertWebhookDeliveriesRow, error) {
 	rows, err := db.Query(ctx, insertWebhookDeliveries,
@@ -176,9 +177,8 @@ func (q *Queries) InsertWebhookDeliveries(ctx context.Context, db DBTX, arg Inse
 }
 
 const insertWebhookEndpoint = `-- name: InsertWebhookEndpoint :one
-
-INSERT INTO webhook_endpoints (id, user_id, url, enabled_events, description, secret, idempotency_key_id)
-VALUES ($1, $2, $3, $4::text[], $5, $6, $7)
+INSERT INTO webhook_endpoints (id, user_id, url, enabled_events, description, secret, idempotency_key_id, created_at)
+VALUES ($1, $2, $3, $4::text[], $5, $6, $7, clock_timestamp())
 RETURNING id, user_id, url, enabled_events, description, secret, status, created_at, deleted_at, idempotency_key_id
 `
 
@@ -192,7 +192,8 @@ type InsertWebhookEndpointParams struct {
 	IdempotencyKeyID *uuid.UUID
 }
 
-// Webhooks to merchants: endpoints, deliveries and their attempts.
+// Run after LockEndpointsOfUser, in its transaction: created_at is the
+// database's clock once the lock is held, not the transaction's start.
 func (q *Queries) InsertWebhookEndpoint(ctx context.Context, db DBTX, arg InsertWebhookEndpointParams) (WebhookEndpoint, error) {
 	row := db.QueryRow(ctx, insertWebhookEndpoint,
 		arg.ID,
@@ -355,6 +356,71 @@ func (q *Queries) ListWebhookEndpoints(ctx context.Context, db DBTX, arg ListWeb
 		return nil, err
 	}
 	return items, nil
+}
+
+const lockEndpointsOfStagedEvents = `-- name: LockEndpointsOfStagedEvents :exec
+SELECT count(pg_advisory_xact_lock_shared(2003133032, k.key))
+FROM (
+    SELECT DISTINCT mod((s.args->>'user_id')::bigint, 2147483647)::int4 AS key
+    FROM staged_jobs s
+    WHERE s.id = ANY($1::bigint[]) AND s.kind = 'merchant_event'
+    ORDER BY 1
+) k
+`
+
+// Taken by the drain before WriteStagedEvents, for the users of the staged
+// events staged_ids, in the keys' order (no two drains wait on each other,
+// and an endpoint's creation holds one key only, so no cycle can form).
+func (q *Queries) LockEndpointsOfStagedEvents(ctx context.Context, db DBTX, stagedIds []int64) error {
+	_, err := db.Exec(ctx, lockEndpointsOfStagedEvents, stagedIds)
+	return err
+}
+
+const lockEndpointsOfUser = `-- name: LockEndpointsOfUser :exec
+
+SELECT pg_advisory_xact_lock(2003133032, mod($1::bigint, 2147483647)::int4)
+`
+
+// Webhooks to merchants: endpoints, deliveries and their attempts.
+// An endpoint gets every event created after it, and none created before
+// it (docs/API.md section 7). "Created" is the database's clock for both
+// (migration 000020), and the per-user lock below makes "created before
+// the event" and "visible to whoever writes the event's deliveries" agree:
+//
+//   - a transaction creating an endpoint of the user takes the lock
+//     (exclusive) first, then stamps the endpoint's created_at with
+//     clock_timestamp(), and holds the lock until it commits;
+//   - a transaction writing events' deliveries (the drain's
+//     WriteStagedEvents, the event worker's InsertWebhookDeliveries) takes
+//     it (shared) for each user of its events, in a statement before the
+//     one that reads the endpoints, so that statement's snapshot is taken
+//     after the lock is held.
+//
+// An event's created is taken before its change commits, so before any
+// drain of it starts. An endpoint older than the event took the lock
+// before that, so the drain waits for its commit and then sees it; an
+// endpoint that takes the lock after the drain has it is stamped later
+// than the drain's start, so later than the event. Drains share the lock
+// with each other; they wait only for endpoint creations of their users,
+// which are rare and short. The lock is an advisory one, in a namespace
+// of its own (the two-int4 form, 2003133032 = "webh"), keyed by the user
+// id modulo 2^31-1: two users sharing a key only wait for each other.
+//
+// This one is taken by the transaction that creates an endpoint, before
+// its row.
+func (q *Queries) LockEndpointsOfUser(ctx context.Context, db DBTX, userID int64) error {
+	_, err := db.Exec(ctx, lockEndpointsOfUser, userID)
+	return err
+}
+
+const lockEndpointsOfUserShared = `-- name: LockEndpointsOfUserShared :exec
+SELECT pg_advisory_xact_lock_shared(2003133032, mod($1::bigint, 2147483647)::int4)
+`
+
+// Taken by the event worker before it writes an event's deliveries.
+func (q *Queries) LockEndpointsOfUserShared(ctx context.Context, db DBTX, userID int64) error {
+	_, err := db.Exec(ctx, lockEndpointsOfUserShared, userID)
+	return err
 }
 
 const oldestPendingDeliveryAge = `-- name: OldestPendingDeliveryAge :one

@@ -1,9 +1,12 @@
--- name: InsertEvent :execrows
+-- name: InsertEvent :one
 -- The id was chosen when the change was staged: a job that runs twice
--- inserts nothing the second time.
+-- inserts nothing the second time (and gets no row). Without a created_at
+-- the event's created is the database's clock now, which must then be read
+-- after LockEndpointsOfUserShared (webhooks_out.sql), in its transaction.
 INSERT INTO events (id, user_id, type, data, created_at)
-VALUES (@id, @user_id, @type, @data, @created_at)
-ON CONFLICT (id) DO NOTHING;
+VALUES (@id, @user_id, @type, @data, coalesce(sqlc.narg('created_at')::timestamptz, clock_timestamp()))
+ON CONFLICT (id) DO NOTHING
+RETURNING created_at;
 
 -- name: GetEvent :one
 SELECT * FROM events WHERE id = @id AND user_id = @user_id;

@@ -1,8 +1,55 @@
 -- Webhooks to merchants: endpoints, deliveries and their attempts.
 
+-- name: LockEndpointsOfUser :exec
+-- An endpoint gets every event created after it, and none created before
+-- it (docs/API.md section 7). "Created" is the database's clock for both
+-- (migration 000020), and the per-user lock below makes "created before
+-- the event" and "visible to whoever writes the event's deliveries" agree:
+--
+--   - a transaction creating an endpoint of the user takes the lock
+--     (exclusive) first, then stamps the endpoint's created_at with
+--     clock_timestamp(), and holds the lock until it commits;
+--   - a transaction writing events' deliveries (the drain's
+--     WriteStagedEvents, the event worker's InsertWebhookDeliveries) takes
+--     it (shared) for each user of its events, in a statement before the
+--     one that reads the endpoints, so that statement's snapshot is taken
+--     after the lock is held.
+--
+-- An event's created is taken before its change commits, so before any
+-- drain of it starts. An endpoint older than the event took the lock
+-- before that, so the drain waits for its commit and then sees it; an
+-- endpoint that takes the lock after the drain has it is stamped later
+-- than the drain's start, so later than the event. Drains share the lock
+-- with each other; they wait only for endpoint creations of their users,
+-- which are rare and short. The lock is an advisory one, in a namespace
+-- of its own (the two-int4 form, 2003133032 = "webh"), keyed by the user
+-- id modulo 2^31-1: two users sharing a key only wait for each other.
+--
+-- This one is taken by the transaction that creates an endpoint, before
+-- its row.
+SELECT pg_advisory_xact_lock(2003133032, mod(@user_id::bigint, 2147483647)::int4);
+
+-- name: LockEndpointsOfUserShared :exec
+-- Taken by the event worker before it writes an event's deliveries.
+SELECT pg_advisory_xact_lock_shared(2003133032, mod(@user_id::bigint, 2147483647)::int4);
+
+-- name: LockEndpointsOfStagedEvents :exec
+-- Taken by the drain before WriteStagedEvents, for the users of the staged
+-- events staged_ids, in the keys' order (no two drains wait on each other,
+-- and an endpoint's creation holds one key only, so no cycle can form).
+SELECT count(pg_advisory_xact_lock_shared(2003133032, k.key))
+FROM (
+    SELECT DISTINCT mod((s.args->>'user_id')::bigint, 2147483647)::int4 AS key
+    FROM staged_jobs s
+    WHERE s.id = ANY(@staged_ids::bigint[]) AND s.kind = 'merchant_event'
+    ORDER BY 1
+) k;
+
 -- name: InsertWebhookEndpoint :one
-INSERT INTO webhook_endpoints (id, user_id, url, enabled_events, description, secret, idempotency_key_id)
-VALUES (@id, @user_id, @url, @enabled_events::text[], sqlc.narg('description'), @secret, @idempotency_key_id)
+-- Run after LockEndpointsOfUser, in its transaction: created_at is the
+-- database's clock once the lock is held, not the transaction's start.
+INSERT INTO webhook_endpoints (id, user_id, url, enabled_events, description, secret, idempotency_key_id, created_at)
+VALUES (@id, @user_id, @url, @enabled_events::text[], sqlc.narg('description'), @secret, @idempotency_key_id, clock_timestamp())
 RETURNING *;
 
 -- name: GetWebhookEndpoint :one
@@ -21,10 +68,11 @@ UPDATE webhook_endpoints SET deleted_at = now()
 WHERE id = @id AND user_id = @user_id AND deleted_at IS NULL;
 
 -- name: InsertWebhookDeliveries :many
--- One delivery per enabled endpoint of the user that existed when the
--- event was created (API.md: an endpoint never gets events older than
--- itself, even one the event worker writes after it was made), still
--- exists, and subscribes to the event: its enabled_events hold one of
+-- Run after LockEndpointsOfUserShared, in its transaction. One delivery
+-- per enabled endpoint of the user that existed when the event was created
+-- (docs/API.md section 7: an endpoint never gets events older than itself,
+-- even one the event worker writes after it was made), still exists, and
+-- subscribes to the event: its enabled_events hold one of
 -- patterns (the type, its prefix "refund.*", "*").
 INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id)
 SELECT @event_id, e.id, e.user_id

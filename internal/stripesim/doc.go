@@ -13,7 +13,7 @@
 //	POST /v1/customers                       GET /v1/customers/{id}
 //	POST /v1/payment_intents                 GET /v1/payment_intents/{id}
 //	POST /v1/payment_intents/{id}/capture    GET /v1/payment_intents/search
-//	POST /v1/payment_intents/{id}/cancel
+//	POST /v1/payment_intents/{id}/cancel     GET /v1/payment_intents?created[gte]=...
 //	POST /v1/refunds                         GET /v1/refunds/{id}
 //	                                         GET /v1/refunds?payment_intent=pi_...
 //

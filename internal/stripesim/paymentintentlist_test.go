@@ -87,7 +87,7 @@ func TestListPaymentIntentsRejectsWhatStripeRejects(t *testing.T) {
 	for name, params := range map[string]*stripe.PaymentIntentListParams{
 		"unknown cursor": {ListParams: stripe.ListParams{StartingAfter: stripe.String("pi_missing")}},
 		"both cursors":   {ListParams: stripe.ListParams{StartingAfter: stripe.String("pi_a"), EndingBefore: stripe.String("pi_b")}},
-		"limit 101":        {ListParams: stripe.ListParams{Limit: stripe.Int64(101)}},
+		"limit 101":      {ListParams: stripe.ListParams{Limit: stripe.Int64(101)}},
 	} {
 		it := f.stripe.PaymentIntents.List(params)
 		require.False(t, it.Next(), name)

@@ -54,12 +54,17 @@ import (
 // ever goes back to the spent one.
 
 // DefaultSpentKeyGrace is Config.SpentKeyGrace's default. Stripe publishes
-// no bound on how long a request it answered 500 may go on executing; a
-// minute is far longer than any Stripe API call takes to do its work, and
-// short enough that a client retrying a stored 500 gets its final answer
-// about a minute after the 500 (docs/API.md section 2, idempotency rule 7).
-// The simulator's late_500 fault, and TestStored500_aLate500ChargesOnce,
-// show what the grace guards against.
+// no bound on how long a request it already answered 500 may go on
+// executing (https://docs.stripe.com/api/idempotent_requests says only that
+// the result is saved once execution begins). A minute is a bet that such
+// work ends within a minute of the first replay (which itself comes a
+// retry's wait after the 500): stripe-go gives a call 80 s in all, "to
+// coordinate with other timeouts configured in the Stripe infrastructure".
+// It is also what the contract promises the client: the final answer about
+// a minute after the 500 (docs/API.md section 2, idempotency rule 7). The
+// simulator's late_500 fault, and TestStored500_aLate500ChargesOnce and
+// TestStored500_aLate500WithoutTheGraceChargesTwice, show what it guards
+// against.
 const DefaultSpentKeyGrace = time.Minute
 
 // callExternal makes the phase's call with the current generation of its

@@ -46,7 +46,7 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 	}
 	a, err := app.New(ctx, app.Config{
 		DatabaseURL: cfg.DatabaseURL, Pool: db.PoolConfig{MaxConns: int32(cfg.DBMaxConns)},
-		KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, StripeSearchLag: cfg.StripeSearchLag, Failpoints: failpoints,
+		KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, StripeSpentKeyGrace: cfg.StripeSpentKeyGrace, Failpoints: failpoints,
 		KeyFilter: keyfilter.Config{
 			ExpectedKeysPerSlice: uint(cfg.KeyFilterExpectedKeys), FalsePositiveRate: cfg.KeyFilterFPRate, Disabled: !cfg.KeyFilter,
 		},

@@ -34,7 +34,7 @@ type config struct {
 	StripeWebhookSecret string
 	StripesimAddr       string
 	AllowLiveKeys       bool
-	StripeSearchLag     time.Duration
+	StripeSpentKeyGrace time.Duration
 
 	KeyTTL      time.Duration
 	LockTimeout time.Duration
@@ -200,8 +200,8 @@ func (c *config) stripeFlags(f *flags) {
 	f.stringVar(&c.StripeAPIBase, "stripe-api-base", "STRIPE_API_BASE", "", "Stripe API base URL (empty: Stripe's own)")
 	f.stringVar(&c.StripeWebhookSecret, "stripe-webhook-secret", "STRIPE_WEBHOOK_SECRET", "", "secret that signs Stripe's webhooks (whsec_...)")
 	f.boolVar(&c.AllowLiveKeys, "allow-live-keys", "PAYMENTS_ALLOW_LIVE_KEYS", false, "accept a sk_live_ Stripe key")
-	f.durationVar(&c.StripeSearchLag, "stripe-search-lag", "PAYMENTS_STRIPE_SEARCH_LAG", recovery.DefaultSearchLag,
-		"how long Stripe's search may lag behind its writes: a child key Stripe reports spent (a replayed 500) is moved on only when a search this long after finds nothing")
+	f.durationVar(&c.StripeSpentKeyGrace, "stripe-spent-key-grace", "PAYMENTS_STRIPE_SPENT_KEY_GRACE", recovery.DefaultSpentKeyGrace,
+		"how long after Stripe first replays a stored 500 for a child key the service trusts its list's \"nothing made\" and moves to a new child key (a request Stripe may still be executing must have landed by then)")
 }
 
 // engineFlags are the settings of the idempotency engine.
@@ -232,7 +232,7 @@ func (c config) LogValue() slog.Value {
 		slog.String("stripe_webhook_secret", maskSecret(c.StripeWebhookSecret)),
 		slog.String("stripesim_addr", c.StripesimAddr),
 		slog.Bool("allow_live_keys", c.AllowLiveKeys),
-		slog.String("stripe_search_lag", c.StripeSearchLag.String()),
+		slog.String("stripe_spent_key_grace", c.StripeSpentKeyGrace.String()),
 		slog.String("idempotency_key_ttl", c.KeyTTL.String()),
 		slog.String("lock_timeout", c.LockTimeout.String()),
 		slog.String("failpoints", c.Failpoints),
@@ -340,8 +340,8 @@ func (c config) validate() error {
 		bad("PAYMENTS_RATE_LIMIT_BURST", "rate-limit-burst", "is %d with a rate limit of %v: no request could ever pass; give at least 1 (or PAYMENTS_RATE_LIMIT=0 for no limit)",
 			c.RateLimitBurst, c.RateLimit)
 	}
-	positive("PAYMENTS_STRIPE_SEARCH_LAG", "stripe-search-lag", c.StripeSearchLag)
 	notNegative("PAYMENTS_AUTH_CACHE_TTL", "auth-cache-ttl", c.AuthCacheTTL)
+	positive("PAYMENTS_STRIPE_SPENT_KEY_GRACE", "stripe-spent-key-grace", c.StripeSpentKeyGrace)
 	positive("PAYMENTS_IDEMPOTENCY_KEY_TTL", "idempotency-key-ttl", c.KeyTTL)
 	if c.LockTimeout < minLockTimeout {
 		bad("PAYMENTS_LOCK_TIMEOUT", "lock-timeout", "is %v: it must be at least %v", c.LockTimeout, minLockTimeout)

@@ -163,9 +163,6 @@ func (c config) validateEngine() error {
 	if c.LockTimeout < minLockTimeout {
 		errs = append(errs, fmt.Errorf("PAYMENTS_LOCK_TIMEOUT (--lock-timeout) is %v: it must be at least %v", c.LockTimeout, minLockTimeout))
 	}
-	if c.StripeSearchLag <= 0 {
-		errs = append(errs, fmt.Errorf("PAYMENTS_STRIPE_SEARCH_LAG (--stripe-search-lag) is %v: it must be positive", c.StripeSearchLag))
-	}
 	if err := errors.Join(errs...); err != nil {
 		return fmt.Errorf("%w: %w", errUsage, err)
 	}
@@ -211,7 +208,7 @@ func newKeyAdmin(ctx context.Context, cfg config, dbURL string, retry bool, log 
 			return nil, nil, err
 		}
 		appCfg.Stripe, appCfg.Failpoints = stripe, failpoints
-		appCfg.KeyTTL, appCfg.LockTimeout, appCfg.StripeSearchLag = cfg.KeyTTL, cfg.LockTimeout, cfg.StripeSearchLag
+		appCfg.KeyTTL, appCfg.LockTimeout, appCfg.StripeSpentKeyGrace = cfg.KeyTTL, cfg.LockTimeout, cfg.StripeSpentKeyGrace
 	}
 	a, err := app.New(ctx, appCfg)
 	if err != nil {

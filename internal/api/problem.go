@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"log/slog"
+	"math"
 	"net/http"
 
 	"github.com/example/payments/internal/db"
@@ -51,8 +52,15 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The request was interrupted before it finished (the service may be restarting). Nothing is lost: retry it (with the same Idempotency-Key, if it had one) and it resumes where it stopped.").WithRetryAfter(1)
 	case recovery.IsTransient(err):
+		// A wait the engine knows (the grace after Stripe's stored 500,
+		// recovery.Config.SpentKeyGrace) is the client's too, in whole
+		// seconds rounded up; otherwise a retry soon may well succeed.
+		retryAfter := 2
+		if d := recovery.RetryAfterOf(err); d > 0 {
+			retryAfter = int(math.Ceil(d.Seconds()))
+		}
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(2)
+			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(retryAfter)
 	case errors.Is(err, users.ErrUnknownKey):
 		return problem.New(http.StatusUnauthorized, problem.Unauthorized, "The API key is not valid.")
 	case errors.Is(err, payments.ErrNotFound):

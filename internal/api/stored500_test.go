@@ -1,7 +1,9 @@
 package api_test
 
 import (
+	"context"
 	"net/http"
+	"strconv"
 	"testing"
 	"time"
 
@@ -16,10 +18,12 @@ import (
 // began, and answers every later request with that key with the same 500
 // (Idempotent-Replayed: true). Retrying the same child key can then never
 // succeed: the child key is spent. The service reconciles (does the object
-// exist at Stripe?), and then moves on to a new generation of the child key;
-// where it reconciles by Stripe's search (a PaymentIntent), it first waits
-// out the search's lag. The client gets 503 meanwhile, and then the one
-// right answer, with exactly one object at Stripe.
+// exist at Stripe? Stripe's lists and objects say at once), and, finding
+// nothing, moves on to a new generation of the child key once the grace
+// after the first replayed 500 is over (the 500's request may still be
+// executing at Stripe: recovery.DefaultSpentKeyGrace). The client gets 503
+// meanwhile, with a Retry-After that says when the grace ends, and then
+// the one right answer, with exactly one object at Stripe.
 
 // setupStored is setup with a clock the test moves.
 func setupStored(t *testing.T) (*testBundle, *clocktest.Clock) {
@@ -58,25 +62,43 @@ func requireSpentThenRenewed(t *testing.T, calls []stripesim.RequestRecord) int 
 	return n
 }
 
+// requireRetryAfterIs checks the Retry-After of a 503 in whole seconds.
+func requireRetryAfterIs(t *testing.T, resp *http.Response, want time.Duration) {
+	t.Helper()
+	require.Equal(t, strconv.Itoa(int(want.Seconds())), resp.Header.Get("Retry-After"))
+}
+
+// spentThenGrace sends the request that meets Stripe's stored 500 and the
+// client's retry a couple of seconds later, which finds the child key spent
+// and nothing at Stripe: both 503, the retry's Retry-After the whole grace.
+func (b *testBundle) spentThenGrace(t *testing.T, clock *clocktest.Clock, path, key, body string) {
+	t.Helper()
+	resp, data := b.post(t, aliceKey, path, key, body)
+	requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	requireRetryAfterIs(t, resp, 2*time.Second) // a 500 may pass: retry soon
+
+	clock.Advance(2 * time.Second)
+	resp, data = b.post(t, aliceKey, path, key, body)
+	requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	requireRetryAfterIs(t, resp, recovery.DefaultSpentKeyGrace) // spent, nothing found: when the grace ends
+}
+
 func TestStored500_createMovesToANewChildKeyAndChargesOnce(t *testing.T) {
 	t.Parallel()
 	b, clock := setupStored(t)
 	b.armStored500(t, "/v1/payment_intents")
 
-	for range 2 { // the 500, then its replay: the key is spent
-		resp, data := b.post(t, aliceKey, pathPayments, "order-1", visaBody)
-		requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
-		requireRetryAfter(t, resp)
-	}
-	// Inside the lag, Stripe's search may not show a PaymentIntent made
-	// moments ago: the service waits rather than risk a second charge.
-	clock.Advance(recovery.DefaultSearchLag / 2)
+	b.spentThenGrace(t, clock, pathPayments, "order-1", visaBody)
+	// Within the grace the 500's request may still be executing at Stripe:
+	// nothing found is not yet believed.
+	clock.Advance(recovery.DefaultSpentKeyGrace - time.Second)
 	resp, data := b.post(t, aliceKey, pathPayments, "order-1", visaBody)
 	requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	requireRetryAfterIs(t, resp, time.Second)
 	require.Len(t, b.simRequests(http.MethodPost, "/v1/payment_intents"), 3)
 	require.Empty(t, b.simIntents(t))
 
-	clock.Advance(recovery.DefaultSearchLag / 2) // the lag since the second request found the key spent
+	clock.Advance(time.Second) // the grace since the retry that found the key spent
 	first, firstBody := b.post(t, aliceKey, pathPayments, "order-1", visaBody)
 	require.Equal(t, http.StatusCreated, first.StatusCode, string(firstBody))
 	pay := decodePayment(t, firstBody)
@@ -88,27 +110,55 @@ func TestStored500_createMovesToANewChildKeyAndChargesOnce(t *testing.T) {
 	require.Equal(t, pay.ID, intents[0].Metadata["payment"])
 	calls := b.simRequests(http.MethodPost, "/v1/payment_intents")
 	require.Len(t, calls, 5)
-	require.Equal(t, 4, requireSpentThenRenewed(t, calls), "inside the lag the spent key stays the key")
-	require.NotEmpty(t, b.simRequests(http.MethodGet, "/v1/payment_intents/search"), "reconciled before moving on")
+	require.Equal(t, 4, requireSpentThenRenewed(t, calls), "inside the grace the spent key stays the key")
+	require.NotEmpty(t, b.simRequests(http.MethodGet, "/v1/payment_intents"), "reconciled by Stripe's list before moving on")
+	require.Empty(t, b.simRequests(http.MethodGet, "/v1/payment_intents/search"), "never by its lagging search")
 
 	again, againBody := b.post(t, aliceKey, pathPayments, "order-1", visaBody)
 	requireReplayOf(t, first, firstBody, again, againBody)
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM payments"))
 }
 
+// A declined card behind the stored 500: the new child key's call is
+// declined, and the 402 is the final answer, replayed.
+func TestStored500_createOfADeclinedCardAnswers402Once(t *testing.T) {
+	t.Parallel()
+	b, clock := setupStored(t)
+	b.armStored500(t, "/v1/payment_intents")
+	declined := `{"amount":2000,"currency":"usd","payment_method":"pm_card_chargeDeclined"}`
+
+	b.spentThenGrace(t, clock, pathPayments, "order-1", declined)
+	clock.Advance(recovery.DefaultSpentKeyGrace)
+	first, firstBody := b.post(t, aliceKey, pathPayments, "order-1", declined)
+	requireProblem(t, first, firstBody, http.StatusPaymentRequired, "card_declined")
+
+	intents := b.simIntents(t)
+	require.Len(t, intents, 1, "exactly one PaymentIntent, declined")
+	require.Equal(t, "requires_payment_method", intents[0].Status)
+	require.Zero(t, intents[0].AmountReceived)
+	requireSpentThenRenewed(t, b.simRequests(http.MethodPost, "/v1/payment_intents"))
+
+	again, againBody := b.post(t, aliceKey, pathPayments, "order-1", declined)
+	requireReplayOf(t, first, firstBody, again, againBody)
+	var status string
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT status FROM payments").Scan(&status))
+	require.Equal(t, "failed", status)
+}
+
 // A capture is reconciled by reading the PaymentIntent, which shows a
-// capture at once: the retry that finds the key spent moves on at once.
+// capture at once; the grace applies as to every spent key (a capture
+// Stripe still executes would capture what the new key then could not).
 func TestStored500_captureMovesToANewChildKeyAndCapturesOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, clock := setupStored(t)
 	auth := b.createPayment(t, aliceKey, "auth-1", authoriseBody)
 	capturePrefix := "/v1/payment_intents/" + *auth.StripePaymentIntent + "/capture"
 	b.armStored500(t, capturePrefix)
 
-	resp, data := b.post(t, aliceKey, capturePath(auth.ID), "capture-1", "")
-	requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	b.spentThenGrace(t, clock, capturePath(auth.ID), "capture-1", "")
 	require.Equal(t, "requires_capture", b.simIntentsFor(t, auth.ID)[0].Status)
 
+	clock.Advance(recovery.DefaultSpentKeyGrace)
 	first, firstBody := b.post(t, aliceKey, capturePath(auth.ID), "capture-1", "")
 	require.Equal(t, http.StatusOK, first.StatusCode, string(firstBody))
 	captured := decodePayment(t, firstBody)
@@ -126,18 +176,17 @@ func TestStored500_captureMovesToANewChildKeyAndCapturesOnce(t *testing.T) {
 }
 
 // A refund is reconciled by listing the PaymentIntent's refunds, which
-// shows a refund at once: the retry that finds the key spent moves on at
-// once.
+// shows a refund at once; after the grace the step moves on.
 func TestStored500_refundMovesToANewChildKeyAndRefundsOnce(t *testing.T) {
 	t.Parallel()
-	b := setup(t)
+	b, clock := setupStored(t)
 	pay := b.captured(t, aliceKey, "order-1", 2000)
 	b.armStored500(t, "/v1/refunds")
 
-	resp, data := b.post(t, aliceKey, pathRefunds, "refund-1", refundBody(pay.ID, 500))
-	requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	b.spentThenGrace(t, clock, pathRefunds, "refund-1", refundBody(pay.ID, 500))
 	require.Empty(t, b.simRefundsFor(t, *pay.StripePaymentIntent))
 
+	clock.Advance(recovery.DefaultSpentKeyGrace)
 	first, firstBody := b.post(t, aliceKey, pathRefunds, "refund-1", refundBody(pay.ID, 500))
 	require.Equal(t, http.StatusCreated, first.StatusCode, string(firstBody))
 	re := decodeRefund(t, firstBody)

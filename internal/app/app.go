@@ -42,10 +42,9 @@ type Config struct {
 	// and by the key filter alike. Default 24h.
 	KeyTTL      time.Duration
 	LockTimeout time.Duration
-	// StripeSearchLag is how long Stripe's search may take to show an
-	// object (recovery.Config.SearchLag). Default recovery.DefaultSearchLag.
-	StripeSearchLag time.Duration
-	Failpoints      *failpoint.Set
+	// StripeSpentKeyGrace is recovery.Config.SpentKeyGrace (zero: its default).
+	StripeSpentKeyGrace time.Duration
+	Failpoints          *failpoint.Set
 	// KeyFilter sizes the key filter, or turns it off (Disabled). Its TTL
 	// and Registry are the app's.
 	KeyFilter     keyfilter.Config
@@ -104,7 +103,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Help: "Transactions this process ran again after a serialization failure or deadlock.",
 	}, func() float64 { return float64(db.SerializationRetries()) }))
 	engine := recovery.New(recovery.Config{
-		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SearchLag: cfg.StripeSearchLag,
+		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SpentKeyGrace: cfg.StripeSpentKeyGrace,
 		Failpoints: cfg.Failpoints, KeyFilter: filter,
 	})
 	return &App{

@@ -49,7 +49,10 @@ func setup(t *testing.T) *testBundle {
 	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_completer", APIBase: server.URL})
 	require.NoError(t, err)
 	return &testBundle{pool: pool, sim: sim, stripe: stripe, userID: u.ID,
-		now: time.Date(2026, 11, 1, 12, 0, 0, 0, time.UTC)}
+		// Starts at the simulator's (real) time and only moves forward: a
+		// reconcile lists the PaymentIntents Stripe made since the key was
+		// created, by Stripe's clock, which must not be behind the test's.
+		now: time.Now().UTC().Truncate(time.Second)}
 }
 
 // service builds the flows on an engine with the bundle's clock and the given failpoints.

@@ -85,7 +85,7 @@ func (s *Service) EngineFloorCreateFlow(createIntent CreatePaymentIntentFunc) *r
 func (s *Service) createFlowCalling(createIntent CreatePaymentIntentFunc) *recovery.Flow {
 	return &recovery.Flow{Name: "create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
 		recovery.Started: recovery.LocalPhase(s.insertPayment),
-		PaymentCreated: recovery.WithSearchReconcile(
+		PaymentCreated: recovery.WithReconcile(
 			recovery.ExternalPhase(stepPaymentIntent,
 				func(ctx context.Context, k *recovery.Key) (intentResult, error) {
 					return s.createPaymentIntent(ctx, k, createIntent)
@@ -171,13 +171,22 @@ func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key, crea
 	return classifyIntent(pi, err)
 }
 
+// stripeClockSkew is how far Stripe's clock, which stamps a PaymentIntent's
+// created, may be behind the clock that stamped the key's created_at (the
+// database's). Both are kept to true time by NTP, within a second or so;
+// five minutes is generous, and costs only the PaymentIntents of five more
+// minutes read once.
+const stripeClockSkew = 5 * time.Minute
+
 // findPaymentIntent: for a key too old to call Stripe again, or whose child
 // key Stripe reports spent, the PaymentIntent it made, found by the key's id
 // in its metadata (the same for every generation of the child key). It
-// searches, and Stripe's search lags: the engine waits before trusting that
-// nothing was found.
+// reads Stripe's list of PaymentIntents, which shows one as soon as it is
+// made, so "none" is true when it answers; every call with the key's child
+// keys came after the key was created, so the list starts there (less
+// stripeClockSkew) and is read to its end.
 func (s *Service) findPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, bool, error) {
-	found, err := s.stripe.SearchPaymentIntentsByMetadata(ctx, "idempotency_key_id", k.ID.String())
+	found, err := s.stripe.ListPaymentIntentsByMetadata(ctx, k.Created.Add(-stripeClockSkew), "idempotency_key_id", k.ID.String())
 	if err != nil {
 		return intentResult{}, false, recovery.Transient(err)
 	}

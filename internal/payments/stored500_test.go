@@ -2,6 +2,7 @@ package payments_test
 
 import (
 	"context"
+	"encoding/json"
 	"testing"
 	"time"
 
@@ -50,9 +51,11 @@ func (b *testBundle) generation(t *testing.T) (int, bool) {
 }
 
 // The client sends once and gets 503; Stripe stored the 500 under the child
-// key. The completer alone finds the key spent, waits out Stripe's search
-// lag, moves on to a new child key and finishes the payment: one
-// PaymentIntent.
+// key. The completer alone finds the key spent, finds no PaymentIntent in
+// Stripe's list, waits out the grace (its request may still be executing at
+// Stripe), moves on to a new child key and finishes the payment: one
+// PaymentIntent, a minute and a half after the 500 with the completer's
+// 30-second grace (it first looks at 30 s, then backs off 60 s).
 func TestStored500_theCompleterFinishesWithoutAnyRetry(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -65,15 +68,15 @@ func TestStored500_theCompleterFinishesWithoutAnyRetry(t *testing.T) {
 	require.True(t, recovery.IsTransient(err), "%v", err)
 	require.NotErrorIs(t, err, recovery.ErrChildKeySpent, "a first 500 may pass")
 
-	b.now = b.now.Add(time.Minute)
+	b.now = b.now.Add(31 * time.Second) // past the completer's grace
 	run, err := c.RunOnce(ctx)
 	require.NoError(t, err)
-	require.Equal(t, recovery.CompleterRun{Claimed: 1, Failed: 1}, run, "spent, and nothing to find yet")
+	require.Equal(t, recovery.CompleterRun{Claimed: 1, Failed: 1}, run, "spent, nothing found, and within the grace")
 	g, spent := b.generation(t)
 	require.Equal(t, 0, g)
 	require.True(t, spent, "recorded as spent")
 
-	b.now = b.now.Add(recovery.DefaultSearchLag)
+	b.now = b.now.Add(recovery.DefaultSpentKeyGrace + time.Second) // past the completer's backoff, and the grace
 	run, err = c.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, recovery.CompleterRun{Claimed: 1, Finished: 1}, run)
@@ -105,7 +108,7 @@ func TestStored500_everyProcessUsesTheNewChildKey(t *testing.T) {
 	require.ErrorIs(t, err, recovery.ErrChildKeySpent, "found spent, nothing found yet")
 	require.True(t, recovery.IsTransient(err))
 
-	b.now = b.now.Add(recovery.DefaultSearchLag)
+	b.now = b.now.Add(recovery.DefaultSpentKeyGrace)
 	dying, _ := b.service(t, "after_stripe:payment_intent=error")
 	require.Error(t, b.createVisa(t, dying), "found spent, renewed, charged with the new key, died before recording")
 	g, _ := b.generation(t)
@@ -122,9 +125,9 @@ func TestStored500_everyProcessUsesTheNewChildKey(t *testing.T) {
 	require.Equal(t, 1, countObjects(t, b.sim, "payment_intent"), "one PaymentIntent")
 }
 
-// A search lags, so "nothing found" is trusted only after SearchLag; but a
-// search that finds the PaymentIntent is trusted at once: the spent key had
-// acted, and its PaymentIntent is recorded, with no new key.
+// "Nothing found" is trusted only after the grace; but a PaymentIntent
+// found in Stripe's list is trusted at once: the spent key had acted, and
+// its PaymentIntent is recorded, with no new key.
 func TestStored500_aPaymentIntentTheSpentKeyMadeIsRecorded(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
@@ -146,7 +149,7 @@ func TestStored500_aPaymentIntentTheSpentKeyMadeIsRecorded(t *testing.T) {
 	svc, _ = b.service(t, "")
 	require.True(t, recovery.IsTransient(b.createVisa(t, svc)), "the 500")
 
-	require.NoError(t, b.createVisa(t, svc), "the replayed 500: spent; the search finds the PaymentIntent")
+	require.NoError(t, b.createVisa(t, svc), "the replayed 500: spent; the list shows the PaymentIntent")
 	g, spent := b.generation(t)
 	require.Equal(t, 0, g, "no new key")
 	require.True(t, spent)
@@ -154,4 +157,93 @@ func TestStored500_aPaymentIntentTheSpentKeyMadeIsRecorded(t *testing.T) {
 	var status string
 	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT status FROM payments").Scan(&status))
 	require.Equal(t, "succeeded", status)
+}
+
+// serviceWithGrace is service with the engine's SpentKeyGrace set.
+func (b *testBundle) serviceWithGrace(t *testing.T, grace time.Duration) *payments.Service {
+	t.Helper()
+	engine := recovery.New(recovery.Config{
+		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: grace,
+	})
+	return payments.NewService(b.pool, engine, b.stripe)
+}
+
+// chargingIntents are the PaymentIntents at the simulator that took money
+// (succeeded or authorised), by the key row id in their metadata.
+func chargingIntents(t *testing.T, sim *stripesim.Simulator) map[string]int {
+	t.Helper()
+	objects, err := sim.Objects("payment_intent")
+	require.NoError(t, err)
+	charging := map[string]int{}
+	for _, raw := range objects {
+		var pi struct {
+			Status   string
+			Metadata map[string]string
+		}
+		require.NoError(t, json.Unmarshal(raw, &pi))
+		if pi.Status == "succeeded" || pi.Status == "requires_capture" {
+			charging[pi.Metadata["idempotency_key_id"]]++
+		}
+	}
+	return charging
+}
+
+// lateStripe arms a late 500 on the next PaymentIntent create: Stripe
+// answers 500 and stores it under the child key, and the request's
+// PaymentIntent appears half a minute later (on the simulator's clock,
+// which the test moves).
+func (b *testBundle) lateStripe(t *testing.T) {
+	t.Helper()
+	require.NoError(t, b.sim.AddFault(stripesim.Fault{
+		PathPrefix: "/v1/payment_intents", Method: "POST", Kind: stripesim.FaultLate500, DelayMS: 30_000,
+	}))
+}
+
+// Stripe answered 500 while the request was still being processed: its
+// PaymentIntent appears after the service found the key spent and looked.
+// Within the grace, "nothing found" is not believed: the retry after it
+// finds the late PaymentIntent and records it. One charge.
+func TestStored500_aLate500ChargesOnce(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lateStripe(t)
+	svc := b.serviceWithGrace(t, 0) // the default
+	require.True(t, recovery.IsTransient(b.createVisa(t, svc)), "the 500")
+
+	b.now = b.now.Add(2 * time.Second)
+	err := b.createVisa(t, svc)
+	require.ErrorIs(t, err, recovery.ErrChildKeySpent, "spent, and nothing in Stripe's list yet")
+	require.Equal(t, recovery.DefaultSpentKeyGrace, recovery.RetryAfterOf(err), "come back when the grace ends")
+	require.Empty(t, chargingIntents(t, b.sim))
+
+	b.sim.Advance(30 * time.Second) // the 500's request finishes at Stripe
+	b.now = b.now.Add(recovery.DefaultSpentKeyGrace)
+	require.NoError(t, b.createVisa(t, svc), "the late PaymentIntent is found and recorded")
+
+	g, _ := b.generation(t)
+	require.Equal(t, 0, g, "no new child key: none was needed")
+	var keyID, status, intent string
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT idempotency_key_id::text, status, stripe_payment_intent FROM payments").Scan(&keyID, &status, &intent))
+	require.Equal(t, "succeeded", status)
+	require.Equal(t, map[string]int{keyID: 1}, chargingIntents(t, b.sim), "one charge")
+}
+
+// The same without the grace: the new child key charges at once, and the
+// 500's request charges too when it finishes. This is what the grace is
+// for, and it shows that the test above can fail.
+func TestStored500_aLate500WithoutTheGraceChargesTwice(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lateStripe(t)
+	svc := b.serviceWithGrace(t, -1) // none
+	require.True(t, recovery.IsTransient(b.createVisa(t, svc)), "the 500")
+
+	b.now = b.now.Add(2 * time.Second)
+	require.NoError(t, b.createVisa(t, svc), "spent, nothing found, moved on to a new child key at once")
+	b.sim.Advance(30 * time.Second)
+
+	var keyID string
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT idempotency_key_id::text FROM payments").Scan(&keyID))
+	require.Equal(t, map[string]int{keyID: 2}, chargingIntents(t, b.sim), "charged twice")
 }

@@ -40,13 +40,13 @@ type Config struct {
 	// keys at least 24h; the default, 23h, leaves an hour for the time
 	// between that claim and the call, and for Stripe's clock.
 	ExternalWindow time.Duration
-	// SearchLag is how long the remote side's search index may take to show
-	// an object it made. A search that finds nothing for a spent child key
-	// (WithSearchReconcile) is trusted only once SearchLag has passed since
-	// the key was first found spent. Stripe's search shows objects within a
-	// minute, and up to an hour late during an outage; a stored 500 is a
-	// sign of one. Default DefaultSearchLag.
-	SearchLag time.Duration
+	// SpentKeyGrace is how long after a child key was first found spent
+	// (Stripe replays a 500 it stored under it) the engine goes on
+	// treating "the reconcile found nothing" as "not yet": the spent key's
+	// request may still be executing at Stripe, and make its object after
+	// the reconcile looked. Zero means DefaultSpentKeyGrace; a negative
+	// value means none, for tests that show why it is needed.
+	SpentKeyGrace time.Duration
 	// Now, when set, is the clock used instead of the database's now(), for tests.
 	Now func() time.Time
 	// Failpoints, when set, fire around commits and after external calls.
@@ -73,8 +73,11 @@ func New(cfg Config) *Engine {
 	if cfg.ExternalWindow <= 0 {
 		cfg.ExternalWindow = 23 * time.Hour
 	}
-	if cfg.SearchLag <= 0 {
-		cfg.SearchLag = DefaultSearchLag
+	switch {
+	case cfg.SpentKeyGrace == 0:
+		cfg.SpentKeyGrace = DefaultSpentKeyGrace
+	case cfg.SpentKeyGrace < 0:
+		cfg.SpentKeyGrace = 0
 	}
 	log := cfg.Logger
 	if log == nil {

@@ -3,6 +3,7 @@ package recovery
 import (
 	"errors"
 	"fmt"
+	"time"
 )
 
 var (
@@ -36,13 +37,28 @@ func ChildKeySpent(err error) error {
 
 // TransientError is a failure that a later attempt may not have: the remote
 // side was unreachable, overloaded or busy. The key stays resumable.
-type TransientError struct{ Err error }
+type TransientError struct {
+	Err error
+	// RetryAfter, when set, is how long a retry would surely find the key
+	// in the same state: the client is told to wait that long.
+	RetryAfter time.Duration
+}
 
 func (e *TransientError) Error() string { return "transient: " + e.Err.Error() }
 func (e *TransientError) Unwrap() error { return e.Err }
 
 // Transient marks err as transient.
 func Transient(err error) error { return &TransientError{Err: err} }
+
+// RetryAfterOf is how long err, a transient failure, says a retry should
+// wait; 0 when it does not say.
+func RetryAfterOf(err error) time.Duration {
+	var t *TransientError
+	if errors.As(err, &t) {
+		return t.RetryAfter
+	}
+	return 0
+}
 
 // IsTransient tells whether err was marked transient.
 func IsTransient(err error) bool {

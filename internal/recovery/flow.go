@@ -40,9 +40,6 @@ type Phase struct {
 	// for keys older than the remote side's idempotency window, and for a
 	// child key the remote side reports spent.
 	reconcile func(ctx context.Context, k *Key) (any, bool, error)
-	// reconcileSearches tells that reconcile reads a search index, which
-	// shows the remote side's writes only after a lag (Config.SearchLag).
-	reconcileSearches bool
 }
 
 // LocalPhase is a phase that only commits local work: commit runs in one
@@ -73,25 +70,15 @@ func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T
 // remote side has a trace of the call (an object carrying the key's id in
 // its metadata, say), false if it has none. The engine uses it instead of
 // the call once a key is older than Config.ExternalWindow, when the remote
-// side may have forgotten the child key and a second call could act twice.
+// side may have forgotten the child key and a second call could act twice,
+// and when the phase's child key is found spent (see childkeys.go). It must
+// read what the remote side holds now (an object by id, a list), never an
+// index that lags behind the remote side's writes (Stripe's search): the
+// engine trusts "nothing found" from it once SpentKeyGrace has passed.
 // A phase without it, or a reconcile that finds nothing, leaves the key
 // marked as needing attention.
 func WithReconcile[T any](p Phase, reconcile func(ctx context.Context, k *Key) (T, bool, error)) Phase {
 	p.reconcile = func(ctx context.Context, k *Key) (any, bool, error) { return reconcile(ctx, k) }
-	return p
-}
-
-// WithSearchReconcile is WithReconcile for a reconcile that reads a search
-// index (Stripe's search), which shows an object only some time after it
-// was made. When the phase's child key is found spent (see ChildKeySpent),
-// the engine trusts such a reconcile's "nothing found" only once
-// Config.SearchLag has passed since it first found the key spent; until
-// then the key waits, resumable. A reconcile by WithReconcile reads what
-// the remote side holds now (an object by id, a list), and is trusted at
-// once.
-func WithSearchReconcile[T any](p Phase, reconcile func(ctx context.Context, k *Key) (T, bool, error)) Phase {
-	p = WithReconcile(p, reconcile)
-	p.reconcileSearches = true
 	return p
 }
 

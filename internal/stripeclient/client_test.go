@@ -2,6 +2,7 @@ package stripeclient_test
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/json"
 	"net/http"
 	"net/http/httptest"
@@ -163,32 +164,45 @@ func TestManualCaptureAndCancel(t *testing.T) {
 	require.Equal(t, stripe.PaymentIntentStatusCanceled, canceled.Status)
 }
 
-func TestSearchPaymentIntentsByMetadata(t *testing.T) {
+// Found by the metadata, created since the given time, newest first, over
+// pages of Stripe's list; a payment intent made before that time is not.
+func TestListPaymentIntentsByMetadata(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
 	ctx := context.Background()
 	awkward := `it's a \ "value"`
 
+	before := payment("pm_card_visa")
+	before.Metadata = map[string]string{"key_row": awkward}
+	_, err := f.client.CreatePaymentIntent(ctx, "list-before", before)
+	require.NoError(t, err)
+	since := f.sim.Advance(time.Minute)
+
 	var want []string
 	for i, value := range []string{awkward, "plain", awkward} {
+		for range 60 { // more than a page (100) in all
+			other := payment("pm_card_visa")
+			_, err := f.client.CreatePaymentIntent(ctx, "list-other-"+rand.Text(), other)
+			require.NoError(t, err)
+		}
 		req := payment("pm_card_visa")
 		req.Metadata = map[string]string{"key_row": value}
-		pi, err := f.client.CreatePaymentIntent(ctx, "search-"+string(rune('a'+i)), req)
+		pi, err := f.client.CreatePaymentIntent(ctx, "list-"+string(rune('a'+i)), req)
 		require.NoError(t, err)
 		if value == awkward {
 			want = append([]string{pi.ID}, want...) // newest first
 		}
 	}
 
-	found, err := f.client.SearchPaymentIntentsByMetadata(ctx, "key_row", awkward)
+	found, err := f.client.ListPaymentIntentsByMetadata(ctx, since, "key_row", awkward)
 	require.NoError(t, err)
 	var ids []string
 	for _, pi := range found {
 		ids = append(ids, pi.ID)
 	}
-	require.Equal(t, want, ids)
+	require.Equal(t, want, ids, "the two made since, over the list's pages; not the one made before")
 
-	none, err := f.client.SearchPaymentIntentsByMetadata(ctx, "key_row", "absent")
+	none, err := f.client.ListPaymentIntentsByMetadata(ctx, since, "key_row", "absent")
 	require.NoError(t, err)
 	require.Empty(t, none)
 }

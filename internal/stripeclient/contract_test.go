@@ -53,8 +53,8 @@ func TestContractWithStripeMock(t *testing.T) {
 		"capture all":           func() error { _, err := c.CapturePaymentIntent(ctx, "contract-4", "pi_123", 0); return err },
 		"cancel":                func() error { _, err := c.CancelPaymentIntent(ctx, "contract-5", "pi_123"); return err },
 		"get payment intent":    func() error { _, err := c.GetPaymentIntent(ctx, "pi_123"); return err },
-		"search by metadata": func() error {
-			_, err := c.SearchPaymentIntentsByMetadata(ctx, "key_row", `it's "quoted"`)
+		"list by metadata": func() error {
+			_, err := c.ListPaymentIntentsByMetadata(ctx, time.Unix(1700000000, 0), "key_row", `it's "quoted"`)
 			return err
 		},
 		"refund part": func() error {

@@ -3,7 +3,7 @@ package stripeclient
 import (
 	"context"
 	"fmt"
-	"strings"
+	"time"
 
 	"github.com/stripe/stripe-go/v76"
 )
@@ -15,7 +15,7 @@ type PaymentIntentRequest struct {
 	PaymentMethod   string            // e.g. "pm_card_visa"
 	CaptureManually bool              // authorise only; capture or cancel later
 	Description     string            // optional
-	Metadata        map[string]string // optional; searchable with SearchPaymentIntentsByMetadata
+	Metadata        map[string]string // optional; found again with ListPaymentIntentsByMetadata
 }
 
 // CreatePaymentIntent creates and confirms a payment intent. A declined card
@@ -98,29 +98,29 @@ func (c *Client) GetPaymentIntent(ctx context.Context, id string) (*stripe.Payme
 	return pi, nil
 }
 
-// SearchPaymentIntentsByMetadata returns every payment intent whose metadata
-// has key set to value, newest first. It is how the completer reconciles a
-// step older than Stripe's 24h idempotency window. Stripe's search index lags
-// writes by up to a minute, so an empty result is not proof of absence for
-// a payment intent created moments ago.
-func (c *Client) SearchPaymentIntentsByMetadata(ctx context.Context, key, value string) ([]*stripe.PaymentIntent, error) {
-	params := &stripe.PaymentIntentSearchParams{}
+// ListPaymentIntentsByMetadata returns every payment intent created at or
+// after createdSince whose metadata has key set to value, newest first. It
+// pages through Stripe's list of payment intents (GET /v1/payment_intents
+// with created[gte]), which, unlike Stripe's search, shows a payment intent
+// as soon as it is made, so an empty answer proves there is none. The list
+// cannot filter on metadata: every payment intent created since
+// createdSince is read, 100 a page, and the caller narrows the window.
+func (c *Client) ListPaymentIntentsByMetadata(ctx context.Context, createdSince time.Time, key, value string) ([]*stripe.PaymentIntent, error) {
+	params := &stripe.PaymentIntentListParams{
+		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: createdSince.Unix()},
+	}
 	params.Context = ctx
-	params.Query = "metadata[" + searchString(key) + "]:" + searchString(value)
 	params.Limit = stripe.Int64(100)
 
 	var found []*stripe.PaymentIntent
-	it := c.api.PaymentIntents.Search(params)
+	it := c.api.PaymentIntents.List(params)
 	for it.Next() {
-		found = append(found, it.PaymentIntent())
+		if pi := it.PaymentIntent(); pi.Metadata[key] == value {
+			found = append(found, pi)
+		}
 	}
 	if err := it.Err(); err != nil {
-		return nil, fmt.Errorf("stripe: search payment intents by metadata %q: %w", key, err)
+		return nil, fmt.Errorf("stripe: list payment intents with metadata %q: %w", key, err)
 	}
 	return found, nil
-}
-
-// searchString quotes s for Stripe's search language.
-func searchString(s string) string {
-	return "'" + strings.NewReplacer(`\`, `\\`, `'`, `\'`).Replace(s) + "'"
 }

@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptrace"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 	"github.com/stripe/stripe-go/v76"
@@ -46,9 +47,9 @@ func TestNoHiddenRetries(t *testing.T) {
 			},
 		},
 		"network error on GET": {
-			stripesim.Fault{PathPrefix: "/v1/payment_intents/search", Kind: stripesim.FaultDropConnection},
+			stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "GET", Kind: stripesim.FaultDropConnection},
 			func(c *stripeclient.Client) error {
-				_, err := c.SearchPaymentIntentsByMetadata(ctx, "k", "v")
+				_, err := c.ListPaymentIntentsByMetadata(ctx, time.Now(), "k", "v")
 				return err
 			},
 		},

@@ -13,7 +13,7 @@
 //	POST /v1/customers                       GET /v1/customers/{id}
 //	POST /v1/payment_intents                 GET /v1/payment_intents/{id}
 //	POST /v1/payment_intents/{id}/capture    GET /v1/payment_intents/search
-//	POST /v1/payment_intents/{id}/cancel
+//	POST /v1/payment_intents/{id}/cancel     GET /v1/payment_intents?created[gte]=...
 //	POST /v1/refunds                         GET /v1/refunds/{id}
 //	                                         GET /v1/refunds?payment_intent=pi_...
 //
@@ -67,7 +67,11 @@
 //     intent or over-refunding (400).
 //     A `stored_error_500` fault acts here instead: nothing executes, and a
 //     500 is stored under the key as the request's result, so every retry
-//     with the key gets that 500 again, replayed, as at Stripe.
+//     with the key gets that 500 again, replayed, as at Stripe. A `late_500`
+//     fault stores and answers the same 500, and executes the operation
+//     `delay_ms` later on the simulator's clock, its result dropped: the
+//     500 of a Stripe that answered while the request was still being
+//     processed, whose object appears after the client was told 500.
 //  5. `lost_response` and `drop_connection` faults act on the way out: the
 //     operation executed and its result is stored, but the client sees a 500
 //     or a closed connection. A retry with the same key gets the real result.

@@ -30,6 +30,15 @@ const (
 	// later request with the key gets the same 500, replayed. A request
 	// without a key just gets the 500.
 	FaultStoredError500 FaultKind = "stored_error_500"
+	// FaultLate500 is a stored 500 whose request goes on executing: it
+	// answers 500 api_error at once and stores that answer under the
+	// idempotency key, as FaultStoredError500 does, and then executes the
+	// request DelayMS later on the simulator's clock, its result lost (the
+	// key keeps its 500). It is the 500 of a Stripe that stores a request's
+	// result "after execution of an endpoint begins" and answered while the
+	// work was still under way: the PaymentIntent appears after the client
+	// was told 500, and after every retry with the key was told it again.
+	FaultLate500 FaultKind = "late_500"
 )
 
 // Fault hits the next Count /v1 requests whose path starts with PathPrefix
@@ -39,7 +48,7 @@ type Fault struct {
 	Method     string    `json:"method"`
 	Kind       FaultKind `json:"kind"`
 	Count      int       `json:"count"`    // 0 means 1
-	DelayMS    int       `json:"delay_ms"` // for FaultDelay
+	DelayMS    int       `json:"delay_ms"` // for FaultDelay and FaultLate500
 }
 
 // AddFault arms f after the faults already armed; a request meets the oldest
@@ -78,9 +87,9 @@ func (s *Simulator) Faults() []Fault {
 
 func (f *Fault) normalize() error {
 	switch f.Kind {
-	case FaultError500, FaultRateLimit, FaultDelay, FaultLostResponse, FaultDropConnection, FaultStoredError500:
+	case FaultError500, FaultRateLimit, FaultDelay, FaultLostResponse, FaultDropConnection, FaultStoredError500, FaultLate500:
 	default:
-		return fmt.Errorf("unknown fault kind %q (want error_500, rate_limit, delay, lost_response, drop_connection or stored_error_500)", f.Kind)
+		return fmt.Errorf("unknown fault kind %q (want error_500, rate_limit, delay, lost_response, drop_connection, stored_error_500 or late_500)", f.Kind)
 	}
 	if f.Count < 0 || f.DelayMS < 0 {
 		return fmt.Errorf("count and delay_ms must not be negative")
@@ -129,6 +138,21 @@ func (f Fault) storedError() *apiError {
 		return internalError()
 	}
 	return nil
+}
+
+// storeAndExecuteLater answers a 500 and stores it under the key c claimed,
+// as storeWithoutExecuting does, and executes op on c d later on the
+// simulator's clock, its result dropped (FaultLate500).
+func (s *Simulator) storeAndExecuteLater(c *call, op operation, d time.Duration) response {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+
+	res := errorResponse(c, internalError())
+	if c.claim != nil {
+		s.state.settleKey(c, res, true)
+	}
+	s.later(d, func() { op(c) })
+	return res
 }
 
 // delay is how long the fault holds the request before it executes.

@@ -176,3 +176,37 @@ func TestStoredError500IsReplayedToEveryRetry(t *testing.T) {
 	require.Equal(t, stripesim.FaultStoredError500, recs[0].Fault)
 	require.Equal(t, []bool{false, true, true, false}, []bool{recs[0].Replayed, recs[1].Replayed, recs[2].Replayed, recs[3].Replayed})
 }
+
+// A late 500 is a stored 500 whose request goes on executing: the client
+// gets the 500 at once, and every retry with the key the same 500, replayed;
+// the request's work (here a charged PaymentIntent) appears delay_ms later
+// on the simulator's clock, as at a Stripe that answered 500 while the
+// request was still being processed.
+func TestLate500ExecutesAfterItsStored500(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.addFault(t, stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "POST", Kind: stripesim.FaultLate500, DelayMS: 30_000})
+
+	_, err := f.stripe.PaymentIntents.New(paymentIntent("late", "pm_card_visa"))
+	first := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+	require.False(t, replayed(first.LastResponse))
+	require.Empty(t, f.objects(t, "payment_intent"), "not yet")
+
+	f.clock.Advance(29 * time.Second)
+	_, err = f.stripe.PaymentIntents.New(paymentIntent("late", "pm_card_visa"))
+	again := requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+	require.True(t, replayed(again.LastResponse), "the stored 500 is replayed")
+	require.Empty(t, f.objects(t, "payment_intent"), "not yet")
+
+	f.clock.Advance(time.Second)
+	_, err = f.stripe.PaymentIntents.New(paymentIntent("late", "pm_card_visa"))
+	again = requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+	require.True(t, replayed(again.LastResponse), "the key keeps its 500 after the work is done")
+	intents := f.objects(t, "payment_intent")
+	require.Len(t, intents, 1, "the request executed late")
+	require.Equal(t, "succeeded", intents[0]["status"])
+
+	recs := f.requests(t)
+	require.Len(t, recs, 3)
+	require.Equal(t, stripesim.FaultLate500, recs[0].Fault)
+}

@@ -1,6 +1,9 @@
 package stripesim
 
-import "net/http"
+import (
+	"net/http"
+	"time"
+)
 
 // operation is one Stripe endpoint. It runs with Simulator.mu held, so it
 // must not block; it reads and changes s.state and reports what it decided.
@@ -91,6 +94,9 @@ func (s *Simulator) handle(r *http.Request, c *call, op operation) (response, Fa
 	}
 	if e := fault.storedError(); e != nil {
 		return s.storeWithoutExecuting(c, e), fault
+	}
+	if fault.Kind == FaultLate500 {
+		return s.storeAndExecuteLater(c, op, time.Duration(fault.DelayMS)*time.Millisecond), fault
 	}
 	s.sleep(fault.delay())
 	return s.execute(c, op), fault

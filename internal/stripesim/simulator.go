@@ -82,6 +82,7 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("POST /v1/customers", s.api(s.createCustomer))
 	mux.Handle("GET /v1/customers/{id}", s.api(s.getCustomer))
 	mux.Handle("POST /v1/payment_intents", s.api(s.createPaymentIntent))
+	mux.Handle("GET /v1/payment_intents", s.api(s.listPaymentIntents))
 	mux.Handle("GET /v1/payment_intents/search", s.api(s.searchPaymentIntents))
 	mux.Handle("GET /v1/payment_intents/{id}", s.api(s.getPaymentIntent))
 	mux.Handle("POST /v1/payment_intents/{id}/capture", s.api(s.capturePaymentIntent))

@@ -15,7 +15,7 @@ import (
 // The simulator's fault kinds (API.md section 4).
 var faultKinds = []stripesim.FaultKind{
 	stripesim.FaultError500, stripesim.FaultLostResponse, stripesim.FaultDropConnection, stripesim.FaultDelay, stripesim.FaultRateLimit,
-	stripesim.FaultStoredError500,
+	stripesim.FaultStoredError500, stripesim.FaultLate500,
 }
 
 // injectFaults arms a random simulator fault every so often (exponential
@@ -38,6 +38,12 @@ func injectFaults(ctx context.Context, simURL string, rate float64, lockTimeout 
 			Method:     []string{"POST", "POST", ""}[rng.IntN(3)],
 			Kind:       faultKinds[rng.IntN(len(faultKinds))],
 			Count:      1 + rng.IntN(3),
+		}
+		if f.Kind == stripesim.FaultLate500 {
+			// The request's work lands after its stored 500 was answered
+			// (and, often, replayed): well inside the service's grace for
+			// a spent key, which must find it rather than act again.
+			f.DelayMS = rng.IntN(3000)
 		}
 		if f.Kind == stripesim.FaultDelay {
 			f.DelayMS = 100 + rng.IntN(900)

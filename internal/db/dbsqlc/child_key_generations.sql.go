@@ -53,14 +53,15 @@ SELECT held.id, $1, $2, coalesce($3::timestamptz, now()) FROM held
 ON CONFLICT (idempotency_key_id, step) DO UPDATE
 SET spent_at = coalesce(child_key_generations.spent_at, excluded.spent_at)
 WHERE child_key_generations.generation = excluded.generation
-RETURNING (spent_at <= coalesce($3::timestamptz, now()) - make_interval(secs => $4::float8))::boolean AS lag_passed
+RETURNING extract(epoch FROM spent_at + make_interval(secs => $4::float8)
+    - coalesce($3::timestamptz, now()))::float8 AS grace_left_seconds
 `
 
 type MarkChildKeySpentParams struct {
 	Step             string
 	Generation       int32
 	Now              pgtype.Timestamptz
-	LagSeconds       float64
+	GraceSeconds     float64
 	IdempotencyKeyID uuid.UUID
 	LockToken        int64
 }
@@ -69,20 +70,20 @@ type MarkChildKeySpentParams struct {
 // spent: the first time it was, which later findings keep. Fenced like every
 // write of a holder: nothing is written, and no row returned, unless
 // lock_token still holds the key, nor when the step is no longer at that
-// generation (another holder moved it on). Returns whether lag has passed
-// since the key was first found spent.
-func (q *Queries) MarkChildKeySpent(ctx context.Context, db DBTX, arg MarkChildKeySpentParams) (bool, error) {
+// generation (another holder moved it on). Returns how long is left of the
+// grace that follows the key's first finding (negative once it is over).
+func (q *Queries) MarkChildKeySpent(ctx context.Context, db DBTX, arg MarkChildKeySpentParams) (float64, error) {
 	row := db.QueryRow(ctx, markChildKeySpent,
 		arg.Step,
 		arg.Generation,
 		arg.Now,
-		arg.LagSeconds,
+		arg.GraceSeconds,
 		arg.IdempotencyKeyID,
 		arg.LockToken,
 	)
-	var lag_passed bool
-	err := row.Scan(&lag_passed)
-	return lag_passed, err
+	var grace_left_seconds float64
+	err := row.Scan(&grace_left_seconds)
+	return grace_left_seconds, err
 }
 
 const renewChildKey = `-- name: RenewChildKey :execrows

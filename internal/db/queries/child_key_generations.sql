@@ -8,8 +8,8 @@ WHERE idempotency_key_id = @idempotency_key_id;
 -- spent: the first time it was, which later findings keep. Fenced like every
 -- write of a holder: nothing is written, and no row returned, unless
 -- lock_token still holds the key, nor when the step is no longer at that
--- generation (another holder moved it on). Returns whether lag has passed
--- since the key was first found spent.
+-- generation (another holder moved it on). Returns how long is left of the
+-- grace that follows the key's first finding (negative once it is over).
 WITH held AS (
     SELECT id FROM idempotency_keys
     WHERE id = @idempotency_key_id AND lock_token = @lock_token AND locked_at IS NOT NULL
@@ -19,7 +19,8 @@ SELECT held.id, @step, @generation, coalesce(sqlc.narg('now')::timestamptz, now(
 ON CONFLICT (idempotency_key_id, step) DO UPDATE
 SET spent_at = coalesce(child_key_generations.spent_at, excluded.spent_at)
 WHERE child_key_generations.generation = excluded.generation
-RETURNING (spent_at <= coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @lag_seconds::float8))::boolean AS lag_passed;
+RETURNING extract(epoch FROM spent_at + make_interval(secs => @grace_seconds::float8)
+    - coalesce(sqlc.narg('now')::timestamptz, now()))::float8 AS grace_left_seconds;
 
 -- name: RenewChildKey :execrows
 -- Moves a step on to the next generation of its child key: its current one

@@ -1,0 +1,125 @@
+package stripesim
+
+import (
+	"net/http"
+	"slices"
+	"strconv"
+	"strings"
+)
+
+// listPaymentIntents is GET /v1/payment_intents: the payment intents,
+// newest first, filtered by created (created=T, or created[gt], [gte],
+// [lt], [lte]) and customer, and paged by limit (default 10, at most 100)
+// and one cursor, starting_after (the page after an id, older) or
+// ending_before (the page before it, newer), as Stripe's list endpoints
+// are. Unlike search, a list shows a payment intent as soon as it is made
+// (Stripe's lists read its primary store), so the service can prove a
+// payment intent does not exist by it.
+func (s *Simulator) listPaymentIntents(c *call) outcome {
+	if e := c.allowOnly("created", "customer", "limit", "starting_after", "ending_before", "expand"); e != nil {
+		return rejected(e)
+	}
+	limit, _, e := c.searchPage()
+	if e != nil {
+		return rejected(e)
+	}
+	created, e := c.createdRange()
+	if e != nil {
+		return rejected(e)
+	}
+	after, before := c.str("starting_after"), c.str("ending_before")
+	if after != "" && before != "" {
+		return rejected(invalidRequest(http.StatusBadRequest, "", "ending_before",
+			"You may only specify one of these parameters: ending_before, starting_after."))
+	}
+	customer := c.str("customer")
+	matches := func(pi *paymentIntent) bool {
+		return created.contains(pi.Created) && (customer == "" || (pi.Customer != nil && *pi.Customer == customer))
+	}
+
+	all := s.state.paymentIntents.order // oldest first
+	var older, newer []*paymentIntent   // what lies each side of the cursor
+	switch cursor := after + before; cursor {
+	case "":
+		older = all
+	default:
+		i := slices.IndexFunc(all, func(pi *paymentIntent) bool { return pi.ID == cursor })
+		if i < 0 {
+			param := "starting_after"
+			if before != "" {
+				param = "ending_before"
+			}
+			return rejected(noSuchObject(http.StatusBadRequest, "payment_intent", param, cursor))
+		}
+		older, newer = all[:i], all[i+1:]
+	}
+
+	var page []*paymentIntent
+	hasMore := false
+	if before == "" { // from the newest (or the cursor) towards the oldest
+		for i := len(older) - 1; i >= 0 && !hasMore; i-- {
+			if matches(older[i]) {
+				hasMore = len(page) == limit
+				page = append(page, older[i])
+			}
+		}
+	} else { // the page just newer than the cursor, still newest first
+		for i := 0; i < len(newer) && !hasMore; i++ {
+			if matches(newer[i]) {
+				hasMore = len(page) == limit
+				page = append(page, newer[i])
+			}
+		}
+	}
+	if hasMore {
+		page = page[:limit]
+	}
+	if before != "" {
+		slices.Reverse(page)
+	}
+	return succeeded(struct {
+		Object  string           `json:"object"`
+		Data    []*paymentIntent `json:"data"`
+		HasMore bool             `json:"has_more"`
+		URL     string           `json:"url"`
+	}{"list", append([]*paymentIntent{}, page...), hasMore, c.path})
+}
+
+// createdRange is a filter on created, in Unix seconds; nil bounds are open.
+type createdRange struct {
+	gt, gte, lt, lte *int64
+}
+
+func (r createdRange) contains(t int64) bool {
+	return (r.gt == nil || t > *r.gt) && (r.gte == nil || t >= *r.gte) &&
+		(r.lt == nil || t < *r.lt) && (r.lte == nil || t <= *r.lte)
+}
+
+// createdRange reads created=T (exactly T) or created[gt|gte|lt|lte]=T.
+func (c *call) createdRange() (createdRange, *apiError) {
+	var r createdRange
+	for param, values := range c.form {
+		if param != "created" && !strings.HasPrefix(param, "created[") {
+			continue
+		}
+		v, err := strconv.ParseInt(values[0], 10, 64)
+		if err != nil {
+			return r, invalidRequest(http.StatusBadRequest, "parameter_invalid_integer", param, "Invalid integer: %s", values[0])
+		}
+		switch param {
+		case "created":
+			r.gte, r.lte = &v, &v
+		case "created[gt]":
+			r.gt = &v
+		case "created[gte]":
+			r.gte = &v
+		case "created[lt]":
+			r.lt = &v
+		case "created[lte]":
+			r.lte = &v
+		default:
+			return r, unknownParameter(param)
+		}
+	}
+	return r, nil
+}

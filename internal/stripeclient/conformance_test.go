@@ -34,14 +34,18 @@ type conformanceRow struct {
 // conformanceRows are the calls the service makes, each way Stripe may
 // answer them, and Stripe's common failures. A route the simulator gains
 // gets its row here (TestSimulatorAnswersAsStripeDocuments fails, naming
-// the route, until it has one), e.g. once the simulator lists payment
-// intents:
-//
-//	{"list payment intents", []int{200, 200}, func(e *simEnv) {
-//		e.pay("pm_card_visa", false)
-//		e.send("GET", "/v1/payment_intents?limit=3", "", "")
-//	}},
+// the route, until it has one).
 var conformanceRows = []conformanceRow{
+	{"list payment intents", []int{200, 402, 200, 200}, func(e *simEnv) {
+		e.pay("pm_card_visa", false)
+		e.pay("pm_card_chargeDeclined", false)
+		e.send("GET", "/v1/payment_intents?limit=3", "", "")
+		e.send("GET", "/v1/payment_intents?limit=1&created[gte]=0", "", "")
+	}},
+	{"list payment intents by metadata, as the service reconciles", []int{200, 200}, func(e *simEnv) {
+		e.pay("pm_card_visa", false)
+		_, _ = e.client.ListPaymentIntentsByMetadata(e.ctx, time.Unix(0, 0), "key_row", "kr_conformance")
+	}},
 	{"create a customer", []int{200}, func(e *simEnv) {
 		e.send("POST", "/v1/customers", e.key(), "email=jenny%40example.com&metadata[order]=42")
 	}},
@@ -122,13 +126,13 @@ var conformanceRows = []conformanceRow{
 		_, _ = e.client.CancelPaymentIntent(e.ctx, e.key(), e.pay("pm_card_visa", false))
 	}},
 
-	// Search.
+	// Search (the service no longer calls it; the simulator still serves it).
 	{"search by metadata", []int{200, 200}, func(e *simEnv) {
 		e.pay("pm_card_visa", false)
-		_, _ = e.client.SearchPaymentIntentsByMetadata(e.ctx, "key_row", "kr_conformance")
+		e.send("GET", "/v1/payment_intents/search?query=metadata%5B%27key_row%27%5D%3A%27kr_conformance%27", "", "")
 	}},
 	{"search finding nothing", []int{200}, func(e *simEnv) {
-		_, _ = e.client.SearchPaymentIntentsByMetadata(e.ctx, "key_row", "nobody")
+		e.send("GET", "/v1/payment_intents/search?query=metadata%5B%27key_row%27%5D%3A%27nobody%27", "", "")
 	}},
 
 	// Refunds.

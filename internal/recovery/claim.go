@@ -39,9 +39,14 @@ const (
 	// lookUpFirst: the filter may have seen the key (or there is no
 	// filter): the claim looks the row up, under a row lock, first.
 	lookUpFirst
-	// lookUpAfterInsertFailed: an insertAtOnce claim found the key taken:
-	// another request's (a race between two first requests, or a key
-	// another instance's filter saw first).
+	// lookUpAfterInsertFailed: a claim that inserted the key's row found
+	// the key taken: another request's (a race between two first requests,
+	// or a key another instance's filter saw first). An insertAtOnce claim
+	// gets here, and so does a lookUpFirst claim that found no row, inserted
+	// one, and lost the insert to a concurrent first request (the unique
+	// index decided after its lookup). Either way the key is looked up again
+	// and gets the careful answer: its replay, 409 in use, 422, or its
+	// resumption, never the unique index's error.
 	lookUpAfterInsertFailed
 )
 
@@ -83,7 +88,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 		}
 	}
 	got, err := e.claimTx(ctx, c)
-	if err != nil && c.way == insertAtOnce && e.keyTaken(ctx, c, err) {
+	if err != nil && e.keyTaken(ctx, c, err) {
 		c.way = lookUpAfterInsertFailed
 		got, err = e.claimTx(ctx, c)
 	}
@@ -113,15 +118,26 @@ func (e *Engine) newClaimRequest(req Request) (*claimRequest, error) {
 	return c, nil
 }
 
-// keyTaken tells whether an insertAtOnce claim that failed with err failed
-// because the key is another request's: its insert hit the unique index,
-// or (when it failed before its statements were even sent: a failpoint
-// before a commit whose statements were all queued, say) the key's row
-// exists. Either way the key gets the careful answer (its replay, 422,
-// 409 or its resumption), never what a new key's first phase ran into.
+// keyTaken tells whether a claim that failed with err, and that may have
+// inserted the key's row, failed because the key is another request's:
+// its insert hit the unique index (any claim but one that already looked
+// up again), or, for an insertAtOnce claim (which may have failed before
+// its statements were even sent: a failpoint before a commit whose
+// statements were all queued, say), the key's row exists. Either way the
+// key gets the careful answer (its replay, 422, 409 or its resumption),
+// never what a new key's first phase ran into.
+//
+// A serialization failure is not among them: db.WithTx runs the claim
+// again, and the new try, with a new snapshot, finds the row the other
+// request committed (and answers from it) or inserts it.
 func (e *Engine) keyTaken(ctx context.Context, c *claimRequest, err error) bool {
-	if errors.Is(err, db.ErrUniqueViolation) {
+	switch {
+	case c.way == lookUpAfterInsertFailed:
+		return false
+	case errors.Is(err, db.ErrUniqueViolation):
 		return true
+	case c.way != insertAtOnce:
+		return false
 	}
 	exists, lookupErr := queries.IdempotencyKeyExists(ctx, e.cfg.Pool, dbsqlc.IdempotencyKeyExistsParams{
 		UserID: c.UserID, IdempotencyKey: c.Key,

@@ -94,6 +94,12 @@ func (s *Service) insertRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
+	// A payment still processing may yet be captured: no refusal may be
+	// stored for it. Failing here rolls back the claim's transaction, so a
+	// new key is not even stored.
+	if err := CheckKnown(pay); err != nil {
+		return recovery.Outcome{}, err
+	}
 	left := pay.AmountCaptured - max(pay.AmountRefunded, reserved)
 	amount := p.Amount
 	if amount == 0 {

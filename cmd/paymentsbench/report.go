@@ -573,7 +573,7 @@ func (b *bench) writeNotes(p func(string, ...any)) {
 		"per request is at its highest, more so for random keys (uuid, `pay_...`) that touch many pages than for " +
 		"bigserial ones that append to the same pages.\n")
 	p("- A 409 in D is the answer to a key in use; a request whose transaction still failed to serialize after its " +
-		"retries gets the same 409, and the two cannot be told apart from outside.\n")
+		"retries gets 503 (no other request held its key), and any 5xx in D fails the goals' storm row.\n")
 	p("- A-naive's transactions that still failed after %d attempts count as errors (pgbench, in the baseline, "+
 		"counted them as failed scripts).\n", 5)
 	p("- PostgreSQL listens on a unix socket here; the baseline's pgbench used TCP on 127.0.0.1.\n")

@@ -92,6 +92,9 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 		c.way = lookUpAfterInsertFailed
 		got, err = e.claimTx(ctx, c)
 	}
+	if err != nil && got.replay == nil && errors.Is(err, db.ErrSerialization) {
+		got.replay, err = e.answerAfterConflicts(ctx, c, err)
+	}
 	switch {
 	case got.replay != nil:
 		return nil, got.replay, nil
@@ -99,6 +102,32 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 		return nil, nil, err // the claim's transaction rolled back: nothing holds a lock
 	}
 	return got.attempt, nil, e.applyCommit(got.attempt, got.done)
+}
+
+// answerAfterConflicts answers a claim whose transaction kept failing to
+// serialize until its retry budget ran out (db.ErrSerialization, 503 to
+// the client: no other request holds the key, rule 5), unless, by now,
+// another request does hold it or has finished it: then this request is
+// a same-key loser, and gets what such a loser gets, 409 in use or the
+// replay (or 422 for another request's key), never a 5xx. It reads the
+// key without a lock; this request's own transaction rolled back, so a
+// live lock on the key is another request's.
+func (e *Engine) answerAfterConflicts(ctx context.Context, c *claimRequest, err error) (*Response, error) {
+	row, lookupErr := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
+		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.now(),
+	})
+	switch {
+	case lookupErr != nil: // no such key (or no answer): the conflicts were with other keys'
+		return nil, err
+	case !bytes.Equal(row.IdempotencyKey.RequestFingerprint, c.fingerprint):
+		return nil, ErrKeyReused
+	case row.IdempotencyKey.RecoveryPoint == string(Finished):
+		k := row.IdempotencyKey
+		return &Response{Status: int(k.ResponseCode.Int32), Body: k.ResponseBody, Replayed: true}, nil
+	case row.LockLive:
+		return nil, ErrKeyInUse
+	}
+	return nil, err
 }
 
 // newClaimRequest fingerprints req and chooses the claim's way by the key filter.

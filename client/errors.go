@@ -26,8 +26,15 @@ const (
 	CodeRefundNotAllowed            Code = "refund_not_allowed"
 	CodePaymentNotCapturable        Code = "payment_not_capturable"
 	CodePaymentProcessorUnavailable Code = "payment_processor_unavailable"
-	CodeRateLimited                 Code = "rate_limited"
-	CodeInternal                    Code = "internal"
+	// CodePaymentProcessing: a capture, cancel or refund of a payment whose
+	// creation has not finished; nothing was stored for the key, so the same
+	// call with the same key may be made again after Retry-After.
+	CodePaymentProcessing Code = "payment_processing"
+	// CodeIdempotencyKeyNeedsAttention: the key's request cannot be finished
+	// without an operator (`payments keys retry`); retrying does not help.
+	CodeIdempotencyKeyNeedsAttention Code = "idempotency_key_needs_attention"
+	CodeRateLimited                  Code = "rate_limited"
+	CodeInternal                     Code = "internal"
 )
 
 // Error is an answer that is not a 2xx: the API's problem details (RFC 9457).

@@ -23,6 +23,8 @@ import (
 //	  │     what is left to refund, the answer is final: 400 refund_not_allowed
 //	  │     stored; else insert the refund (pending: this reserves its amount)
 //	  │     and its audit record
+//	  │     (a payment still processing fails the phase with
+//	  │     ErrPaymentProcessing: 409, and nothing is stored)
 //	  ▼
 //	refund_created
 //	  │ Stripe: refund the PaymentIntent, child key "refund"

@@ -58,14 +58,20 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, payments.ErrPaymentProcessing):
 		return problem.New(http.StatusConflict, problem.PaymentProcessing,
 			"The payment is still processing: its creation has not finished, so its outcome is not known yet. Nothing was stored for this Idempotency-Key: retry it with the same key shortly.").WithRetryAfter(2)
-	case errors.Is(err, db.ErrSerialization), errors.Is(err, db.ErrUniqueViolation):
-		// Conflicts with concurrent requests (for other keys, or a write
-		// racing this one's), which kept the database from running this one
-		// within its time budget: not 409, since no other request holds this
-		// key (rule 5). Like an unreachable Stripe, nothing final was
-		// stored, and a retry resumes.
+	case errors.Is(err, db.ErrSerialization):
+		// Conflicts with requests for other keys, which kept the database
+		// from running this one within its time budget: not 409, since no
+		// other request holds this key (rule 5). Like an unreachable Stripe,
+		// nothing final was stored, and a retry resumes.
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The service was too busy to run this request. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
+	case errors.Is(err, db.ErrUniqueViolation):
+		// A write that raced a concurrent one to a unique index (the claim
+		// itself never answers so: it looks the key up again). Its
+		// transaction rolled back, so nothing final was stored, and a retry
+		// finds what the other write left.
+		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
+			"The request collided with a concurrent one. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The request's context ended before its work did: the process is
 		// shutting down (it cancels what is still running at its shutdown

@@ -63,7 +63,8 @@ FUZZ_TARGETS := \
 	./internal/api:FuzzDecodeCreatePayment \
 	./internal/api:FuzzHandler \
 	./internal/recovery:FuzzCanonicalJSON \
-	./internal/webhooks:FuzzVerify
+	./internal/webhooks:FuzzVerify \
+	./internal/webhooks:FuzzUnprocessable
 
 .PHONY: fuzz
 fuzz: deps

@@ -12,21 +12,26 @@ type Code string
 
 // The codes the API answers with (docs/API.md section 2).
 const (
-	CodeUnauthorized                 Code = "unauthorized"
-	CodeNotFound                     Code = "not_found"
-	CodeMethodNotAllowed             Code = "method_not_allowed"
-	CodeValidationFailed             Code = "validation_failed"
-	CodeUnsupportedMediaType         Code = "unsupported_media_type"
-	CodeBodyTooLarge                 Code = "body_too_large"
-	CodeIdempotencyKeyMissing        Code = "idempotency_key_missing"
-	CodeIdempotencyKeyInvalid        Code = "idempotency_key_invalid"
-	CodeIdempotencyKeyReused         Code = "idempotency_key_reused"
-	CodeIdempotencyKeyInUse          Code = "idempotency_key_in_use"
-	CodeCardDeclined                 Code = "card_declined"
-	CodeRefundNotAllowed             Code = "refund_not_allowed"
-	CodePaymentNotCapturable         Code = "payment_not_capturable"
-	CodePaymentProcessorUnavailable  Code = "payment_processor_unavailable"
-	CodePaymentProcessing            Code = "payment_processing" // 409, retried: the payment's creation has not finished
+	CodeUnauthorized                Code = "unauthorized"
+	CodeNotFound                    Code = "not_found"
+	CodeMethodNotAllowed            Code = "method_not_allowed"
+	CodeValidationFailed            Code = "validation_failed"
+	CodeUnsupportedMediaType        Code = "unsupported_media_type"
+	CodeBodyTooLarge                Code = "body_too_large"
+	CodeIdempotencyKeyMissing       Code = "idempotency_key_missing"
+	CodeIdempotencyKeyInvalid       Code = "idempotency_key_invalid"
+	CodeIdempotencyKeyReused        Code = "idempotency_key_reused"
+	CodeIdempotencyKeyInUse         Code = "idempotency_key_in_use"
+	CodeCardDeclined                Code = "card_declined"
+	CodeRefundNotAllowed            Code = "refund_not_allowed"
+	CodePaymentNotCapturable        Code = "payment_not_capturable"
+	CodePaymentProcessorUnavailable Code = "payment_processor_unavailable"
+	// CodePaymentProcessing: a capture, cancel or refund of a payment whose
+	// creation has not finished; nothing was stored for the key, so the same
+	// call with the same key may be made again after Retry-After.
+	CodePaymentProcessing Code = "payment_processing"
+	// CodeIdempotencyKeyNeedsAttention: the key's request cannot be finished
+	// without an operator (`payments keys retry`); retrying does not help.
 	CodeIdempotencyKeyNeedsAttention Code = "idempotency_key_needs_attention"
 	CodeWebhookSignatureInvalid      Code = "webhook_signature_invalid"
 	CodeRateLimited                  Code = "rate_limited"

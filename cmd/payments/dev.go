@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"path/filepath"
+	"strings"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/pglocal"
@@ -57,7 +58,10 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	if cfg.StripeAPIBase == "" && cfg.StripeSecretKey == "" {
 		webhookURL := "http://" + ln.Addr().String() + "/v1/stripe/webhooks"
-		sim, err := startSimulator(cfg.StripesimAddr, webhookURL, cfg.StripeWebhookSecret, 0, log)
+		// STRIPE_WEBHOOK_SECRET may list several secrets (one being rolled):
+		// the simulator signs with the first, which the service takes.
+		signing, _, _ := strings.Cut(cfg.StripeWebhookSecret, ",")
+		sim, err := startSimulator(cfg.StripesimAddr, webhookURL, strings.TrimSpace(signing), 0, log)
 		if err != nil {
 			return err
 		}

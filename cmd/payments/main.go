@@ -28,6 +28,7 @@ Commands:
   stripesim   the Stripe simulator alone (--addr, --webhook-url, --webhook-secret)
   users       payments users create --email E: a new user, its API key printed once
   keys        the operator's view of idempotency keys: payments keys list|show|retry (stuck requests, their story, a retry now)
+  stripe-events payments stripe-events list --unprocessable: signed Stripe events that could not be decoded or applied, kept aside
   listen      receive your webhooks here while you develop: prints each, forwards it (--forward-to URL)
   healthcheck payments healthcheck --url U: exit 0 when U answers 200 (for container health checks)
 
@@ -76,6 +77,8 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		return runListen(ctx, args, stdout, stderr)
 	case "keys":
 		return runKeys(ctx, args, stdout, stderr)
+	case "stripe-events":
+		return runStripeEvents(ctx, args, stdout, stderr)
 	case "help", "-h", "--help":
 		fmt.Fprint(stdout, usage)
 		return nil

@@ -1,7 +1,6 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 
 	"github.com/example/payments/internal/events"
@@ -22,11 +21,8 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 	page, hasMore, err := events.List(r.Context(), s.pool, userFrom(r.Context()).ID, events.ListParams{
 		Limit: params.Limit, StartingAfter: params.StartingAfter, Type: eventType,
 	})
-	if errors.Is(err, events.ErrNotFound) {
-		return validationFailed("starting_after: no such event %q", params.StartingAfter)
-	}
 	if err != nil {
-		return err
+		return inQueryParam("starting_after", "event", params.StartingAfter, err)
 	}
 	writeJSON(w, http.StatusOK, toList(page, hasMore))
 	return nil

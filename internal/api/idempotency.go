@@ -110,7 +110,7 @@ func readIdempotent(r *http.Request, dst any, allowEmpty bool) (payments.Idempot
 }
 
 // writeExecution answers with what the engine returned: the final response
-// (marked when replayed), or the problem its error means (toProblem).
+// (marked when replayed), or the problem its error means (problemFor).
 func (s *Server) writeExecution(w http.ResponseWriter, r *http.Request, resp recovery.Response, err error) {
 	if err != nil {
 		s.writeError(w, r, err)

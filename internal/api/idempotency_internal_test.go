@@ -16,7 +16,7 @@ import (
 // service's trouble, not a key in use: 503 with Retry-After (rule 5 never
 // allows a 409 for a key no other request holds), resumable by a retry.
 // A key in use, or one whose lock another attempt took, stays 409.
-func TestToProblem_serializationIs503AndInUseIs409(t *testing.T) {
+func TestProblemFor_serializationIs503AndInUseIs409(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
 		err    error
@@ -27,7 +27,7 @@ func TestToProblem_serializationIs503AndInUseIs409(t *testing.T) {
 		{recovery.ErrKeyInUse, http.StatusConflict, problem.IdempotencyKeyInUse},
 		{recovery.ErrLockLost, http.StatusConflict, problem.IdempotencyKeyInUse},
 	} {
-		p := toProblem(tc.err)
+		p := problemFor(tc.err)
 		require.Equal(t, tc.status, p.Status, "%v", tc.err)
 		require.Equal(t, tc.code, p.Code, "%v", tc.err)
 		require.Positive(t, p.RetryAfter, "%v", tc.err)

@@ -1,10 +1,8 @@
 package api
 
 import (
-	"errors"
 	"net/http"
 
-	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -29,12 +27,9 @@ func (s *Server) getIdempotencyKey(w http.ResponseWriter, r *http.Request) error
 	param, ok := pathParam(r, "key")
 	key, valid := ParseIdempotencyKey(param)
 	if !ok || !valid {
-		return problem.New(http.StatusNotFound, problem.NotFound, "No such idempotency key.")
+		return recovery.ErrKeyNotFound
 	}
 	k, err := s.engine.Lookup(r.Context(), userFrom(r.Context()).ID, key)
-	if errors.Is(err, recovery.ErrKeyNotFound) {
-		return problem.New(http.StatusNotFound, problem.NotFound, "No such idempotency key.")
-	}
 	if err != nil {
 		return err
 	}

@@ -153,9 +153,14 @@ func limitJSONBody(next http.Handler) http.Handler {
 	})
 }
 
-func bodyTooLarge() *problem.Problem {
+// bodyTooLarge is the 413 of a route under MaxBodyBytes.
+func bodyTooLarge() *problem.Problem { return bodyOver(MaxBodyBytes) }
+
+// bodyOver is the 413 of a body over limit bytes: each route names its own
+// limit (Stripe's deliveries take MaxWebhookBodyBytes).
+func bodyOver(limit int) *problem.Problem {
 	return problem.New(http.StatusRequestEntityTooLarge, problem.BodyTooLarge,
-		"The request body is larger than %d bytes.", MaxBodyBytes)
+		"The request body is larger than %d bytes (%d KiB), this route's limit.", limit, limit>>10)
 }
 
 func isJSON(contentType string) bool {

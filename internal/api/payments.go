@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 	"strconv"
 
@@ -118,7 +117,8 @@ func (s *Server) cancelPayment(w http.ResponseWriter, r *http.Request) error {
 }
 
 // paymentAction is the common path of capture and cancel: the key, the
-// optional body, the caller's payment (404 if not theirs), then the flow.
+// optional body, the caller's payment (404 if not theirs; 409
+// payment_processing while its creation is unfinished), then the flow.
 func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
 	params func(payments.Payment) (payments.ActionParams, error),
 	run func(context.Context, payments.Idempotent, payments.ActionParams) (recovery.Response, error)) error {
@@ -132,6 +132,10 @@ func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
 	}
 	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, id)
 	if err != nil {
+		return err
+	}
+	// Not yet known: 409 payment_processing, and nothing stored for the key.
+	if err := payments.CheckKnown(pay); err != nil {
 		return err
 	}
 	p, err := params(pay)
@@ -165,11 +169,8 @@ func (s *Server) listPayments(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	page, hasMore, err := payments.List(r.Context(), s.pool, userFrom(r.Context()).ID, params)
-	if errors.Is(err, payments.ErrNotFound) {
-		return validationFailed("starting_after: no such payment %q", params.StartingAfter)
-	}
 	if err != nil {
-		return err
+		return inQueryParam("starting_after", "payment", params.StartingAfter, err)
 	}
 	writeJSON(w, http.StatusOK, toList(page, hasMore))
 	return nil

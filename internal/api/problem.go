@@ -7,35 +7,58 @@ import (
 	"math"
 	"net/http"
 
+	"github.com/example/payments/internal/currency"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/users"
+	"github.com/example/payments/internal/webhooks"
 )
 
 func validationFailed(format string, args ...any) *problem.Problem {
 	return problem.New(http.StatusBadRequest, problem.ValidationFailed, format, args...)
 }
 
-// toProblem is the one place where errors become HTTP statuses and codes:
+// problemFor is the one place where errors become HTTP statuses and codes:
 // the sentinels of every package below api, the engine's included, and
-// the problems the flows chose themselves. Anything it does not recognise
-// is a 500 whose details stay in the log (and an idempotent request stays
-// resumable: a retry with the same key picks it up).
-func toProblem(err error) *problem.Problem {
+// the problems the flows and handlers chose themselves. Anything it does
+// not recognise is a 500 whose details stay in the log (and an idempotent
+// request stays resumable: a retry with the same key picks it up).
+//
+// problemfor_internal_test.go walks every exported sentinel (var Err... =
+// errors.New) of the packages api is built on through it, so a new
+// sentinel without an answer here fails that test.
+func problemFor(err error) *problem.Problem {
 	var p *problem.Problem
+	var q *queryParamError
 	switch {
 	case errors.As(err, &p):
 		return p
+	case errors.As(err, &q) && isNotFound(q.err):
+		// A cursor naming no object of the caller's: the parameter is
+		// wrong, not the route (a path's unknown id is 404).
+		return validationFailed("%s: no such %s %q.", q.name, q.object, q.value)
 	case errors.Is(err, recovery.ErrKeyReused):
 		return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused,
 			"This Idempotency-Key was first used for a different request (method, path or body). Use a new key for a new request.")
-	case errors.Is(err, recovery.ErrKeyInUse), errors.Is(err, recovery.ErrLockLost):
+	case errors.Is(err, recovery.ErrKeyInUse), errors.Is(err, recovery.ErrLockLost), errors.Is(err, db.ErrLockNotHeld):
 		return problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
 			"A request with this Idempotency-Key is in progress. Retry with the same key shortly.").WithRetryAfter(1)
+	case errors.Is(err, recovery.ErrNotRetryable):
+		return problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
+			"This Idempotency-Key is finished or in use by a request in progress.").WithRetryAfter(1)
+	case errors.Is(err, recovery.ErrNeedsAttention):
+		// No Retry-After: retrying cannot help (docs/API.md section 2, rule 7).
+		return problem.New(http.StatusConflict, problem.IdempotencyKeyNeedsAttention,
+			"This Idempotency-Key's request began over 23 hours ago and did not finish, and Stripe shows nothing it did, so sending it again could act twice. "+
+				"It waits for an operator, who re-drives it with `payments keys retry`; until then every retry gets this answer.")
+	case errors.Is(err, payments.ErrPaymentProcessing):
+		return problem.New(http.StatusConflict, problem.PaymentProcessing,
+			"The payment is still processing: its creation has not finished, so its outcome is not known yet. Nothing was stored for this Idempotency-Key: retry it with the same key shortly.").WithRetryAfter(2)
 	case errors.Is(err, db.ErrSerialization):
 		// Conflicts with requests for other keys, which kept the database
 		// from running this one within its time budget: not 409, since no
@@ -43,6 +66,13 @@ func toProblem(err error) *problem.Problem {
 		// nothing final was stored, and a retry resumes.
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The service was too busy to run this request. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
+	case errors.Is(err, db.ErrUniqueViolation):
+		// A write that raced a concurrent one to a unique index (the claim
+		// itself never answers so: it looks the key up again). Its
+		// transaction rolled back, so nothing final was stored, and a retry
+		// finds what the other write left.
+		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
+			"The request collided with a concurrent one. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The request's context ended before its work did: the process is
 		// shutting down (it cancels what is still running at its shutdown
@@ -51,7 +81,7 @@ func toProblem(err error) *problem.Problem {
 		// instance resumes it; a read is simply asked again.
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The request was interrupted before it finished (the service may be restarting). Nothing is lost: retry it (with the same Idempotency-Key, if it had one) and it resumes where it stopped.").WithRetryAfter(1)
-	case recovery.IsTransient(err):
+	case recovery.IsTransient(err), errors.Is(err, recovery.ErrChildKeySpent), errors.Is(err, stripeclient.ErrChildKeySpent):
 		// A wait the engine knows (the grace after Stripe's stored 500,
 		// recovery.Config.SpentKeyGrace) is the client's too, in whole
 		// seconds rounded up; otherwise a retry soon may well succeed.
@@ -63,6 +93,8 @@ func toProblem(err error) *problem.Problem {
 			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(retryAfter)
 	case errors.Is(err, users.ErrUnknownKey):
 		return problem.New(http.StatusUnauthorized, problem.Unauthorized, "The API key is not valid.")
+	case errors.Is(err, webhooks.ErrSignature):
+		return problem.New(http.StatusBadRequest, problem.WebhookSignatureInvalid, "The Stripe-Signature header does not verify.")
 	case errors.Is(err, payments.ErrNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such payment.")
 	case errors.Is(err, payments.ErrRefundNotFound):
@@ -71,14 +103,45 @@ func toProblem(err error) *problem.Problem {
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such event.")
 	case errors.Is(err, merchanthooks.ErrEndpointNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such webhook endpoint.")
+	case errors.Is(err, recovery.ErrKeyNotFound):
+		return problem.New(http.StatusNotFound, problem.NotFound, "No such idempotency key.")
+	case errors.Is(err, merchanthooks.ErrInvalid), errors.Is(err, currency.ErrUnsupported),
+		errors.Is(err, currency.ErrAmountTooSmall), errors.Is(err, currency.ErrAmountTooLarge):
+		return validationFailed("%s.", err)
 	default:
 		return problem.New(http.StatusInternalServerError, problem.Internal, "Something went wrong on our side; it has been logged.")
 	}
 }
 
+// queryParamError is a lookup by a query parameter (a list's
+// starting_after) that failed: problemFor answers a not-found one 400.
+type queryParamError struct {
+	name, object, value string
+	err                 error
+}
+
+func (e *queryParamError) Error() string { return e.name + ": " + e.err.Error() }
+func (e *queryParamError) Unwrap() error { return e.err }
+
+// inQueryParam marks err, from looking up object value given as the query
+// parameter name, as the parameter's; nil stays nil.
+func inQueryParam(name, object, value string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return &queryParamError{name: name, object: object, value: value, err: err}
+}
+
+// isNotFound tells whether err says an object does not exist (or is another user's).
+func isNotFound(err error) bool {
+	return errors.Is(err, payments.ErrNotFound) || errors.Is(err, payments.ErrRefundNotFound) ||
+		errors.Is(err, events.ErrNotFound) || errors.Is(err, merchanthooks.ErrEndpointNotFound) ||
+		errors.Is(err, recovery.ErrKeyNotFound)
+}
+
 // writeError renders err as problem+json, logging it when it is ours to fix.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
-	p := toProblem(err)
+	p := problemFor(err)
 	switch {
 	case p.Status == http.StatusServiceUnavailable: // Stripe unreachable: expected now and then
 		logger(r.Context()).WarnContext(r.Context(), "request deferred", slog.String("error", err.Error()))

@@ -31,8 +31,13 @@ func (s *Server) createRefund(w http.ResponseWriter, r *http.Request) error {
 	if err != nil {
 		return err
 	}
-	// Another user's payment is 404, like one that does not exist.
-	if _, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, params.Payment); err != nil {
+	// Another user's payment is 404, like one that does not exist; one
+	// still processing is 409 payment_processing, and nothing is stored.
+	pay, err := payments.Get(r.Context(), s.pool, userFrom(r.Context()).ID, params.Payment)
+	if err != nil {
+		return err
+	}
+	if err := payments.CheckKnown(pay); err != nil {
 		return err
 	}
 	resp, err := s.payments.Refund(r.Context(), idem, params)

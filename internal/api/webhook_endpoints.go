@@ -2,7 +2,6 @@ package api
 
 import (
 	"context"
-	"errors"
 	"net/http"
 
 	"github.com/example/payments/internal/merchanthooks"
@@ -82,11 +81,8 @@ func (s *Server) listWebhookEndpoints(w http.ResponseWriter, r *http.Request) er
 		return err
 	}
 	page, hasMore, err := merchanthooks.ListEndpoints(r.Context(), s.pool, userFrom(r.Context()).ID, params.Limit, params.StartingAfter)
-	if errors.Is(err, merchanthooks.ErrEndpointNotFound) {
-		return validationFailed("starting_after: no such webhook endpoint %q", params.StartingAfter)
-	}
 	if err != nil {
-		return err
+		return inQueryParam("starting_after", "webhook endpoint", params.StartingAfter, err)
 	}
 	writeJSON(w, http.StatusOK, toList(page, hasMore))
 	return nil

@@ -14,6 +14,25 @@ import (
 	"github.com/example/payments/internal/stripeclient"
 )
 
+// ErrPaymentProcessing: a capture, cancel or refund of a payment whose
+// state is not known yet: it is still processing (its creation has not
+// finished: Stripe was unreachable, say). No refusal may be stored for it,
+// since the payment may yet be authorised: the request is refused before
+// any work, like invalid input, and a retry with the same key runs once
+// the payment is known (docs/API.md section 2: 409 payment_processing).
+var ErrPaymentProcessing = errors.New("payment is still processing: its outcome is not known yet")
+
+// CheckKnown returns ErrPaymentProcessing for a payment still processing,
+// and nil for one whose state is known. Capture, cancel and refund call it
+// before the engine claims their key, and again inside their flows (a key
+// claimed before this check existed, or resumed by the completer).
+func CheckKnown(pay Payment) error {
+	if pay.Status == StatusProcessing {
+		return fmt.Errorf("%w: payment %s", ErrPaymentProcessing, pay.ID)
+	}
+	return nil
+}
+
 // ActionParams are the parameters of a capture or a cancel, stored with the key.
 type ActionParams struct {
 	Payment string `json:"payment"`
@@ -46,8 +65,12 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 	if err != nil {
 		return actionResult{}, err
 	}
-	// A payment that never got an authorisation can never get one: refusing
-	// it here is safe, whatever this request did before.
+	// A payment still processing may yet be authorised: no refusal may be
+	// stored for it. A payment that never got an authorisation can never
+	// get one: refusing it here is safe, whatever this request did before.
+	if err := CheckKnown(pay); err != nil {
+		return actionResult{}, err
+	}
 	if pay.StripePaymentIntent == nil || pay.Status == StatusFailed {
 		return actionResult{refusal: fmt.Sprintf("Payment %s is %s and was never authorised.", pay.ID, pay.Status)}, nil
 	}

@@ -15,6 +15,8 @@ import (
 //	started
 //	  │ Stripe: cancel the PaymentIntent, child key "cancel_payment"
 //	  │ tx: record it (canceled; payment.canceled staged); a refusal is final: 400 stored
+//	  │ (a payment still processing is refused before the call, with
+//	  │ ErrPaymentProcessing: 409, nothing stored, the key stays resumable)
 //	  ▼
 //	payment_canceled
 //	  │ tx: store 200

@@ -16,6 +16,8 @@ import (
 //	  │ Stripe: capture the PaymentIntent, child key "capture_payment"
 //	  │ tx: record it (succeeded, amount_captured; payment.captured and the
 //	  │     receipt staged); a refusal is final: 400 stored
+//	  │ (a payment still processing is refused before the call, with
+//	  │ ErrPaymentProcessing: 409, nothing stored, the key stays resumable)
 //	  ▼
 //	payment_captured
 //	  │ tx: store 200

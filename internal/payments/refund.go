@@ -23,6 +23,8 @@ import (
 //	  │     what is left to refund, the answer is final: 400 refund_not_allowed
 //	  │     stored; else insert the refund (pending: this reserves its amount)
 //	  │     and its audit record
+//	  │     (a payment still processing fails the phase with
+//	  │     ErrPaymentProcessing: 409, and nothing is stored)
 //	  ▼
 //	refund_created
 //	  │ Stripe: refund the PaymentIntent, child key "refund"
@@ -92,6 +94,12 @@ func (s *Service) insertRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 	}
 	reserved, err := queries.ReservedRefundAmount(ctx, tx, pay.ID)
 	if err != nil {
+		return recovery.Outcome{}, err
+	}
+	// A payment still processing may yet be captured: no refusal may be
+	// stored for it. Failing here rolls back the claim's transaction, so a
+	// new key is not even stored.
+	if err := CheckKnown(pay); err != nil {
 		return recovery.Outcome{}, err
 	}
 	left := pay.AmountCaptured - max(pay.AmountRefunded, reserved)

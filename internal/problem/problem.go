@@ -31,9 +31,15 @@ const (
 	RefundNotAllowed            Code = "refund_not_allowed"
 	PaymentNotCapturable        Code = "payment_not_capturable"
 	PaymentProcessorUnavailable Code = "payment_processor_unavailable"
-	WebhookSignatureInvalid     Code = "webhook_signature_invalid"
-	RateLimited                 Code = "rate_limited"
-	Internal                    Code = "internal"
+	// PaymentProcessing: a capture, cancel or refund of a payment whose
+	// creation has not finished (409, with Retry-After); nothing is stored.
+	PaymentProcessing Code = "payment_processing"
+	// IdempotencyKeyNeedsAttention: the key's request cannot be finished
+	// without an operator (409, no Retry-After: `payments keys retry`).
+	IdempotencyKeyNeedsAttention Code = "idempotency_key_needs_attention"
+	WebhookSignatureInvalid      Code = "webhook_signature_invalid"
+	RateLimited                  Code = "rate_limited"
+	Internal                     Code = "internal"
 )
 
 // ContentType is the media type of a problem.

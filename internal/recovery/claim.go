@@ -39,9 +39,14 @@ const (
 	// lookUpFirst: the filter may have seen the key (or there is no
 	// filter): the claim looks the row up, under a row lock, first.
 	lookUpFirst
-	// lookUpAfterInsertFailed: an insertAtOnce claim found the key taken:
-	// another request's (a race between two first requests, or a key
-	// another instance's filter saw first).
+	// lookUpAfterInsertFailed: a claim that inserted the key's row found
+	// the key taken: another request's (a race between two first requests,
+	// or a key another instance's filter saw first). An insertAtOnce claim
+	// gets here, and so does a lookUpFirst claim that found no row, inserted
+	// one, and lost the insert to a concurrent first request (the unique
+	// index decided after its lookup). Either way the key is looked up again
+	// and gets the careful answer: its replay, 409 in use, 422, or its
+	// resumption, never the unique index's error.
 	lookUpAfterInsertFailed
 )
 
@@ -83,9 +88,12 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 		}
 	}
 	got, err := e.claimTx(ctx, c)
-	if err != nil && c.way == insertAtOnce && e.keyTaken(ctx, c, err) {
+	if err != nil && e.keyTaken(ctx, c, err) {
 		c.way = lookUpAfterInsertFailed
 		got, err = e.claimTx(ctx, c)
+	}
+	if err != nil && got.replay == nil && errors.Is(err, db.ErrSerialization) {
+		got.replay, err = e.answerAfterConflicts(ctx, c, err)
 	}
 	switch {
 	case got.replay != nil:
@@ -94,6 +102,32 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 		return nil, nil, err // the claim's transaction rolled back: nothing holds a lock
 	}
 	return got.attempt, nil, e.applyCommit(got.attempt, got.done)
+}
+
+// answerAfterConflicts answers a claim whose transaction kept failing to
+// serialize until its retry budget ran out (db.ErrSerialization, 503 to
+// the client: no other request holds the key, rule 5), unless, by now,
+// another request does hold it or has finished it: then this request is
+// a same-key loser, and gets what such a loser gets, 409 in use or the
+// replay (or 422 for another request's key), never a 5xx. It reads the
+// key without a lock; this request's own transaction rolled back, so a
+// live lock on the key is another request's.
+func (e *Engine) answerAfterConflicts(ctx context.Context, c *claimRequest, err error) (*Response, error) {
+	row, lookupErr := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
+		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.now(),
+	})
+	switch {
+	case lookupErr != nil: // no such key (or no answer): the conflicts were with other keys'
+		return nil, err
+	case !bytes.Equal(row.IdempotencyKey.RequestFingerprint, c.fingerprint):
+		return nil, ErrKeyReused
+	case row.IdempotencyKey.RecoveryPoint == string(Finished):
+		k := row.IdempotencyKey
+		return &Response{Status: int(k.ResponseCode.Int32), Body: k.ResponseBody, Replayed: true}, nil
+	case row.LockLive:
+		return nil, ErrKeyInUse
+	}
+	return nil, err
 }
 
 // newClaimRequest fingerprints req and chooses the claim's way by the key filter.
@@ -113,15 +147,26 @@ func (e *Engine) newClaimRequest(req Request) (*claimRequest, error) {
 	return c, nil
 }
 
-// keyTaken tells whether an insertAtOnce claim that failed with err failed
-// because the key is another request's: its insert hit the unique index,
-// or (when it failed before its statements were even sent: a failpoint
-// before a commit whose statements were all queued, say) the key's row
-// exists. Either way the key gets the careful answer (its replay, 422,
-// 409 or its resumption), never what a new key's first phase ran into.
+// keyTaken tells whether a claim that failed with err, and that may have
+// inserted the key's row, failed because the key is another request's:
+// its insert hit the unique index (any claim but one that already looked
+// up again), or, for an insertAtOnce claim (which may have failed before
+// its statements were even sent: a failpoint before a commit whose
+// statements were all queued, say), the key's row exists. Either way the
+// key gets the careful answer (its replay, 422, 409 or its resumption),
+// never what a new key's first phase ran into.
+//
+// A serialization failure is not among them: db.WithTx runs the claim
+// again, and the new try, with a new snapshot, finds the row the other
+// request committed (and answers from it) or inserts it.
 func (e *Engine) keyTaken(ctx context.Context, c *claimRequest, err error) bool {
-	if errors.Is(err, db.ErrUniqueViolation) {
+	switch {
+	case c.way == lookUpAfterInsertFailed:
+		return false
+	case errors.Is(err, db.ErrUniqueViolation):
 		return true
+	case c.way != insertAtOnce:
+		return false
 	}
 	exists, lookupErr := queries.IdempotencyKeyExists(ctx, e.cfg.Pool, dbsqlc.IdempotencyKeyExistsParams{
 		UserID: c.UserID, IdempotencyKey: c.Key,

@@ -35,7 +35,10 @@ type testBundle struct {
 
 // setup serves the API's webhook endpoint on a fresh database holding one
 // authorised payment, pay_w, whose PaymentIntent is pi_w.
-func setup(t *testing.T) *testBundle {
+func setup(t testing.TB) *testBundle { return setupWith(t, secret) }
+
+// setupWith is setup with the STRIPE_WEBHOOK_SECRET value secrets.
+func setupWith(t testing.TB, secrets string) *testBundle {
 	t.Helper()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
@@ -46,7 +49,7 @@ func setup(t *testing.T) *testBundle {
 	reg := prometheus.NewRegistry()
 	handler := api.NewHandler(api.Config{
 		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: reg,
-		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: secret, Registry: reg}),
+		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: secrets, Registry: reg}),
 	})
 	server := httptest.NewServer(handler)
 	t.Cleanup(server.Close)

@@ -130,6 +130,16 @@ type StripeEvent struct {
 	Outcome    string
 }
 
+type StripeEventsUnprocessable struct {
+	ID            int64
+	EventID       pgtype.Text
+	EventType     pgtype.Text
+	Reason        string
+	Payload       []byte
+	PayloadSha256 []byte
+	ReceivedAt    time.Time
+}
+
 type User struct {
 	ID        int64
 	Email     string

@@ -8,6 +8,8 @@ package dbsqlc
 import (
 	"context"
 	"time"
+
+	"github.com/jackc/pgx/v5/pgtype"
 )
 
 const insertStripeEvent = `-- name: InsertStripeEvent :execrows
@@ -29,6 +31,78 @@ func (q *Queries) InsertStripeEvent(ctx context.Context, db DBTX, arg InsertStri
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const insertUnprocessableStripeEvent = `-- name: InsertUnprocessableStripeEvent :execrows
+INSERT INTO stripe_events_unprocessable (event_id, event_type, reason, payload, payload_sha256)
+VALUES ($1, $2, $3, $4, sha256($4))
+ON CONFLICT (payload_sha256) DO NOTHING
+`
+
+type InsertUnprocessableStripeEventParams struct {
+	EventID   pgtype.Text
+	EventType pgtype.Text
+	Reason    string
+	Payload   []byte
+}
+
+// Keeps a signed event the service could not decode or apply aside, with
+// why; 0 rows means the same body was kept before.
+func (q *Queries) InsertUnprocessableStripeEvent(ctx context.Context, db DBTX, arg InsertUnprocessableStripeEventParams) (int64, error) {
+	result, err := db.Exec(ctx, insertUnprocessableStripeEvent,
+		arg.EventID,
+		arg.EventType,
+		arg.Reason,
+		arg.Payload,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
+const listUnprocessableStripeEvents = `-- name: ListUnprocessableStripeEvents :many
+SELECT id, event_id, event_type, reason, payload, received_at
+FROM stripe_events_unprocessable
+ORDER BY id DESC
+LIMIT $1
+`
+
+type ListUnprocessableStripeEventsRow struct {
+	ID         int64
+	EventID    pgtype.Text
+	EventType  pgtype.Text
+	Reason     string
+	Payload    []byte
+	ReceivedAt time.Time
+}
+
+// The events kept aside as unprocessable, newest first.
+func (q *Queries) ListUnprocessableStripeEvents(ctx context.Context, db DBTX, maxRows int32) ([]ListUnprocessableStripeEventsRow, error) {
+	rows, err := db.Query(ctx, listUnprocessableStripeEvents, maxRows)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListUnprocessableStripeEventsRow
+	for rows.Next() {
+		var i ListUnprocessableStripeEventsRow
+		if err := rows.Scan(
+			&i.ID,
+			&i.EventID,
+			&i.EventType,
+			&i.Reason,
+			&i.Payload,
+			&i.ReceivedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const setStripeEventOutcome = `-- name: SetStripeEventOutcome :exec

@@ -7,3 +7,17 @@ ON CONFLICT (id) DO NOTHING;
 -- name: SetStripeEventOutcome :exec
 UPDATE stripe_events SET outcome = @outcome WHERE id = @id;
 
+
+-- name: InsertUnprocessableStripeEvent :execrows
+-- Keeps a signed event the service could not decode or apply aside, with
+-- why; 0 rows means the same body was kept before.
+INSERT INTO stripe_events_unprocessable (event_id, event_type, reason, payload, payload_sha256)
+VALUES (sqlc.narg('event_id'), sqlc.narg('event_type'), @reason, @payload, sha256(@payload))
+ON CONFLICT (payload_sha256) DO NOTHING;
+
+-- name: ListUnprocessableStripeEvents :many
+-- The events kept aside as unprocessable, newest first.
+SELECT id, event_id, event_type, reason, payload, received_at
+FROM stripe_events_unprocessable
+ORDER BY id DESC
+LIMIT @max_rows;

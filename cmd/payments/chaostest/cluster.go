@@ -40,6 +40,8 @@ type ClusterConfig struct {
 	// AuthorisationLifetime is the simulator's: how long an uncaptured
 	// authorisation lives before Stripe cancels it.
 	AuthorisationLifetime time.Duration
+	// WebhookDrop is the share of webhook events the relay drops.
+	WebhookDrop float64
 }
 
 // completerGrace is the worker's PAYMENTS_COMPLETER_GRACE: an abandoned
@@ -97,7 +99,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 			c.Close()
 		}
 	}()
-	c.relay, err = startWebhookRelay(dupShare, seed, func() []string {
+	c.relay, err = startWebhookRelay(dupShare, cfg.WebhookDrop, seed, func() []string {
 		var urls []string
 		for _, in := range c.Serve {
 			urls = append(urls, in.URL())
@@ -128,9 +130,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 	}
 	workerEnv := []string{
 		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms",
-		// A refund whose charge.refund.updated was lost (every instance
-		// down when Stripe sent it) is settled by the reconciler.
-		"PAYMENTS_REFUND_RECONCILE_AFTER=5s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=1s",
+		// What a lost webhook would have told (every instance down when
+		// Stripe sent it, or CHAOS_WEBHOOK_DROP) the reconciler reads from
+		// Stripe: 2 s after the last change, then 4 s, capped at 4 s, so
+		// everything is read again within seconds once the chaos is over.
+		"PAYMENTS_RECONCILE_AFTER=2s", "PAYMENTS_RECONCILE_INTERVAL=1s", "PAYMENTS_RECONCILE_BACKOFF_CAP=4s",
+		"PAYMENTS_RECONCILE_RATE=50",
 		"SMTP_URL=" + cfg.SMTPURL,
 	}
 	for _, set := range instanceSettings {

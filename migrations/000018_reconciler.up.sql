@@ -9,21 +9,21 @@
 ALTER TABLE refunds ADD COLUMN origin text NOT NULL DEFAULT 'api' CHECK (origin IN ('api', 'external'));
 
 -- When the reconciler next asks Stripe about the payment (its
--- PaymentIntent and its refunds), and how many times it asked since with
--- nothing to correct: the back-off doubles with each. NULL: not asked yet,
--- so it is due once the payment has gone the reconciler's "after" without
--- a change (updated_at). A charge.refunded webhook sets it to now: the
--- charge names no refund, so the reconciler lists them.
-ALTER TABLE payments ADD COLUMN next_check_at timestamptz;
+-- PaymentIntent and its refunds), and how many times it asked. Until the
+-- first time (reconcile_checks 0) next_check_at is when the payment was
+-- made, or last given back to the reconciler's care, and the payment is
+-- due the reconciler's "after" later; then the back-off doubles with each
+-- check (ClaimPaymentsToReconcile). A payment Stripe can no longer change
+-- is put out of reach, in the year 9999 (RetireUnwatchedPayments).
+--
+-- Only the reconciler, the charge.refunded webhook and a new refund write
+-- these columns, and no column a move writes is in the index: a payment's
+-- moves stay HOT updates, which touch no index (a non-HOT update puts new
+-- entries in every index of the table, the primary key's too, and on a
+-- young database those few pages are where SERIALIZABLE's conflicts are).
+ALTER TABLE payments ADD COLUMN next_check_at timestamptz NOT NULL DEFAULT now();
 ALTER TABLE payments ADD COLUMN reconcile_checks integer NOT NULL DEFAULT 0;
+CREATE INDEX payments_next_check_idx ON payments (next_check_at);
 
--- The payments the reconciler may still have to ask about are those Stripe
--- could still change: not failed, not canceled. The two indexes serve the
--- two ways a payment falls due (ClaimPaymentsToReconcile).
-CREATE INDEX payments_reconcile_unchecked_idx ON payments (updated_at)
-    WHERE next_check_at IS NULL AND status IN ('processing', 'requires_capture', 'succeeded');
-CREATE INDEX payments_reconcile_next_idx ON payments (next_check_at)
-    WHERE next_check_at IS NOT NULL AND status IN ('processing', 'requires_capture', 'succeeded');
-
--- The refund reconciler's index (migration 000011) is replaced by the above.
+-- The refund reconciler's index (migration 000011) goes with it.
 DROP INDEX refunds_pending_since_idx;

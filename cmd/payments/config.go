@@ -167,7 +167,7 @@ func (c *config) workerFlags(f *flags) {
 	f.durationVar(&c.ReconcileInterval, "reconcile-interval", "PAYMENTS_RECONCILE_INTERVAL", 30*time.Second,
 		"how often the reconciler looks for payments and refunds due a check at Stripe")
 	f.durationVar(&c.ReconcileAfter, "reconcile-after", "PAYMENTS_RECONCILE_AFTER", 5*time.Minute,
-		"how long a payment or refund Stripe could still change goes without word from Stripe before it is checked there (then again with back-off)")
+		"how long after a payment was made (or refunded) the reconciler first reads it from Stripe, if Stripe could still change it (then again with back-off)")
 	f.durationVar(&c.ReconcileBackoffCap, "reconcile-backoff-cap", "PAYMENTS_RECONCILE_BACKOFF_CAP", 6*time.Hour,
 		"the longest the reconciler's back-off between two checks of one payment grows")
 	f.floatVar(&c.ReconcileRate, "reconcile-rate", "PAYMENTS_RECONCILE_RATE", 20,

@@ -24,8 +24,9 @@ import (
 // Stripe's changes come with no request of ours behind them (an
 // authorisation Stripe let lapse, a refund that fails days later, a refund
 // made in Stripe's dashboard). So every payment that Stripe could still
-// change is asked about again, once it has gone Config.After without a
-// change, and again with back-off:
+// change is asked about Config.After after it was made (or got a new
+// refund), and again with back-off, until Stripe can no longer change it
+// (then it leaves the queue: RetireUnwatchedPayments):
 //
 //	claim     one statement takes a batch of due payments FOR UPDATE SKIP
 //	          LOCKED and sets each one's next check (ClaimPaymentsToReconcile),
@@ -83,8 +84,11 @@ const rateLimitPause = 10 * time.Second
 
 // ReconcilerConfig configures a Reconciler. Zero values take the defaults.
 type ReconcilerConfig struct {
-	// After is how long a payment goes without a change before it is
-	// asked about, and the first step of its back-off. Default 5m.
+	// After is how long after a payment was made (or got a new refund)
+	// it is first asked about, and the first step of its back-off. (Not
+	// after its last change: a move must not touch the reconciler's
+	// index, see migration 000018, so a webhook that brought word does
+	// not postpone the check; the check then finds nothing to correct.) Default 5m.
 	After time.Duration
 	// BackoffCap bounds the back-off between two checks of one payment.
 	// Default 6h.
@@ -176,6 +180,14 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileRun, error) {
 		run.Paused = true
 		return run, nil
 	}
+	// Payments Stripe can no longer change leave the reconciler's queue
+	// first, a batch at a time, so that they never pile up in it.
+	if _, err := queries.RetireUnwatchedPayments(ctx, r.s.pool, dbsqlc.RetireUnwatchedPaymentsParams{
+		Now: r.now(), WatchSeconds: refundWatch.Seconds(),
+		AuthorisationSeconds: authorisationWatch.Seconds(), RowLimit: int32(10 * r.cfg.Batch),
+	}); err != nil {
+		return run, fmt.Errorf("retiring payments Stripe can no longer change: %w", err)
+	}
 	rows, err := queries.ClaimPaymentsToReconcile(ctx, r.s.pool, dbsqlc.ClaimPaymentsToReconcileParams{
 		Now: r.now(), AfterSeconds: r.cfg.After.Seconds(), WatchSeconds: refundWatch.Seconds(),
 		AuthorisationSeconds: authorisationWatch.Seconds(), BackoffCapSeconds: r.cfg.BackoffCap.Seconds(),
@@ -197,7 +209,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileRun, error) {
 			r.pause()
 			r.log.WarnContext(ctx, "reconciler: Stripe answered 429; pausing", slog.Duration("pause", rateLimitPause),
 				slog.Int("left", len(rows)-i))
-			return run, r.release(ctx, rows[i:], time.Now().Add(rateLimitPause))
+			return run, r.release(ctx, rows[i:], r.clock().Add(rateLimitPause))
 		case stripeclient.Classify(err) == stripeclient.Terminal:
 			run.Checked++
 			run.Refused++
@@ -205,7 +217,7 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileRun, error) {
 				slog.String("error", err.Error()))
 			continue
 		default:
-			return run, errors.Join(fmt.Errorf("reconciling payment %s: %w", row.ID, err), r.release(ctx, rows[i:], time.Time{}))
+			return run, errors.Join(fmt.Errorf("reconciling payment %s: %w", row.ID, err), r.release(ctx, rows[i:], r.clock()))
 		}
 	}
 	return run, nil
@@ -301,20 +313,29 @@ func (r *Reconciler) call(ctx context.Context, call func() error) error {
 	return err
 }
 
-// release makes claimed payments the pass did not get to due at at (the
-// database's now when zero), their back-off as it was.
+// release makes claimed payments the pass did not get to due again at
+// at, their back-off as it was: one never checked (reconcile_checks back
+// to 0) is due After past its next_check_at, so that is set After earlier.
 func (r *Reconciler) release(ctx context.Context, rows []dbsqlc.Payment, at time.Time) error {
 	ctx = context.WithoutCancel(ctx)
 	for _, row := range rows {
-		due := pgtype.Timestamptz{Time: at, Valid: !at.IsZero()}
-		if at.IsZero() {
-			due = r.now()
+		due := at
+		if row.ReconcileChecks <= 1 { // as claimed: the claim counted one more
+			due = at.Add(-r.cfg.After)
 		}
-		if err := queries.ReleaseReconcileClaim(ctx, r.s.pool, dbsqlc.ReleaseReconcileClaimParams{ID: row.ID, At: due}); err != nil {
+		if err := queries.ReleaseReconcileClaim(ctx, r.s.pool, dbsqlc.ReleaseReconcileClaimParams{ID: row.ID, NextCheckAt: due}); err != nil {
 			return fmt.Errorf("releasing payment %s: %w", row.ID, err)
 		}
 	}
 	return nil
+}
+
+// clock is the injected clock, else the wall clock.
+func (r *Reconciler) clock() time.Time {
+	if r.cfg.Now != nil {
+		return r.cfg.Now()
+	}
+	return time.Now()
 }
 
 func (r *Reconciler) paused() bool {

@@ -76,7 +76,7 @@ type Config struct {
 	// due a check. Default 30s.
 	ReconcileInterval time.Duration
 	// ReconcileAfter is how long a payment Stripe could still change goes
-	// without word from Stripe before the reconciler asks Stripe about it
+	// (from when it was made, or got a new refund) before the reconciler asks Stripe about it
 	// (its webhook may have been lost), and the first step of the back-off
 	// after. Default 5m.
 	ReconcileAfter time.Duration

@@ -88,7 +88,7 @@ type Payment struct {
 	UpdatedAt           time.Time
 	IdempotencyKeyID    *uuid.UUID
 	StripeEventAt       pgtype.Timestamptz
-	NextCheckAt         pgtype.Timestamptz
+	NextCheckAt         time.Time
 	ReconcileChecks     int32
 }
 

@@ -520,11 +520,12 @@ WITH clock AS (
 ), unwatched AS (
     SELECT p.id FROM clock, payments p
     WHERE p.next_check_at <= clock.now
-      AND NOT (p.stripe_payment_intent IS NOT NULL AND (p.status = 'processing'
-        OR (p.status = 'requires_capture' AND p.created_at > clock.now - clock.authorisation)
-        OR (p.status = 'succeeded' AND p.amount_refunded < p.amount_captured AND p.created_at > clock.now - clock.watch)
-        OR (p.status = 'succeeded' AND EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id
-                   AND (r.status = 'pending' OR (r.status = 'succeeded' AND r.created_at > clock.now - clock.watch))))))
+      AND NOT (p.status = 'processing' -- with no PaymentIntent yet: the completer may still give it one
+        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'requires_capture' AND p.created_at > clock.now - clock.authorisation)
+        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'succeeded' AND p.amount_refunded < p.amount_captured
+            AND p.created_at > clock.now - clock.watch)
+        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'succeeded' AND EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id
+                   AND (r.status = 'pending' OR (r.status = 'succeeded' AND r.created_at > clock.now - clock.watch)))))
     ORDER BY p.next_check_at
     LIMIT $4
     FOR UPDATE OF p SKIP LOCKED

@@ -58,8 +58,11 @@ type Refund struct {
 	StripeRefund  *string      `json:"stripe_refund"`
 	Reason        *string      `json:"reason"`
 	FailureReason *string      `json:"failure_reason"`
-	Created       int64        `json:"created"`
-	Replayed      bool         `json:"-"`
+	// Origin is "api" for a refund made with this API, "external" for one
+	// made outside it (Stripe's dashboard).
+	Origin   string `json:"origin"`
+	Created  int64  `json:"created"`
+	Replayed bool   `json:"-"`
 }
 
 // IdempotencyKey is where a request made with a key stands.

@@ -105,7 +105,8 @@ func (p *process) runWorker(ctx context.Context) error {
 		WebhookRetrySchedule: schedule, WebhookClient: webhookClient(p.cfg),
 		Payments: p.Payments, CompleterInterval: p.cfg.CompleterInterval, CompleterGrace: p.cfg.CompleterGrace,
 		ReaperInterval: p.cfg.ReaperInterval, EnqueuerPollInterval: p.cfg.EnqueuerPollInterval,
-		RefundReconcileInterval: p.cfg.RefundReconcileInterval, RefundReconcileAfter: p.cfg.RefundReconcileAfter,
+		ReconcileInterval: p.cfg.ReconcileInterval, ReconcileAfter: p.cfg.ReconcileAfter,
+		ReconcileBackoffCap: p.cfg.ReconcileBackoffCap, ReconcileRate: p.cfg.ReconcileRate,
 		ShutdownTimeout: p.cfg.ShutdownTimeout,
 	})
 }

@@ -22,6 +22,8 @@ package main_test
 //	CHAOS_KILL_WORKER=false      also SIGKILL the worker (see chaostest.Config)
 //	CHAOS_LOCK_TIMEOUT=2s        the service's PAYMENTS_LOCK_TIMEOUT
 //	CHAOS_WEBHOOK_DUPLICATES=0.1 share of webhook events delivered twice
+//	CHAOS_WEBHOOK_DROP=0         share of webhook events never delivered (1: none; the reconciler,
+//	                             PAYMENTS_RECONCILE_AFTER=2s in the cluster, brings the records to Stripe's)
 //	CHAOS_REQUEST_BUDGET=2m      retry budget of one logical request
 //	CHAOS_SETTLE_TIMEOUT=60s     longest settling without progress
 //	CHAOS_LOG_DIR=               keep the processes' logs there (else kept only on failure)

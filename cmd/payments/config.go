@@ -56,8 +56,10 @@ type config struct {
 	ReaperInterval       time.Duration
 	EnqueuerPollInterval time.Duration
 
-	RefundReconcileInterval time.Duration
-	RefundReconcileAfter    time.Duration
+	ReconcileInterval   time.Duration
+	ReconcileAfter      time.Duration
+	ReconcileBackoffCap time.Duration
+	ReconcileRate       float64
 
 	// WebhookRetrySchedule is the delays between a webhook delivery's
 	// attempts, comma-separated (webhookRetrySchedule parses it).
@@ -168,10 +170,14 @@ func (c *config) workerFlags(f *flags) {
 		"how often expired finished keys are deleted")
 	f.durationVar(&c.EnqueuerPollInterval, "enqueuer-poll-interval", "PAYMENTS_ENQUEUER_POLL_INTERVAL", stagedjobs.DefaultPollInterval,
 		"how often the enqueuer looks for staged jobs (the longest a job waits to be queued)")
-	f.durationVar(&c.RefundReconcileInterval, "refund-reconcile-interval", "PAYMENTS_REFUND_RECONCILE_INTERVAL", time.Minute,
-		"how often refunds left pending are checked at Stripe")
-	f.durationVar(&c.RefundReconcileAfter, "refund-reconcile-after", "PAYMENTS_REFUND_RECONCILE_AFTER", 10*time.Minute,
-		"how long a refund stays pending, with no word from Stripe, before it is checked at Stripe")
+	f.durationVar(&c.ReconcileInterval, "reconcile-interval", "PAYMENTS_RECONCILE_INTERVAL", 30*time.Second,
+		"how often the reconciler looks for payments and refunds due a check at Stripe")
+	f.durationVar(&c.ReconcileAfter, "reconcile-after", "PAYMENTS_RECONCILE_AFTER", 5*time.Minute,
+		"how long after a payment was made (or refunded) the reconciler first reads it from Stripe, if Stripe could still change it (then again with back-off)")
+	f.durationVar(&c.ReconcileBackoffCap, "reconcile-backoff-cap", "PAYMENTS_RECONCILE_BACKOFF_CAP", 6*time.Hour,
+		"the longest the reconciler's back-off between two checks of one payment grows")
+	f.floatVar(&c.ReconcileRate, "reconcile-rate", "PAYMENTS_RECONCILE_RATE", 20,
+		"Stripe calls a second the reconciler of one process makes at most")
 	f.stringVar(&c.WebhookRetrySchedule, "webhook-retry-schedule", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h",
 		"delays between a webhook delivery's attempts, comma-separated; after the last the delivery fails")
 	f.boolVar(&c.WebhookAllowPrivate, "webhook-allow-private", "PAYMENTS_WEBHOOK_ALLOW_PRIVATE", false,
@@ -249,8 +255,10 @@ func (c config) LogValue() slog.Value {
 		slog.String("completer_grace", c.CompleterGrace.String()),
 		slog.String("reaper_interval", c.ReaperInterval.String()),
 		slog.String("enqueuer_poll_interval", c.EnqueuerPollInterval.String()),
-		slog.String("refund_reconcile_interval", c.RefundReconcileInterval.String()),
-		slog.String("refund_reconcile_after", c.RefundReconcileAfter.String()),
+		slog.String("reconcile_interval", c.ReconcileInterval.String()),
+		slog.String("reconcile_after", c.ReconcileAfter.String()),
+		slog.String("reconcile_backoff_cap", c.ReconcileBackoffCap.String()),
+		slog.Float64("reconcile_rate", c.ReconcileRate),
 		slog.String("webhook_retry_schedule", c.WebhookRetrySchedule),
 		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 	)
@@ -358,8 +366,12 @@ func (c config) validate() error {
 	positive("PAYMENTS_COMPLETER_GRACE", "completer-grace", c.CompleterGrace)
 	positive("PAYMENTS_REAPER_INTERVAL", "reaper-interval", c.ReaperInterval)
 	positive("PAYMENTS_ENQUEUER_POLL_INTERVAL", "enqueuer-poll-interval", c.EnqueuerPollInterval)
-	positive("PAYMENTS_REFUND_RECONCILE_INTERVAL", "refund-reconcile-interval", c.RefundReconcileInterval)
-	positive("PAYMENTS_REFUND_RECONCILE_AFTER", "refund-reconcile-after", c.RefundReconcileAfter)
+	positive("PAYMENTS_RECONCILE_INTERVAL", "reconcile-interval", c.ReconcileInterval)
+	positive("PAYMENTS_RECONCILE_AFTER", "reconcile-after", c.ReconcileAfter)
+	positive("PAYMENTS_RECONCILE_BACKOFF_CAP", "reconcile-backoff-cap", c.ReconcileBackoffCap)
+	if !(c.ReconcileRate > 0) { // also NaN
+		bad("PAYMENTS_RECONCILE_RATE", "reconcile-rate", "is %v: it must be more than 0", c.ReconcileRate)
+	}
 	if _, err := c.webhookRetrySchedule(); err != nil {
 		bad("PAYMENTS_WEBHOOK_RETRY_SCHEDULE", "webhook-retry-schedule", "is %q: %v; give positive durations separated by commas, such as 5s,5m,30m",
 			c.WebhookRetrySchedule, err)

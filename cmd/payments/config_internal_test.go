@@ -15,8 +15,8 @@ import (
 func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	for _, env := range []string{"PAYMENTS_AUTH_CACHE_TTL", "PAYMENTS_ENQUEUER_POLL_INTERVAL", "PAYMENTS_KEYFILTER",
 		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_DB_MAX_CONNS",
-		"PAYMENTS_REFUND_RECONCILE_INTERVAL", "PAYMENTS_REFUND_RECONCILE_AFTER",
-		"PAYMENTS_SMTP_COMMAND_TIMEOUT", "PAYMENTS_SMTP_DATA_TIMEOUT"} {
+		"PAYMENTS_RECONCILE_INTERVAL", "PAYMENTS_RECONCILE_AFTER", "PAYMENTS_RECONCILE_BACKOFF_CAP", "PAYMENTS_RECONCILE_RATE",
+		"PAYMENTS_SMTP_COMMAND_TIMEOUT", "PAYMENTS_SMTP_DATA_TIMEOUT", "PAYMENTS_STRIPE_SPENT_KEY_GRACE"} {
 		if v, ok := os.LookupEnv(env); ok {
 			t.Setenv(env, v) // restored after the test
 			require.NoError(t, os.Unsetenv(env))
@@ -37,10 +37,13 @@ func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	require.Equal(t, 1048576, c.KeyFilterExpectedKeys)
 	require.Equal(t, 0.001, c.KeyFilterFPRate)
 	require.Zero(t, c.DBMaxConns, "0: db.Open's default, four per core")
-	require.Equal(t, time.Minute, c.RefundReconcileInterval)
-	require.Equal(t, 10*time.Minute, c.RefundReconcileAfter)
 	require.Equal(t, 5*time.Minute, c.SMTPCommandTimeout, "RFC 5321 section 4.5.3.2.1-3")
 	require.Equal(t, 10*time.Minute, c.SMTPDataTimeout, "RFC 5321 section 4.5.3.2.6")
+	require.Equal(t, time.Minute, c.StripeSpentKeyGrace)
+	require.Equal(t, 30*time.Second, c.ReconcileInterval)
+	require.Equal(t, 5*time.Minute, c.ReconcileAfter)
+	require.Equal(t, 6*time.Hour, c.ReconcileBackoffCap)
+	require.Equal(t, 20.0, c.ReconcileRate)
 
 	require.Negative(t, parse("--auth-cache-ttl", "0").apiAuthCacheTTL(), "0 turns the cache off")
 }

@@ -66,9 +66,9 @@ func TestWorker_finishesAPaymentWhoseClientVanished(t *testing.T) {
 }
 
 // The simulator here sends no webhooks, so the charge.refund.updated that
-// settles a pending refund is lost: the worker's refund reconciler asks
-// Stripe about it once it has been pending longer than
-// PAYMENTS_REFUND_RECONCILE_AFTER, and settles it.
+// settles a pending refund is lost: the worker's reconciler asks Stripe
+// about it once it has gone PAYMENTS_RECONCILE_AFTER without word from
+// Stripe, and settles it.
 func TestWorker_settlesARefundWhoseWebhookWasLost(t *testing.T) {
 	t.Parallel()
 	simURL := startSimulator(t)
@@ -90,7 +90,7 @@ func TestWorker_settlesARefundWhoseWebhookWasLost(t *testing.T) {
 	require.Equal(t, "pending", re.Status)
 
 	startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
-		"PAYMENTS_REFUND_RECONCILE_AFTER=1s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=200ms",
+		"PAYMENTS_RECONCILE_AFTER=1s", "PAYMENTS_RECONCILE_INTERVAL=200ms",
 		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0"}, "worker")
 	pool := dbtestPool(t, dbURL)
 	ctx := context.Background()

@@ -30,6 +30,7 @@ type refundJSON struct {
 	StripeRefund  *string `json:"stripe_refund"`
 	Reason        *string `json:"reason"`
 	FailureReason *string `json:"failure_reason"`
+	Origin        string  `json:"origin"`
 	Created       int64   `json:"created"`
 }
 

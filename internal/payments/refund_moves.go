@@ -3,8 +3,6 @@ package payments
 import (
 	"context"
 	"errors"
-	"fmt"
-	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -13,7 +11,6 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/stagedjobs"
-	"github.com/example/payments/internal/stripeclient"
 )
 
 // A refund's life, and the event each move announces to the merchant:
@@ -23,8 +20,9 @@ import (
 //
 // Stripe decides some refunds later: it may answer pending and settle the
 // refund afterwards, and a refund it answered succeeded may still fail. The
-// refund flow (Stripe's answer), a charge.refund.updated webhook and the
-// reconciler (ReconcileRefunds) may each learn of a change, in any order;
+// refund flow (Stripe's answer), a refund.created or charge.refund.updated
+// webhook and the reconciler (reconcile.go) may each learn of a change, in
+// any order;
 // whichever applies it first makes the move and stages its event, under
 // the payment's and then the refund's row lock. Moves only go forward, so a
 // late or repeated report of an earlier status (a pending answer replayed
@@ -39,7 +37,9 @@ import (
 // amount_refunded; once every refund is final, amount_refunded is the sum
 // of the refunds that did not fail. Stripe's charge.amount_refunded is not
 // used: it counts pending refunds and authorisations released by a partial
-// capture, and only our refunds carry our ids.
+// capture, and only our refunds carry our ids. A refund made outside the
+// service (Stripe's dashboard) becomes a refund of ours, of origin
+// external (applyStripeRefundTx), and counts like any other.
 var refundMoves = map[[2]RefundStatus]string{
 	{RefundPending, RefundSucceeded}: "refund.succeeded",
 	{RefundPending, RefundFailed}:    "refund.failed",
@@ -105,97 +105,129 @@ func fromStripeRefund(sr *stripe.Refund) refundMove {
 	return m
 }
 
-// HandlesRefundEvent tells whether ApplyRefundEventTx applies events of this type.
-func HandlesRefundEvent(eventType string) bool { return eventType == "charge.refund.updated" }
+// HandlesRefundEvent tells whether ApplyRefundEventTx applies events of
+// this type: the events that carry a Stripe refund (docs.stripe.com/api/refunds
+// lists refund.created and charge.refund.updated among the refund's events).
+func HandlesRefundEvent(eventType string) bool {
+	return eventType == "charge.refund.updated" || eventType == "refund.created"
+}
 
-// ApplyRefundEventTx applies a charge.refund.updated event, which carries
-// Stripe's refund, to our refund, inside tx. The refund is found by Stripe's
-// id, or by the "refund" metadata we put on every Stripe refund, for an
-// event that outruns the flow recording it.
+// ApplyRefundEventTx applies an event that carries Stripe's refund
+// (refund.created, charge.refund.updated) inside tx. Our refund is found
+// by Stripe's id, or by the "refund" metadata we put on every Stripe
+// refund, for an event that outruns the flow recording it; a refund of one
+// of our payments that is neither is one made outside the service, and
+// becomes a refund of origin external (applyStripeRefundTx).
 func ApplyRefundEventTx(ctx context.Context, tx *db.Tx, sr *stripe.Refund) (EventOutcome, error) {
-	row, err := queries.GetRefundByStripeRefund(ctx, tx, textOrNull(sr.ID))
-	if errors.Is(err, pgx.ErrNoRows) && sr.Metadata["refund"] != "" {
-		row, err = queries.GetRefundByID(ctx, tx, sr.Metadata["refund"])
+	paymentID, err := refundPayment(ctx, tx, sr)
+	if err != nil || paymentID == "" {
+		return EventUnmatched, err
 	}
-	if errors.Is(err, pgx.ErrNoRows) {
-		return EventUnmatched, nil
-	}
+	pay, err := lockPayment(ctx, tx, paymentID)
 	if err != nil {
 		return "", err
 	}
-	moved, err := applyStripeRefundTx(ctx, tx, row.PaymentID, row.ID, sr)
-	if err != nil || !moved {
+	change, err := applyStripeRefundTx(ctx, tx, pay, sr)
+	if err != nil || change == refundUnchanged {
 		return EventNoChange, err
 	}
 	return EventApplied, nil
 }
 
-// applyStripeRefundTx locks the payment and then the refund, and applies
-// what Stripe says of the refund.
-func applyStripeRefundTx(ctx context.Context, tx *db.Tx, paymentID, refundID string, sr *stripe.Refund) (bool, error) {
-	pay, err := lockPayment(ctx, tx, paymentID)
-	if err != nil {
-		return false, err
+// refundPayment is the id of the payment of ours that Stripe's refund
+// belongs to; "" when none is.
+func refundPayment(ctx context.Context, tx *db.Tx, sr *stripe.Refund) (string, error) {
+	if re, ok, err := ourRefund(ctx, tx, sr, false); err != nil || ok {
+		return re.Payment, err
 	}
-	row, err := queries.LockRefund(ctx, tx, refundID)
-	if err != nil {
-		return false, err
+	if sr.PaymentIntent == nil || sr.PaymentIntent.ID == "" {
+		return "", nil
 	}
-	_, moved, err := moveRefundTx(ctx, tx, nil, pay, fromRefundRow(row), fromStripeRefund(sr))
-	return moved, err
+	row, err := queries.GetPaymentByIntent(ctx, tx, textOrNull(sr.PaymentIntent.ID))
+	if errors.Is(err, pgx.ErrNoRows) {
+		return "", nil
+	}
+	return row.ID, err
 }
 
-// RefundReconcileRun is what one ReconcileRefunds run did.
-type RefundReconcileRun struct {
-	Checked int      // refunds Stripe was asked about
-	Moved   int      // of those, refunds Stripe had settled or failed
-	Refused []string // of those, our refunds Stripe refused to show (a person must look)
+// ourRefund finds the refund of ours that Stripe's refund is: by Stripe's
+// id, or by the "refund" metadata our refund flow puts on every refund it
+// makes (refund.go), before it records Stripe's id. Our flow inserts its
+// refund before it asks Stripe, so a refund our flow made is always found
+// here, however early Stripe reports it. locked takes the refund's row
+// lock, for a caller holding its payment's.
+func ourRefund(ctx context.Context, tx *db.Tx, sr *stripe.Refund, locked bool) (Refund, bool, error) {
+	row, err := queries.GetRefundByStripeRefund(ctx, tx, textOrNull(sr.ID))
+	if errors.Is(err, pgx.ErrNoRows) && sr.Metadata["refund"] != "" {
+		row, err = queries.GetRefundByID(ctx, tx, sr.Metadata["refund"])
+	}
+	if errors.Is(err, pgx.ErrNoRows) {
+		return Refund{}, false, nil
+	}
+	if err != nil {
+		return Refund{}, false, err
+	}
+	if locked {
+		if row, err = queries.LockRefund(ctx, tx, row.ID); err != nil {
+			return Refund{}, false, err
+		}
+	}
+	return fromRefundRow(row), true, nil
 }
 
-// ReconcileRefunds asks Stripe about up to limit refunds that have been
-// pending, unchanged, for at least pendingFor (by the database's clock, which
-// wrote their updated_at), and applies what it says,
-// as a charge.refund.updated webhook would have: a lost webhook must not
-// leave a refund pending forever. A refund Stripe still reports pending
-// waits for the next run, behind the others, and so does one Stripe refuses
-// to show (a 404, say: listed in Refused, so that one bad refund cannot
-// hold up the rest). It stops at the first other error (Stripe unreachable,
-// say); the next run takes up where it stopped.
-func (s *Service) ReconcileRefunds(ctx context.Context, pendingFor time.Duration, limit int) (RefundReconcileRun, error) {
-	var run RefundReconcileRun
-	stale, err := queries.ListStalePendingRefunds(ctx, s.pool, dbsqlc.ListStalePendingRefundsParams{
-		PendingForSeconds: pendingFor.Seconds(), RowLimit: int32(limit),
-	})
+// refundChange is what applying a Stripe refund did.
+type refundChange string
+
+// The changes; the strings label the reconciler's metric.
+const (
+	refundUnchanged refundChange = ""
+	refundMoved     refundChange = "refund"          // our refund moved
+	refundExternal  refundChange = "external_refund" // a refund made outside the service is now ours to show
+)
+
+// applyStripeRefundTx applies what Stripe says of one refund of pay, which
+// the caller holds locked in tx: the move of our refund it reports, or, for
+// a refund the service did not make, a refund of origin external, inserted
+// pending and moved to Stripe's status by moveRefundTx, so its event is
+// staged as for any refund (refund.succeeded for one that succeeded) and
+// it counts once in amount_refunded. Stripe's id is unique among our
+// refunds, and a webhook and the reconciler both take the payment's lock
+// first, so whichever learns of the refund second finds the first one's row.
+//
+// Stripe refunds only a captured charge: while our payment does not show
+// the capture yet (its webhook was lost, say), the refund waits, and the
+// reconciler, told to look soon, reads the PaymentIntent first.
+func applyStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe.Refund) (refundChange, error) {
+	re, ok, err := ourRefund(ctx, tx, sr, true)
 	if err != nil {
-		return run, err
+		return refundUnchanged, err
 	}
-	for _, row := range stale {
-		sr, err := s.stripe.GetRefund(ctx, row.StripeRefund.String)
-		if err != nil && stripeclient.Classify(err) == stripeclient.Transient {
-			return run, fmt.Errorf("reconciling refund %s: %w", row.ID, err)
+	if !ok {
+		if pay.Status != StatusSucceeded {
+			return refundUnchanged, queries.ReconcileSoon(ctx, tx, dbsqlc.ReconcileSoonParams{ID: pay.ID})
 		}
-		run.Checked++
-		if err != nil {
-			run.Refused = append(run.Refused, row.ID)
-			if err := queries.TouchRefund(ctx, s.pool, row.ID); err != nil {
-				return run, err
-			}
-			continue
-		}
-		var moved bool
-		err = db.WithTx(ctx, s.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
-			var err error
-			if moved, err = applyStripeRefundTx(ctx, tx, row.PaymentID, row.ID, sr); err != nil || moved {
-				return err
-			}
-			return queries.TouchRefund(ctx, tx, row.ID)
+		row, err := queries.InsertExternalRefund(ctx, tx, dbsqlc.InsertExternalRefundParams{
+			ID: newRefundID(), UserID: pay.UserID, PaymentID: pay.ID, Amount: sr.Amount,
+			StripeRefund: textOrNull(sr.ID), Reason: textOrNull(string(sr.Reason)),
 		})
 		if err != nil {
-			return run, fmt.Errorf("reconciling refund %s: %w", row.ID, err)
+			return refundUnchanged, err
 		}
-		if moved {
-			run.Moved++
+		// The payment's row changes with every external refund, even one
+		// Stripe reports pending: a concurrent transaction that read the
+		// payment before this one committed then fails to serialize and
+		// runs again, finding this row, instead of inserting another.
+		if err := queries.SyncAmountRefunded(ctx, tx, pay.ID); err != nil {
+			return refundUnchanged, err
 		}
+		if _, _, err := moveRefundTx(ctx, tx, nil, pay, fromRefundRow(row), fromStripeRefund(sr)); err != nil {
+			return refundUnchanged, err
+		}
+		return refundExternal, nil
 	}
-	return run, nil
+	_, moved, err := moveRefundTx(ctx, tx, nil, pay, re, fromStripeRefund(sr))
+	if err != nil || !moved {
+		return refundUnchanged, err
+	}
+	return refundMoved, nil
 }

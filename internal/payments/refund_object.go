@@ -37,8 +37,20 @@ type Refund struct {
 	// FailureReason says why Stripe refused the refund (its message) or
 	// failed it later (its failure_reason, such as expired_or_canceled_card).
 	FailureReason *string
-	Created       time.Time
+	// Origin is RefundAPI for a refund made with this API, RefundExternal
+	// for one made outside it (Stripe's dashboard) that Stripe told us of.
+	Origin  RefundOrigin
+	Created time.Time
 }
+
+// RefundOrigin says who made a refund.
+type RefundOrigin string
+
+// The origins of a refund.
+const (
+	RefundAPI      RefundOrigin = "api"
+	RefundExternal RefundOrigin = "external"
+)
 
 // refundObject is the Refund object of the API, as clients see it.
 type refundObject struct {
@@ -50,6 +62,7 @@ type refundObject struct {
 	StripeRefund  *string      `json:"stripe_refund"`
 	Reason        *string      `json:"reason"`
 	FailureReason *string      `json:"failure_reason"`
+	Origin        RefundOrigin `json:"origin"`
 	Created       int64        `json:"created"`
 }
 
@@ -58,7 +71,7 @@ type refundObject struct {
 func (r Refund) MarshalJSON() ([]byte, error) {
 	return json.Marshal(refundObject{
 		ID: r.ID, Object: "refund", Payment: r.Payment, Amount: r.Amount, Status: r.Status,
-		StripeRefund: r.StripeRefund, Reason: r.Reason, FailureReason: r.FailureReason, Created: r.Created.Unix(),
+		StripeRefund: r.StripeRefund, Reason: r.Reason, FailureReason: r.FailureReason, Origin: r.Origin, Created: r.Created.Unix(),
 	})
 }
 
@@ -88,6 +101,7 @@ func fromRefundRow(row dbsqlc.Refund) Refund {
 		StripeRefund:  fromText(row.StripeRefund),
 		Reason:        fromText(row.Reason),
 		FailureReason: fromText(row.FailureReason),
+		Origin:        RefundOrigin(row.Origin),
 		Created:       row.CreatedAt,
 	}
 }

@@ -97,11 +97,15 @@ func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *st
 	return EventApplied, nil
 }
 
-// ApplyChargeRefundedTx takes note of a charge.refunded event, and changes
-// nothing: a payment's amount_refunded is the sum of its succeeded refunds
-// (see refund_moves.go), which our refund flow and charge.refund.updated
-// keep. The charge's amount_refunded is no measure of it: it counts pending
-// refunds and released authorisations too, and drops when a refund fails.
+// ApplyChargeRefundedTx applies a charge.refunded event: the reconciler
+// is to look at the payment's refunds at its next pass. The event changes
+// nothing itself: a payment's amount_refunded is the sum of its succeeded
+// refunds (see refund_moves.go), and the charge, at Stripe's API version
+// 2023-10-16, does not list its refunds. Its amount_refunded is no measure
+// of them either: it counts pending refunds and released authorisations
+// too, and drops when a refund fails. The refund itself comes with
+// refund.created; should that be lost, the reconciler's list of the
+// PaymentIntent's refunds shows it.
 func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge) (EventOutcome, error) {
 	if ch.PaymentIntent == nil {
 		return EventUnmatched, nil
@@ -110,7 +114,7 @@ func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge) (E
 	if err != nil || pay == nil {
 		return EventUnmatched, err
 	}
-	return EventNoChange, nil
+	return EventNoChange, queries.ReconcileSoon(ctx, tx, dbsqlc.ReconcileSoonParams{ID: pay.ID})
 }
 
 // lockByIntent locks the payment of a PaymentIntent; nil when it is not ours.

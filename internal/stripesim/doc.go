@@ -97,7 +97,7 @@
 //	                             idempotency keys)
 //	GET    /_sim/webhook_faults  the webhook faults still armed
 //	POST   /_sim/webhook_faults  garble the next webhooks: {"kind": "duplicate"
-//	                             | "reorder" | "delay", "count": 1,
+//	                             | "reorder" | "delay" | "drop", "count": 1,
 //	                             "delay_ms": 0, "type": "optional event type"}
 //	DELETE /_sim/webhook_faults  disarm them, and send what reorder held back
 //

@@ -104,10 +104,10 @@ func TestPendingRefundSettlesLater(t *testing.T) {
 	require.Equal(t, stripe.RefundStatusSucceeded, got.Status)
 	require.EqualValues(t, 500, f.chargeOf(t, pi.ID)["amount_refunded"])
 
-	types := waitForEvents(t, rcv, 5)
-	require.Equal(t, []string{"charge.refunded", "charge.refund.updated"}, types[3:])
+	types := waitForEvents(t, rcv, 6)
+	require.Equal(t, []string{"charge.refunded", "refund.created", "charge.refund.updated"}, types[3:])
 	rcv.mu.Lock()
-	updated := rcv.events[4]
+	updated := rcv.events[5]
 	rcv.mu.Unlock()
 	require.Equal(t, re.ID, updated.Data.Object["id"])
 	require.Equal(t, "succeeded", updated.Data.Object["status"])
@@ -146,8 +146,8 @@ func TestRefundFailsAfterSucceeding(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, stripe.RefundStatusSucceeded, again.Status)
 
-	types := waitForEvents(t, rcv, 6)
-	require.Equal(t, []string{"charge.refunded", "charge.refund.updated", "charge.refunded"}, types[3:6])
+	types := waitForEvents(t, rcv, 8)
+	require.Equal(t, []string{"charge.refunded", "refund.created", "charge.refund.updated", "charge.refunded", "refund.created"}, types[3:8])
 	// The replay of the first refund's key is the answer it had then.
 	replay, err := f.stripe.Refunds.New(refundParams(pi.ID, 0, "fail-1"))
 	require.NoError(t, err)
@@ -172,7 +172,7 @@ func TestLaterChangesHappenOnTheWallClockToo(t *testing.T) {
 
 	eventually(t, func() bool {
 		types, _, _ := rcv.received()
-		return len(types) == 5 && types[4] == "charge.refund.updated"
+		return len(types) == 6 && types[5] == "charge.refund.updated"
 	}, "charge.refund.updated sent about two seconds later")
 }
 

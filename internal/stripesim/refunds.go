@@ -16,7 +16,7 @@ import "net/http"
 // pm_card_pendingRefund answers pending and succeeds laterDelay later, and one
 // of pm_card_refundFail answers succeeded and fails laterDelay later
 // (failure_reason expired_or_canceled_card); each later change sends
-// charge.refund.updated. The charge's amount_refunded counts every refund
+// charge.refund.updated. A refund sends charge.refunded and refund.created. The charge's amount_refunded counts every refund
 // that has not failed, pending ones included, and what a partial capture
 // released, as Stripe's does: a refund that fails gives its amount back to
 // the charge. What may be refunded is what was captured less those refunds.
@@ -60,7 +60,12 @@ func (s *Simulator) createRefund(c *call) outcome {
 	case refundFailsLater:
 		s.later(laterDelay, func() { s.failRefund(re, ch, "expired_or_canceled_card") })
 	}
+	// Stripe sends both for every refund, however it was made (the API,
+	// the dashboard): docs.stripe.com/api/refunds lists refund.created
+	// among a refund's events. At this API version the charge does not
+	// list its refunds, so refund.created is the event that names it.
 	s.emit(c, "charge.refunded", ch)
+	s.emit(c, "refund.created", re)
 	return succeeded(re)
 }
 

@@ -18,8 +18,11 @@ import (
 //	reorder    the event is held back until the next event about the same
 //	           object was sent (or the webhook faults are cleared)
 //	delay      the event is held delay_ms, while later events go out
+//	drop       the event is never sent (Stripe gave up on it, or it was lost)
 //
-// A fault hits the next Count events (of Type, when given) that are sent.
+// A fault hits the next Count events (of Type, when given) that are sent; a
+// drop fault with Count 0 hits every event from now on, until the webhook
+// faults are cleared.
 
 // WebhookFaultKind is what a webhook fault does to an event.
 type WebhookFaultKind string
@@ -29,15 +32,18 @@ const (
 	WebhookDuplicate WebhookFaultKind = "duplicate"
 	WebhookReorder   WebhookFaultKind = "reorder"
 	WebhookDelay     WebhookFaultKind = "delay"
+	WebhookDrop      WebhookFaultKind = "drop"
 )
 
 // WebhookFault garbles the delivery of the next Count events whose type is
 // Type (any type when empty).
 type WebhookFault struct {
-	Kind    WebhookFaultKind `json:"kind"`
-	Type    string           `json:"type,omitempty"`
-	Count   int              `json:"count"`    // 0 means 1
-	DelayMS int              `json:"delay_ms"` // for WebhookDelay
+	Kind  WebhookFaultKind `json:"kind"`
+	Type  string           `json:"type,omitempty"`
+	Count int              `json:"count"` // 0 means 1; for drop, every event from now on
+	// Forever: the fault never wears out (a drop fault armed with Count 0).
+	Forever bool `json:"forever,omitempty"`
+	DelayMS int  `json:"delay_ms"` // for WebhookDelay
 }
 
 var errNoWebhooks = errors.New("the simulator sends no webhooks (no webhook URL is configured)")
@@ -45,17 +51,21 @@ var errNoWebhooks = errors.New("the simulator sends no webhooks (no webhook URL 
 func (f *WebhookFault) normalize() error {
 	switch f.Kind {
 	case WebhookDuplicate, WebhookReorder:
+	case WebhookDrop:
+		if f.Count == 0 {
+			f.Forever = true
+		}
 	case WebhookDelay:
 		if f.DelayMS <= 0 {
 			return fmt.Errorf("a delay fault needs delay_ms > 0")
 		}
 	default:
-		return fmt.Errorf("unknown webhook fault kind %q (want duplicate, reorder or delay)", f.Kind)
+		return fmt.Errorf("unknown webhook fault kind %q (want duplicate, reorder, delay or drop)", f.Kind)
 	}
 	if f.Count < 0 || f.DelayMS < 0 {
 		return fmt.Errorf("count and delay_ms must not be negative")
 	}
-	if f.Count == 0 {
+	if f.Count == 0 && !f.Forever {
 		f.Count = 1
 	}
 	return nil
@@ -117,6 +127,9 @@ func (d *deliverer) send(ev outgoing) {
 	d.mu.Lock()
 	f := d.takeFault(ev)
 	switch f.Kind {
+	case WebhookDrop:
+		d.mu.Unlock()
+		return
 	case WebhookReorder:
 		if d.held == nil {
 			d.held = make(map[string][]outgoing)
@@ -160,6 +173,9 @@ func (d *deliverer) withHeld(ev outgoing) []outgoing {
 func (d *deliverer) takeFault(ev outgoing) WebhookFault {
 	for i, f := range d.faults {
 		if f.Type == "" || f.Type == ev.eventType {
+			if f.Forever {
+				return *f
+			}
 			f.Count--
 			if f.Count == 0 {
 				d.faults = slices.Delete(d.faults, i, i+1)

@@ -1,10 +1,12 @@
 package stripesim_test
 
 import (
+	"encoding/json"
 	"net/http"
 	"testing"
 
 	"github.com/stretchr/testify/require"
+	"github.com/stripe/stripe-go/v76"
 
 	"github.com/example/payments/internal/stripesim"
 )
@@ -106,4 +108,55 @@ func TestWebhookFaultValidation(t *testing.T) {
 
 	quiet := setup(t) // no webhook endpoint: nothing to garble
 	quiet.control(t, http.MethodPost, "/_sim/webhook_faults", map[string]any{"kind": "duplicate"}, http.StatusBadRequest, nil)
+}
+
+// drop never sends the events it hits; with count 0 it hits every event
+// from now on, until the webhook faults are cleared.
+func TestWebhookFaultDropNeverSendsTheEvent(t *testing.T) {
+	t.Parallel()
+	f, rcv := setupWithReceiver(t, nil)
+	f.control(t, http.MethodPost, "/_sim/webhook_faults",
+		map[string]any{"kind": "drop", "count": 1, "type": "charge.succeeded"}, http.StatusOK, nil)
+	_, err := f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
+	require.NoError(t, err)
+	require.Equal(t, []string{"payment_intent.created", "payment_intent.succeeded"}, waitForEvents(t, rcv, 2))
+	require.Empty(t, f.sim.WebhookFaults(), "the fault's count is spent")
+
+	var armed stripesim.WebhookFault
+	f.control(t, http.MethodPost, "/_sim/webhook_faults", map[string]any{"kind": "drop", "count": 0}, http.StatusOK, &armed)
+	require.Equal(t, stripesim.WebhookFault{Kind: stripesim.WebhookDrop, Forever: true}, armed)
+	for range 3 {
+		_, err := f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
+		require.NoError(t, err)
+	}
+	require.Len(t, f.sim.WebhookFaults(), 1, "a drop with count 0 never wears out")
+
+	f.control(t, http.MethodDelete, "/_sim/webhook_faults", nil, http.StatusOK, nil)
+	_, err = f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
+	require.NoError(t, err)
+	// Only the new payment's events arrive: the three before were dropped.
+	require.Equal(t, []string{"payment_intent.created", "payment_intent.succeeded",
+		"payment_intent.created", "charge.succeeded", "payment_intent.succeeded"}, waitForEvents(t, rcv, 5))
+}
+
+// A refund, however it was made, sends charge.refunded and refund.created,
+// as Stripe does; refund.created carries the refund.
+func TestRefundSendsChargeRefundedAndRefundCreated(t *testing.T) {
+	t.Parallel()
+	f, rcv := setupWithReceiver(t, nil)
+	pi, err := f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
+	require.NoError(t, err)
+	waitForEvents(t, rcv, 3)
+	re, err := f.stripe.Refunds.New(&stripe.RefundParams{PaymentIntent: stripe.String(pi.ID), Amount: stripe.Int64(300)})
+	require.NoError(t, err)
+	require.Equal(t, []string{"payment_intent.created", "charge.succeeded", "payment_intent.succeeded",
+		"charge.refunded", "refund.created"}, waitForEvents(t, rcv, 5))
+	rcv.mu.Lock()
+	created := rcv.events[4]
+	rcv.mu.Unlock()
+	var sr stripe.Refund
+	require.NoError(t, json.Unmarshal(created.Data.Raw, &sr))
+	require.Equal(t, re.ID, sr.ID)
+	require.EqualValues(t, 300, sr.Amount)
+	require.Equal(t, pi.ID, sr.PaymentIntent.ID)
 }

@@ -115,7 +115,7 @@ func TestWebhooksForEveryStateChange(t *testing.T) {
 		"charge.captured", "payment_intent.succeeded",
 		"payment_intent.created", "charge.succeeded", "payment_intent.amount_capturable_updated",
 		"payment_intent.canceled",
-		"charge.refunded",
+		"charge.refunded", "refund.created",
 	}
 	require.Equal(t, want, waitForEvents(t, rcv, len(want)))
 
@@ -127,7 +127,7 @@ func TestWebhooksForEveryStateChange(t *testing.T) {
 	require.Equal(t, "wh-paid", first.Request.IdempotencyKey)
 	require.Equal(t, paid.ID, first.Data.Object["id"])
 
-	refunded := rcv.events[len(want)-1]
+	refunded := rcv.events[len(want)-2]
 	require.Equal(t, paid.ID, refunded.Data.Object["payment_intent"])
 	require.EqualValues(t, 700, refunded.Data.Object["amount_refunded"])
 }

@@ -222,7 +222,12 @@ func TestWebhook_chargeRefundUpdatedMovesTheRefundForwardOnly(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'refund.failed'"))
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'refund.succeeded'"))
 
-	_, out = b.deliver(t, event("evt_x", "charge.refund.updated", now, refund("re_elsewhere", "succeeded", "")), secret, time.Now())
+	// A refund of a PaymentIntent that is none of ours. (One of ours that
+	// no refund of ours is becomes a refund of origin external: internal/api's
+	// TestReconcile_aDashboardRefundLearnedByWebhook.)
+	elsewhere := refund("re_elsewhere", "succeeded", "")
+	elsewhere["payment_intent"] = "pi_elsewhere"
+	_, out = b.deliver(t, event("evt_x", "charge.refund.updated", now, elsewhere), secret, time.Now())
 	require.Equal(t, "unmatched", out["outcome"])
 }
 

@@ -1,6 +1,6 @@
 // Package worker assembles the background work of the service on River:
 // the staged-job enqueuer, the job workers (receipts, merchant events), and
-// the completer, the reaper and the refund reconciler as River periodic
+// the completer, the reaper and the reconciler as River periodic
 // jobs. River elects one leader among all running workers and only the
 // leader inserts periodic jobs, so one run of each happens at a time across
 // every instance. Any number of workers may run at once.
@@ -50,7 +50,7 @@ type Config struct {
 	Engine   *recovery.Engine
 	Flows    []*recovery.Flow
 	Mailer   stagedjobs.Mailer
-	// Payments reconciles refunds left pending (nil: no refund reconciler).
+	// Payments is reconciled with Stripe (nil: no reconciler).
 	Payments *payments.Service
 	// WebhookClient makes the webhook deliveries' attempts: it times out
 	// (merchanthooks.AttemptTimeout), follows no redirects and, in
@@ -72,12 +72,20 @@ type Config struct {
 	CompleterGrace time.Duration
 	// ReaperInterval is how often the reaper runs. Default 1m.
 	ReaperInterval time.Duration
-	// RefundReconcileInterval is how often the refund reconciler runs. Default 1m.
-	RefundReconcileInterval time.Duration
-	// RefundReconcileAfter is how long a refund stays pending, with no word
-	// from Stripe, before the reconciler asks Stripe about it: its
-	// charge.refund.updated may have been lost. Default 10m.
-	RefundReconcileAfter time.Duration
+	// ReconcileInterval is how often the reconciler looks for payments
+	// due a check. Default 30s.
+	ReconcileInterval time.Duration
+	// ReconcileAfter is how long a payment Stripe could still change goes
+	// (from when it was made, or got a new refund) before the reconciler asks Stripe about it
+	// (its webhook may have been lost), and the first step of the back-off
+	// after. Default 5m.
+	ReconcileAfter time.Duration
+	// ReconcileBackoffCap bounds the back-off between two checks of one
+	// payment. Default 6h.
+	ReconcileBackoffCap time.Duration
+	// ReconcileRate is how many Stripe calls a second the reconciler of
+	// this process makes at most. Default 20.
+	ReconcileRate float64
 	// EnqueuerPollInterval is how often the enqueuer looks for staged
 	// jobs. Default stagedjobs.DefaultPollInterval.
 	EnqueuerPollInterval time.Duration
@@ -132,8 +140,12 @@ func Run(ctx context.Context, cfg Config) error {
 		periodic(cfg.ReaperInterval, ReaperArgs{}),
 	}
 	if cfg.Payments != nil {
-		river.AddWorker(workers, &refundReconcilerWorker{payments: cfg.Payments, after: cfg.RefundReconcileAfter, log: cfg.Logger})
-		periodicJobs = append(periodicJobs, periodic(cfg.RefundReconcileInterval, RefundReconcilerArgs{}))
+		reconciler := cfg.Payments.NewReconciler(payments.ReconcilerConfig{
+			After: cfg.ReconcileAfter, BackoffCap: cfg.ReconcileBackoffCap, Rate: cfg.ReconcileRate,
+			Logger: cfg.Logger.With(slog.String("component", "reconciler")), Registry: cfg.Registry,
+		})
+		river.AddWorker(workers, &reconcilerWorker{reconciler: reconciler, log: cfg.Logger})
+		periodicJobs = append(periodicJobs, periodic(cfg.ReconcileInterval, ReconcilerArgs{}))
 	}
 
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
@@ -174,8 +186,8 @@ func Run(ctx context.Context, cfg Config) error {
 	})
 	cfg.Logger.Info("worker started", slog.String("completer_interval", cfg.CompleterInterval.String()),
 		slog.String("completer_grace", cfg.CompleterGrace.String()), slog.String("reaper_interval", cfg.ReaperInterval.String()),
-		slog.String("refund_reconcile_interval", cfg.RefundReconcileInterval.String()),
-		slog.String("refund_reconcile_after", cfg.RefundReconcileAfter.String()),
+		slog.String("reconcile_interval", cfg.ReconcileInterval.String()),
+		slog.String("reconcile_after", cfg.ReconcileAfter.String()),
 		slog.Int("receipt_workers", cfg.ReceiptWorkers))
 	runErr := enqueuer.Run(ctx)
 	return errors.Join(runErr, stop(ctx, client, cfg.ShutdownTimeout, cfg.Logger))
@@ -224,11 +236,8 @@ func (cfg *Config) defaults() {
 	if cfg.ReaperInterval <= 0 {
 		cfg.ReaperInterval = time.Minute
 	}
-	if cfg.RefundReconcileInterval <= 0 {
-		cfg.RefundReconcileInterval = time.Minute
-	}
-	if cfg.RefundReconcileAfter <= 0 {
-		cfg.RefundReconcileAfter = 10 * time.Minute
+	if cfg.ReconcileInterval <= 0 {
+		cfg.ReconcileInterval = 30 * time.Second
 	}
 	if cfg.EnqueuerPollInterval <= 0 {
 		cfg.EnqueuerPollInterval = stagedjobs.DefaultPollInterval
@@ -306,40 +315,42 @@ func (w *reaperWorker) Work(ctx context.Context, _ *river.Job[ReaperArgs]) error
 	return err
 }
 
-// RefundReconcilerArgs is the refund reconciler's periodic job.
-type RefundReconcilerArgs struct{}
+// ReconcilerArgs is the reconciler's periodic job.
+type ReconcilerArgs struct{}
 
 // Kind names the job for River.
-func (RefundReconcilerArgs) Kind() string { return "refund_reconciler" }
+func (ReconcilerArgs) Kind() string { return "reconciler" }
 
-// refundReconcileBatch bounds the Stripe calls of one pass, and
-// refundReconcileBudget how long a run starts passes: like the completer's,
-// a run fits inside its job's 30 s and leaves the rest to the next one
-// (nothing is claimed or counted for a refund it did not reach).
-const (
-	refundReconcileBatch  = 100
-	refundReconcileBudget = 15 * time.Second
-)
+// reconcileBudget is how long a run starts passes: like the completer's, a
+// run fits inside its job's 30 s and leaves the rest to the next one.
+const reconcileBudget = 15 * time.Second
 
-type refundReconcilerWorker struct {
-	river.WorkerDefaults[RefundReconcilerArgs]
-	payments *payments.Service
-	after    time.Duration
-	log      *slog.Logger
+type reconcilerWorker struct {
+	river.WorkerDefaults[ReconcilerArgs]
+	reconciler *payments.Reconciler
+	log        *slog.Logger
 }
 
-// Work asks Stripe about the refunds pending longer than after, a batch at
-// a time, until a pass finds fewer than a batch (the ones Stripe still
-// reports pending wait for the next run, see ReconcileRefunds) or the run's
-// budget is spent.
-func (w *refundReconcilerWorker) Work(ctx context.Context, _ *river.Job[RefundReconcilerArgs]) error {
-	for stop := time.Now().Add(refundReconcileBudget); time.Now().Before(stop); {
-		run, err := w.payments.ReconcileRefunds(ctx, w.after, refundReconcileBatch)
-		if run.Checked > 0 {
-			w.log.InfoContext(ctx, "refund reconciler run", slog.Int("checked", run.Checked), slog.Int("moved", run.Moved),
-				slog.Any("refused", run.Refused))
+// Work makes passes until one finds less than a full batch due, Stripe
+// answers 429 (the reconciler pauses), or the run's budget is spent. Each
+// pass claims its payments, so another worker's run at the same time takes
+// others.
+func (w *reconcilerWorker) Work(ctx context.Context, _ *river.Job[ReconcilerArgs]) error {
+	var total payments.ReconcileRun
+	defer func() {
+		if total.Claimed > 0 {
+			w.log.InfoContext(ctx, "reconciler run", slog.Int("claimed", total.Claimed), slog.Int("checked", total.Checked),
+				slog.Int("corrected", total.Corrected), slog.Int("refused", total.Refused), slog.Bool("paused", total.Paused))
 		}
-		if err != nil || run.Checked < refundReconcileBatch {
+	}()
+	for stop := time.Now().Add(reconcileBudget); time.Now().Before(stop); {
+		run, err := w.reconciler.RunOnce(ctx)
+		total.Claimed += run.Claimed
+		total.Checked += run.Checked
+		total.Corrected += run.Corrected
+		total.Refused += run.Refused
+		total.Paused = total.Paused || run.Paused
+		if err != nil || run.Paused || run.Claimed < w.reconciler.Batch() {
 			return err
 		}
 	}

@@ -42,6 +42,9 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 //	stripe-pi         each payment has exactly one PaymentIntent, with its status and amounts; none without a payment
 //	refund            every refund reached a final state; refunds agree with Stripe's, never exceed
 //	                  the payment, and those that did not fail sum to amount_refunded
+//	external-refund   every refund made at Stripe directly (the dashboard's: no metadata of ours) is
+//	                  one refund of origin external, with Stripe's amount and status, and no refund
+//	                  of ours is external without one
 //	event             one merchant event per state change, none for changes that did not happen
 //	receipt           one receipt per capture and per refund, sent
 //	receipt-once      the mail server accepted each receipt once, and every receipt marked sent
@@ -58,6 +61,7 @@ func Check(s *Snapshot, records []Record) []Violation {
 	c.checkPayments()
 	c.checkPaymentIntents()
 	c.checkRefunds()
+	c.checkExternalRefunds()
 	c.checkEvents()
 	c.checkReceipts()
 	c.checkJobs()
@@ -511,6 +515,9 @@ func (c *checker) checkRefunds() {
 	}
 	mine := map[string]string{} // Stripe refund -> our refund, by the "refund" metadata
 	for _, sr := range c.s.Sim.Refunds {
+		if sr.Metadata["refund"] == "" {
+			continue // made at Stripe directly: checkExternalRefunds
+		}
 		mine[sr.ID] = sr.Metadata["refund"]
 		re := c.refunds[sr.Metadata["refund"]]
 		switch {
@@ -523,10 +530,11 @@ func (c *checker) checkRefunds() {
 		}
 	}
 	for _, re := range c.s.Refunds {
-		switch re.Status {
-		case "pending":
+		switch {
+		case re.Status == "pending":
 			c.fail("refund", re.ID, "left pending: Stripe decided it within seconds, and neither its webhook nor the reconciler told the service")
-		case "succeeded", "failed":
+		case re.Origin == "external": // checkExternalRefunds
+		case re.Status == "succeeded", re.Status == "failed":
 			sr := c.simRefunds[re.StripeRefund]
 			p := c.payments[re.PaymentID]
 			switch {
@@ -539,6 +547,48 @@ func (c *checker) checkRefunds() {
 			case p == nil || sr.PaymentIntent != p.StripePaymentIntent:
 				c.fail("refund", re.ID, "Stripe refund %s is on %s, not on the payment's PaymentIntent", sr.ID, sr.PaymentIntent)
 			}
+		}
+	}
+}
+
+// checkExternalRefunds: a refund made at Stripe directly (no "refund"
+// metadata: the workload's dashboard refunds) reaches the service by
+// webhook or, with every webhook lost, by the reconciler; either way it is
+// one refund of origin external with Stripe's amount and status, on the
+// payment of its PaymentIntent (its amount counts in amount_refunded, which
+// checkRefunds holds to the payment's succeeded refunds).
+func (c *checker) checkExternalRefunds() {
+	byStripe := map[string][]*Refund{}
+	for i := range c.s.Refunds {
+		re := &c.s.Refunds[i]
+		if re.Origin == "external" {
+			byStripe[re.StripeRefund] = append(byStripe[re.StripeRefund], re)
+		}
+	}
+	for _, sr := range c.s.Sim.Refunds {
+		if sr.Metadata["refund"] != "" {
+			continue
+		}
+		found := byStripe[sr.ID]
+		delete(byStripe, sr.ID)
+		if len(found) != 1 {
+			c.fail("external-refund", sr.ID, "refund of %d made at Stripe on %s is %d refunds of origin external here, want 1",
+				sr.Amount, sr.PaymentIntent, len(found))
+			continue
+		}
+		re, p := found[0], c.payments[found[0].PaymentID]
+		switch {
+		case re.Amount != sr.Amount:
+			c.fail("external-refund", re.ID, "refund of %d, Stripe's %s is of %d", re.Amount, sr.ID, sr.Amount)
+		case re.Status != sr.Status:
+			c.fail("external-refund", re.ID, "refund is %s, Stripe's %s is %s", re.Status, sr.ID, sr.Status)
+		case p == nil || p.StripePaymentIntent != sr.PaymentIntent:
+			c.fail("external-refund", re.ID, "Stripe refund %s is on %s, not on the payment's PaymentIntent", sr.ID, sr.PaymentIntent)
+		}
+	}
+	for _, stripeRefund := range slices.Sorted(maps.Keys(byStripe)) {
+		for _, re := range byStripe[stripeRefund] {
+			c.fail("external-refund", re.ID, "external refund, but Stripe has no refund %q made outside the service", stripeRefund)
 		}
 	}
 }

@@ -464,3 +464,78 @@ func TestCheck_whatARunRightlyAllows(t *testing.T) {
 	s.Mail.Accepted, s.Mail.Duplicates, s.Mail.WorkersKilled = 3, map[string]int{"<receipt.payment.pay_A@example.com>": 2}, true
 	require.Empty(t, Check(s, records))
 }
+
+// withDashboardRefund adds to the world a refund of 300 made at Stripe
+// directly (no metadata of ours), as the service shows it: a refund of
+// origin external, counted in amount_refunded, announced, with a receipt.
+func withDashboardRefund(s *Snapshot) {
+	s.Sim.Refunds = append(s.Sim.Refunds, SimRefund{ID: "re_dash", PaymentIntent: "pi_A", Amount: 300, Status: "succeeded"})
+	s.Sim.Charges[0].AmountRefunded += 300
+	s.Refunds = append(s.Refunds, Refund{ID: "re_2", PaymentID: "pay_A", Amount: 300, Status: "succeeded", StripeRefund: "re_dash", Origin: "external"})
+	s.Payments[0].AmountRefunded += 300
+	s.Events = append(s.Events, Event{ID: "evt_5", UserID: 1, Type: "refund.succeeded", ObjectID: "re_2", Created: s.Events[3].Created.Add(time.Second)})
+	s.Deliveries = append(s.Deliveries, Delivery{EventID: "evt_5", EndpointID: "we_1", Status: "succeeded"})
+	s.Arrivals = append(s.Arrivals, Arrival{Endpoint: "all-1", WebhookID: "evt_5", EventID: "evt_5", EventType: "refund.succeeded",
+		ValidSig: true, At: s.Events[4].Created.Add(time.Second), Answered: 200, Acknowledged: true})
+	s.RiverJobs = append(s.RiverJobs,
+		RiverJob{ID: 7, Kind: kindMerchantEvent, State: "completed", Attempt: 1, EventID: "evt_5"},
+		RiverJob{ID: 8, Kind: kindReceiptEmail, State: "completed", Attempt: 1, Payment: "pay_A", Reason: "refund", Refund: "re_2"})
+	s.Receipts = append(s.Receipts, Receipt{PaymentID: "pay_A", Kind: "refund:re_2", Sent: true})
+	s.Mail.Accepted, s.Mail.Distinct = 3, 3
+}
+
+// The reconciler's promise, checked once its bound has passed: a refund
+// made at Stripe directly is one refund of origin external, counted in
+// amount_refunded, and every payment's status is its PaymentIntent's, even
+// when every webhook was lost. Each case is what a service without the
+// reconciler (or with a broken one) leaves behind.
+func TestCheck_theServiceConvergesToStripeWithoutWebhooks(t *testing.T) {
+	t.Parallel()
+	s, records := world()
+	withDashboardRefund(s)
+	require.Empty(t, Check(s, records), "a dashboard refund the service shows is no violation")
+
+	tests := []struct {
+		name      string
+		breakIt   func(s *Snapshot)
+		rule, key string
+	}{
+		{"a dashboard refund the service never heard of", func(s *Snapshot) {
+			s.Refunds = s.Refunds[:1]
+			s.Payments[0].AmountRefunded -= 300
+		}, "external-refund", "re_dash"},
+		{"a dashboard refund shown twice", func(s *Snapshot) {
+			twin := s.Refunds[1]
+			twin.ID = "re_3"
+			s.Refunds = append(s.Refunds, twin)
+		}, "external-refund", "re_dash"},
+		{"a dashboard refund shown with another amount", func(s *Snapshot) {
+			s.Refunds[1].Amount = 200
+		}, "external-refund", "re_2"},
+		{"an external refund Stripe never made", func(s *Snapshot) {
+			s.Sim.Refunds = s.Sim.Refunds[:1]
+			s.Sim.Charges[0].AmountRefunded -= 300
+		}, "external-refund", "re_2"},
+		{"a dashboard refund shown but not counted in amount_refunded", func(s *Snapshot) {
+			s.Payments[0].AmountRefunded -= 300
+		}, "refund", "pay_A"},
+		{"an authorisation Stripe let lapse, still requires_capture here", func(s *Snapshot) {
+			s.Payments[2].Status = "requires_capture"
+			s.Events = slices.DeleteFunc(s.Events, func(e Event) bool { return e.ObjectID == "pay_C" })
+		}, "stripe-pi", "pay_C"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			s, records := world()
+			withDashboardRefund(s)
+			tt.breakIt(s)
+			var hit bool
+			for _, v := range Check(s, records) {
+				if v.Rule == tt.rule && v.Key == tt.key {
+					hit = true
+				}
+			}
+			require.True(t, hit, "want a %s violation on %s, got %v", tt.rule, tt.key, Check(s, records))
+		})
+	}
+}

@@ -40,6 +40,8 @@ type ClusterConfig struct {
 	// AuthorisationLifetime is the simulator's: how long an uncaptured
 	// authorisation lives before Stripe cancels it.
 	AuthorisationLifetime time.Duration
+	// WebhookDrop is the share of webhook events the relay drops.
+	WebhookDrop float64
 }
 
 // completerGrace is the worker's PAYMENTS_COMPLETER_GRACE: an abandoned
@@ -97,7 +99,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 			c.Close()
 		}
 	}()
-	c.relay, err = startWebhookRelay(dupShare, seed, func() []string {
+	c.relay, err = startWebhookRelay(dupShare, cfg.WebhookDrop, seed, func() []string {
 		var urls []string
 		for _, in := range c.Serve {
 			urls = append(urls, in.URL())
@@ -116,9 +118,11 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 	common := []string{
 		"DATABASE_URL=" + cfg.DatabaseURL, "STRIPE_API_BASE=" + c.SimURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
 		"PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s",
-		// The simulator's search shows an object at once, unlike Stripe's:
-		// a key Stripe stored a 500 under moves on after a second, not an hour.
-		"PAYMENTS_STRIPE_SEARCH_LAG=1s",
+		// A key Stripe stored a 500 under moves on to a new derived key 5 s
+		// after its first replayed 500, not a minute: longer than the 0-3 s
+		// after which the work of an armed late_500 lands (faults.go), so a
+		// grace too short to cover it would show as a double charge.
+		"PAYMENTS_STRIPE_SPENT_KEY_GRACE=5s",
 		// The merchants' receiver is on loopback; retries come within
 		// seconds, not hours, so that the run sees them all.
 		"PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE=" + webhookRetrySchedule,
@@ -128,9 +132,12 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 	}
 	workerEnv := []string{
 		"PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_COMPLETER_INTERVAL=500ms", "PAYMENTS_ENQUEUER_POLL_INTERVAL=200ms",
-		// A refund whose charge.refund.updated was lost (every instance
-		// down when Stripe sent it) is settled by the reconciler.
-		"PAYMENTS_REFUND_RECONCILE_AFTER=5s", "PAYMENTS_REFUND_RECONCILE_INTERVAL=1s",
+		// What a lost webhook would have told (every instance down when
+		// Stripe sent it, or CHAOS_WEBHOOK_DROP) the reconciler reads from
+		// Stripe: 2 s after the last change, then 4 s, capped at 4 s, so
+		// everything is read again within seconds once the chaos is over.
+		"PAYMENTS_RECONCILE_AFTER=2s", "PAYMENTS_RECONCILE_INTERVAL=1s", "PAYMENTS_RECONCILE_BACKOFF_CAP=4s",
+		"PAYMENTS_RECONCILE_RATE=50",
 		"SMTP_URL=" + cfg.SMTPURL,
 		// RFC 5321's timeouts, scaled to the run: a send hung by the fake
 		// server (mail.go) gives up in seconds, not 5 or 10 minutes, so the

@@ -54,6 +54,14 @@ type Config struct {
 	// WebhookDuplicates is the share of webhook events delivered twice
 	// (CHAOS_WEBHOOK_DUPLICATES).
 	WebhookDuplicates float64
+	// WebhookDrop is the share of webhook events never delivered
+	// (CHAOS_WEBHOOK_DROP): the relay acknowledges them to the simulator and
+	// tells no instance, as a webhook Stripe gave up on. At 1 the service
+	// hears nothing from Stripe but its answers, and only the reconciler
+	// (PAYMENTS_RECONCILE_AFTER, short in the cluster) brings the records
+	// to Stripe's: refunds that fail or settle later, authorisations Stripe
+	// let lapse, refunds made in the dashboard.
+	WebhookDrop float64
 	// RequestBudget bounds the retries of one logical request in time
 	// (CHAOS_REQUEST_BUDGET); a request without a final answer by then is a
 	// violation.
@@ -122,7 +130,8 @@ func ConfigFromEnv() (Config, error) {
 		}
 		cfg.Seed = n
 	}
-	for name, p := range map[string]*float64{"CHAOS_FAULT_RATE": &cfg.FaultRate, "CHAOS_WEBHOOK_DUPLICATES": &cfg.WebhookDuplicates} {
+	for name, p := range map[string]*float64{"CHAOS_FAULT_RATE": &cfg.FaultRate, "CHAOS_WEBHOOK_DUPLICATES": &cfg.WebhookDuplicates,
+		"CHAOS_WEBHOOK_DROP": &cfg.WebhookDrop} {
 		if v, ok := os.LookupEnv(name); ok {
 			x, err := strconv.ParseFloat(v, 64)
 			if err != nil {
@@ -161,6 +170,8 @@ func (cfg Config) validate() error {
 		return fmt.Errorf("chaos: key TTL %v is under 5s: clients could not replay their answers inside it", cfg.KeyTTL)
 	case cfg.WebhookDuplicates < 0 || cfg.WebhookDuplicates > 1:
 		return fmt.Errorf("chaos: webhook duplicate share %v is not in [0, 1]", cfg.WebhookDuplicates)
+	case cfg.WebhookDrop < 0 || cfg.WebhookDrop > 1:
+		return fmt.Errorf("chaos: webhook drop share %v is not in [0, 1]", cfg.WebhookDrop)
 	case cfg.AuthorisationLifetime < 5*time.Second:
 		return fmt.Errorf("chaos: authorisation lifetime %v is under 5s: clients could not capture in time", cfg.AuthorisationLifetime)
 	case cfg.RequestBudget < time.Second || cfg.SettleTimeout < time.Second:

@@ -88,7 +88,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	}
 	defer mail.Close()
 	cluster, err := StartCluster(ctx, ClusterConfig{Binary: opts.Binary, DatabaseURL: opts.DatabaseURL, LogDir: logDir,
-		LockTimeout: cfg.LockTimeout, KeyTTL: cfg.KeyTTL, SMTPURL: mail.URL(), AuthorisationLifetime: cfg.AuthorisationLifetime},
+		LockTimeout: cfg.LockTimeout, KeyTTL: cfg.KeyTTL, SMTPURL: mail.URL(), AuthorisationLifetime: cfg.AuthorisationLifetime,
+		WebhookDrop: cfg.WebhookDrop},
 		cfg.WebhookDuplicates, seeds.Uint64())
 	if err != nil {
 		return nil, err
@@ -135,7 +136,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	tag := strconv.FormatUint(cfg.Seed%1_000_000, 36)
 	var clients sync.WaitGroup
 	for i := range cfg.Clients {
-		c := &client{id: i, tag: tag, rng: rand.New(rand.NewPCG(seeds.Uint64(), uint64(i))), d: d, users: clientUsers, think: cfg.Think, keyTTL: cfg.KeyTTL}
+		c := &client{id: i, tag: tag, rng: rand.New(rand.NewPCG(seeds.Uint64(), uint64(i))), d: d, users: clientUsers, think: cfg.Think, keyTTL: cfg.KeyTTL,
+			simURL: cluster.SimURL}
 		clients.Go(func() { c.run(ctx, stopAt) })
 	}
 
@@ -175,7 +177,8 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	rep.Violations = violations
 	rep.Counters = stats.Snapshot()
 	for k, v := range map[string]int64{"webhook deliveries acknowledged": cluster.relay.delivered.Load(),
-		"webhook deliveries duplicated": cluster.relay.duplicates.Load(), "webhook deliveries failed (retried by Stripe)": cluster.relay.failed.Load()} {
+		"webhook deliveries duplicated": cluster.relay.duplicates.Load(),
+		"webhook deliveries dropped":    cluster.relay.dropped.Load(), "webhook deliveries failed (retried by Stripe)": cluster.relay.failed.Load()} {
 		rep.Counters[k] = v
 	}
 	acknowledged := 0

@@ -17,18 +17,24 @@ type backlog struct {
 	authorised     int // payments still authorised: each is captured, canceled or expires (and then changes)
 	deliveries     int // webhook deliveries to merchants still pending
 	webhooks       int // 1 while the simulator may still have events to deliver
+	// unreconciled are payments Stripe could still change that the
+	// reconciler has not read since Stripe's last later change (see
+	// reconcileBound): with webhooks lost, only its reading brings them to
+	// Stripe's state.
+	unreconciled int
 }
 
 func (b backlog) empty() bool { return b == backlog{} }
 
 func (b backlog) size() int {
-	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.authorised + b.deliveries + b.webhooks
+	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.authorised + b.deliveries + b.webhooks +
+		b.unreconciled
 }
 
 func (b backlog) String() string {
 	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, %d refunds pending, "+
-		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v",
-		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0)
+		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, %d payments not reconciled since",
+		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0, b.unreconciled)
 }
 
 const backlogQuery = `SELECT
@@ -38,7 +44,21 @@ const backlogQuery = `SELECT
 		AND state NOT IN ('completed', 'discarded', 'cancelled')),
 	(SELECT count(*) FROM refunds WHERE status = 'pending'),
 	(SELECT count(*) FROM payments WHERE status = 'requires_capture'),
-	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending')`
+	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
+	(SELECT count(*) FROM payments p WHERE p.stripe_payment_intent IS NOT NULL
+		AND p.status IN ('processing', 'requires_capture', 'succeeded')
+		AND (p.status <> 'succeeded' OR p.amount_refunded < p.amount_captured
+			OR EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status IN ('pending', 'succeeded')))
+		AND coalesce(p.next_check_at, 'epoch') < $1::timestamptz + $2::interval)`
+
+// reconcileBound is how long after the clients finished the reconciler's
+// reading is sure to show Stripe's final state: Stripe's later outcomes
+// (refunds that settle or fail) come 2 s after the request, and the last
+// authorisation left to expire lapses within the simulator's lifetime,
+// which settle waits out anyway (authorised). A payment whose next check is
+// at least the cluster's PAYMENTS_RECONCILE_BACKOFF_CAP (4 s) past that was
+// claimed, and so read from Stripe, after it.
+const reconcileBound = "6 seconds"
 
 // retryReceiptsNow makes the receipts waiting for a retry (the mail server
 // misbehaved) due at once, as an operator would once the server is well
@@ -64,6 +84,10 @@ const webhookQuiet = 15 * time.Second
 func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall time.Duration,
 	logf func(string, ...any)) (time.Duration, error) {
 	start := time.Now()
+	var since time.Time // the database's clock, as next_check_at's
+	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&since); err != nil {
+		return 0, fmt.Errorf("chaos: reading the database's clock: %w", err)
+	}
 	lastLog, lastProgress := start, start
 	best := -1
 	calm := 0
@@ -71,7 +95,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall 
 		if _, err := pool.Exec(ctx, retryReceiptsNow); err != nil {
 			return time.Since(start), fmt.Errorf("chaos: retrying receipts: %w", err)
 		}
-		b, err := measureBacklog(ctx, pool, relay)
+		b, err := measureBacklog(ctx, pool, relay, since)
 		if err != nil {
 			return time.Since(start), err
 		}
@@ -104,9 +128,10 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall 
 	}
 }
 
-func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay) (backlog, error) {
+func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, since time.Time) (backlog, error) {
 	var b backlog
-	if err := pool.QueryRow(ctx, backlogQuery).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs, &b.pendingRefunds, &b.authorised, &b.deliveries); err != nil {
+	if err := pool.QueryRow(ctx, backlogQuery, since, reconcileBound).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs,
+		&b.pendingRefunds, &b.authorised, &b.deliveries, &b.unreconciled); err != nil {
 		return b, fmt.Errorf("chaos: measuring the backlog: %w", err)
 	}
 	if !relay.drained() {

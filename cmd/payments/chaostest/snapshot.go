@@ -84,6 +84,7 @@ type Refund struct {
 	Status       string
 	StripeRefund string
 	KeyID        string
+	Origin       string // api, or external: made at Stripe directly (the workload's dashboard refunds)
 }
 
 // Key is a row of idempotency_keys.
@@ -242,7 +243,7 @@ const (
 	payment_method, coalesce(stripe_payment_intent, ''), coalesce(failure_code, ''), coalesce(idempotency_key_id::text, ''),
 	coalesce(metadata->>'chaos_key', '')
 FROM payments ORDER BY created_at, id`
-	refundsQuery = `SELECT id, payment_id, amount, status, coalesce(stripe_refund, ''), coalesce(idempotency_key_id::text, '')
+	refundsQuery = `SELECT id, payment_id, amount, status, coalesce(stripe_refund, ''), coalesce(idempotency_key_id::text, ''), origin
 FROM refunds ORDER BY created_at, id`
 	keysQuery = `SELECT id::text, user_id, idempotency_key, flow, request_method, request_path, recovery_point,
 	coalesce(response_code, 0), coalesce(response_body, ''::bytea), needs_attention_at IS NOT NULL
@@ -272,7 +273,7 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, simURL string) (*Snap
 		return nil, err
 	}
 	if s.Refunds, err = queryAll(ctx, pool, refundsQuery, func(r pgx.Rows, re *Refund) error {
-		return r.Scan(&re.ID, &re.PaymentID, &re.Amount, &re.Status, &re.StripeRefund, &re.KeyID)
+		return r.Scan(&re.ID, &re.PaymentID, &re.Amount, &re.Status, &re.StripeRefund, &re.KeyID, &re.Origin)
 	}); err != nil {
 		return nil, err
 	}

@@ -16,31 +16,33 @@ import (
 // signed event to an API instance that is up (trying the other when one is
 // down), as a load balancer would, and delivers a share of the events a
 // second time, at about the same moment, to a random instance, as Stripe
-// may.
+// may; and drops a share of them (acknowledged to the simulator, sent to no
+// instance), as a webhook Stripe gave up on.
 type webhookRelay struct {
-	url      string
-	srv      *http.Server
-	targets  func() []string
-	dupShare float64
-	client   *http.Client
+	url       string
+	srv       *http.Server
+	targets   func() []string
+	dupShare  float64
+	dropShare float64
+	client    *http.Client
 
 	mu   sync.Mutex
 	rng  *rand.Rand
 	seen map[string]bool // events some instance acknowledged
 
-	delivered, duplicates, failed atomic.Int64
-	lastActivity                  atomic.Int64 // unix nanoseconds
-	lastFailed                    atomic.Bool  // the latest event was not acknowledged
-	inFlight                      sync.WaitGroup
+	delivered, duplicates, dropped, failed atomic.Int64
+	lastActivity                           atomic.Int64 // unix nanoseconds
+	lastFailed                             atomic.Bool  // the latest event was not acknowledged
+	inFlight                               sync.WaitGroup
 }
 
-func startWebhookRelay(dupShare float64, seed uint64, targets func() []string) (*webhookRelay, error) {
+func startWebhookRelay(dupShare, dropShare float64, seed uint64, targets func() []string) (*webhookRelay, error) {
 	ln, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
 		return nil, err
 	}
 	r := &webhookRelay{
-		url: "http://" + ln.Addr().String(), targets: targets, dupShare: dupShare,
+		url: "http://" + ln.Addr().String(), targets: targets, dupShare: dupShare, dropShare: dropShare,
 		client: &http.Client{Timeout: 10 * time.Second},
 		rng:    rand.New(rand.NewPCG(seed, 0x77656268)), seen: map[string]bool{},
 	}
@@ -65,6 +67,14 @@ func (r *webhookRelay) ServeHTTP(w http.ResponseWriter, req *http.Request) {
 		return
 	}
 	r.mu.Lock()
+	if r.rng.Float64() < r.dropShare {
+		r.seen[event.ID] = true // acknowledged: the simulator sends it no more
+		r.mu.Unlock()
+		r.dropped.Add(1)
+		r.lastFailed.Store(false)
+		w.WriteHeader(http.StatusOK)
+		return
+	}
 	r.rng.Shuffle(len(targets), func(i, j int) { targets[i], targets[j] = targets[j], targets[i] })
 	duplicate := r.rng.Float64() < r.dupShare
 	dupTarget := targets[r.rng.IntN(len(targets))]

@@ -5,9 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"maps"
 	"math/rand/v2"
+	"net/http"
+	"net/url"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"time"
 )
@@ -51,6 +56,8 @@ type client struct {
 	think time.Duration // mean pause between chains
 	// keyTTL is the service's key TTL when the run made it short (0: a day).
 	keyTTL time.Duration
+	// simURL is the simulator's, for refunds made as in Stripe's dashboard.
+	simURL string
 	seq    int
 	// done are this client's finished requests, the latest few hundred,
 	// for replays and reuses.
@@ -106,9 +113,9 @@ func (c *client) chain(ctx context.Context) {
 	case a.Status == 402:
 		c.afterDecline(ctx, u, field(a.Body, "payment"))
 	case a.Status == 201 && capture:
-		c.refunds(ctx, u, field(a.Body, "id"), card, amount)
+		c.refunds(ctx, u, field(a.Body, "id"), field(a.Body, "stripe_payment_intent"), card, amount)
 	case a.Status == 201:
-		c.authorised(ctx, u, field(a.Body, "id"), card, amount)
+		c.authorised(ctx, u, field(a.Body, "id"), field(a.Body, "stripe_payment_intent"), card, amount)
 	}
 	c.replayOrReuse(ctx)
 }
@@ -131,19 +138,19 @@ func (c *client) afterDecline(ctx context.Context, u user, pay string) {
 // A capture or cancel that reaches Stripe after the expiry is rightly
 // refused: the checker allows for it when Stripe canceled the authorisation
 // on its own.
-func (c *client) authorised(ctx context.Context, u user, pay, card string, amount int64) {
+func (c *client) authorised(ctx context.Context, u user, pay, intent, card string, amount int64) {
 	notCapturable := &Outcome{Status: 400, Code: "payment_not_capturable"}
 	switch r := c.rng.Float64(); {
 	case r < 0.1:
 		c.d.stats.Add("authorisations left to expire", 1)
 	case r < 0.45:
 		if c.capture(ctx, u, pay, 0, amount) {
-			c.refunds(ctx, u, pay, card, amount)
+			c.refunds(ctx, u, pay, intent, card, amount)
 		}
 	case r < 0.6:
 		part := 1 + c.rng.Int64N(amount)
 		if c.capture(ctx, u, pay, part, part) {
-			c.refunds(ctx, u, pay, card, part)
+			c.refunds(ctx, u, pay, intent, card, part)
 		}
 	case r < 0.85:
 		a, ok := c.send(ctx, u, c.actionRecord(u, pay, OpCancel, 0, Expect{Want: Outcome{Status: 200, ObjectStatus: "canceled"}}))
@@ -157,7 +164,7 @@ func (c *client) authorised(ctx context.Context, u user, pay, card string, amoun
 		c.d.stats.Add("races: capture vs cancel", 1)
 		answers := c.sendAll(ctx, u, capture, cancel)
 		if answers[0].Status == 200 {
-			c.refunds(ctx, u, pay, card, amount)
+			c.refunds(ctx, u, pay, intent, card, amount)
 		}
 	}
 }
@@ -172,7 +179,9 @@ func (c *client) capture(ctx context.Context, u user, pay string, amount, captur
 // knows what is left, so it knows every answer to expect. A card whose
 // refund Stripe decides later gets one refund, whose answer is pending or
 // succeeded: what is left after it changes later, out of the client's view.
-func (c *client) refunds(ctx context.Context, u user, pay, card string, captured int64) {
+// Some payments the client does not refund through the API are refunded at
+// Stripe directly, as in Stripe's dashboard (dashboardRefund).
+func (c *client) refunds(ctx context.Context, u user, pay, intent, card string, captured int64) {
 	left := captured
 	refused := Outcome{Status: 400, Code: "refund_not_allowed"}
 	if card == cardPendingRefund || card == cardRefundFail {
@@ -196,7 +205,9 @@ func (c *client) refunds(ctx context.Context, u user, pay, card string, captured
 		}
 	}
 	switch r := c.rng.Float64(); {
+	case r < 0.2:
 	case r < 0.35:
+		c.dashboardRefund(ctx, intent, 1+c.rng.Int64N(captured))
 	case r < 0.55:
 		refund(0) // all that is left
 	case r < 0.85:
@@ -470,4 +481,33 @@ func mustJSON(v any) []byte {
 		panic(fmt.Sprintf("chaos: encoding a request body: %v", err))
 	}
 	return b
+}
+
+// dashboardRefund refunds amount of the PaymentIntent at the simulator
+// directly, as Stripe's dashboard would: with no metadata of the service's,
+// so that the service learns of it only from Stripe (refund.created, or its
+// reconciler), and must show it as a refund of origin external. The
+// simulator's faults may hit it like any call: whatever Stripe did is what
+// the checker compares the service with.
+func (c *client) dashboardRefund(ctx context.Context, intent string, amount int64) {
+	if intent == "" || c.simURL == "" {
+		return
+	}
+	form := url.Values{"payment_intent": {intent}, "amount": {strconv.FormatInt(amount, 10)}}
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.simURL+"/v1/refunds", strings.NewReader(form.Encode()))
+	if err != nil {
+		return
+	}
+	req.Header.Set("Authorization", "Bearer sk_test_dashboard")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	req.Header.Set("Idempotency-Key", "dashboard-"+c.newKey()) // the dashboard's own, as every mutating call carries one
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		return
+	}
+	defer resp.Body.Close()
+	_, _ = io.Copy(io.Discard, resp.Body)
+	if resp.StatusCode == http.StatusOK {
+		c.d.stats.Add("refunds made in the dashboard", 1)
+	}
 }

@@ -88,6 +88,8 @@ type Payment struct {
 	UpdatedAt           time.Time
 	IdempotencyKeyID    *uuid.UUID
 	StripeEventAt       pgtype.Timestamptz
+	NextCheckAt         time.Time
+	ReconcileChecks     int32
 }
 
 type Receipt struct {
@@ -111,6 +113,7 @@ type Refund struct {
 	IdempotencyKeyID *uuid.UUID
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
+	Origin           string
 }
 
 type StagedJob struct {

@@ -13,7 +13,7 @@ import (
 )
 
 const getRefund = `-- name: GetRefund :one
-SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin FROM refunds
 WHERE id = $1 AND user_id = $2
 `
 
@@ -38,12 +38,13 @@ func (q *Queries) GetRefund(ctx context.Context, db DBTX, arg GetRefundParams) (
 		&i.IdempotencyKeyID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Origin,
 	)
 	return i, err
 }
 
 const getRefundByID = `-- name: GetRefundByID :one
-SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE id = $1
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin FROM refunds WHERE id = $1
 `
 
 // Any user's refund: for Stripe's webhooks, which name refunds by our id in
@@ -63,12 +64,13 @@ func (q *Queries) GetRefundByID(ctx context.Context, db DBTX, id string) (Refund
 		&i.IdempotencyKeyID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Origin,
 	)
 	return i, err
 }
 
 const getRefundByIdempotencyKey = `-- name: GetRefundByIdempotencyKey :one
-SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE idempotency_key_id = $1
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin FROM refunds WHERE idempotency_key_id = $1
 `
 
 // The refund a refund request made, found again after a crash.
@@ -87,12 +89,13 @@ func (q *Queries) GetRefundByIdempotencyKey(ctx context.Context, db DBTX, idempo
 		&i.IdempotencyKeyID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Origin,
 	)
 	return i, err
 }
 
 const getRefundByStripeRefund = `-- name: GetRefundByStripeRefund :one
-SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE stripe_refund = $1
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin FROM refunds WHERE stripe_refund = $1
 `
 
 func (q *Queries) GetRefundByStripeRefund(ctx context.Context, db DBTX, stripeRefund pgtype.Text) (Refund, error) {
@@ -110,14 +113,66 @@ func (q *Queries) GetRefundByStripeRefund(ctx context.Context, db DBTX, stripeRe
 		&i.IdempotencyKeyID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Origin,
+	)
+	return i, err
+}
+
+const insertExternalRefund = `-- name: InsertExternalRefund :one
+INSERT INTO refunds (id, user_id, payment_id, amount, status, stripe_refund, reason, origin)
+VALUES ($1, $2, $3, $4, 'pending', $5, $6, 'external')
+RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin
+`
+
+type InsertExternalRefundParams struct {
+	ID           string
+	UserID       int64
+	PaymentID    string
+	Amount       int64
+	StripeRefund pgtype.Text
+	Reason       pgtype.Text
+}
+
+// A refund Stripe reports that the service did not make (origin
+// 'external': made in Stripe's dashboard, say), inserted pending under the
+// payment's row lock; the caller then makes the move Stripe reports, with
+// its event (moveRefundTx). stripe_refund is unique: a webhook and the
+// reconciler that both learn of it find one row.
+func (q *Queries) InsertExternalRefund(ctx context.Context, db DBTX, arg InsertExternalRefundParams) (Refund, error) {
+	row := db.QueryRow(ctx, insertExternalRefund,
+		arg.ID,
+		arg.UserID,
+		arg.PaymentID,
+		arg.Amount,
+		arg.StripeRefund,
+		arg.Reason,
+	)
+	var i Refund
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.PaymentID,
+		&i.Amount,
+		&i.Status,
+		&i.StripeRefund,
+		&i.Reason,
+		&i.FailureReason,
+		&i.IdempotencyKeyID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Origin,
 	)
 	return i, err
 }
 
 const insertRefund = `-- name: InsertRefund :one
+WITH watch AS (
+    UPDATE payments SET next_check_at = now(), reconcile_checks = 0
+    WHERE payments.id = $3 AND next_check_at >= '9999-01-01 00:00:00+00'
+)
 INSERT INTO refunds (id, user_id, payment_id, amount, status, reason, idempotency_key_id)
 VALUES ($1, $2, $3, $4, 'pending', $5, $6)
-RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at
+RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin
 `
 
 type InsertRefundParams struct {
@@ -130,7 +185,9 @@ type InsertRefundParams struct {
 }
 
 // A new refund, pending until Stripe answers. Its amount is reserved from
-// now on (see ReservedRefundAmount).
+// now on (see ReservedRefundAmount). Its payment, which the caller holds
+// locked, is due a check by the reconciler again if it had left its queue
+// (RetireUnwatchedPayments): the new refund may still move at Stripe.
 func (q *Queries) InsertRefund(ctx context.Context, db DBTX, arg InsertRefundParams) (Refund, error) {
 	row := db.QueryRow(ctx, insertRefund,
 		arg.ID,
@@ -153,61 +210,13 @@ func (q *Queries) InsertRefund(ctx context.Context, db DBTX, arg InsertRefundPar
 		&i.IdempotencyKeyID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Origin,
 	)
 	return i, err
 }
 
-const listStalePendingRefunds = `-- name: ListStalePendingRefunds :many
-SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds
-WHERE status = 'pending' AND stripe_refund IS NOT NULL AND updated_at < now() - make_interval(secs => $1::float8)
-ORDER BY updated_at
-LIMIT $2
-`
-
-type ListStalePendingRefundsParams struct {
-	PendingForSeconds float64
-	RowLimit          int32
-}
-
-// Refunds Stripe made and reported pending, unchanged for at least
-// @pending_for_seconds by the database's clock (the one clock their
-// updated_at was written with): the reconciler asks Stripe about them,
-// oldest first, in case their charge.refund.updated was lost. Refunds Stripe never answered
-// for (no stripe_refund) are their flow's, and the completer's.
-func (q *Queries) ListStalePendingRefunds(ctx context.Context, db DBTX, arg ListStalePendingRefundsParams) ([]Refund, error) {
-	rows, err := db.Query(ctx, listStalePendingRefunds, arg.PendingForSeconds, arg.RowLimit)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []Refund
-	for rows.Next() {
-		var i Refund
-		if err := rows.Scan(
-			&i.ID,
-			&i.UserID,
-			&i.PaymentID,
-			&i.Amount,
-			&i.Status,
-			&i.StripeRefund,
-			&i.Reason,
-			&i.FailureReason,
-			&i.IdempotencyKeyID,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const lockRefund = `-- name: LockRefund :one
-SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at FROM refunds WHERE id = $1 FOR UPDATE
+SELECT id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin FROM refunds WHERE id = $1 FOR UPDATE
 `
 
 // The refund under a row lock. Its payment is locked first, always: the
@@ -227,6 +236,7 @@ func (q *Queries) LockRefund(ctx context.Context, db DBTX, id string) (Refund, e
 		&i.IdempotencyKeyID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Origin,
 	)
 	return i, err
 }
@@ -236,7 +246,7 @@ UPDATE refunds
 SET status = $1, stripe_refund = coalesce(stripe_refund, $2), failure_reason = $3,
     updated_at = now()
 WHERE id = $4
-RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at
+RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin
 `
 
 type MoveRefundParams struct {
@@ -269,6 +279,7 @@ func (q *Queries) MoveRefund(ctx context.Context, db DBTX, arg MoveRefundParams)
 		&i.IdempotencyKeyID,
 		&i.CreatedAt,
 		&i.UpdatedAt,
+		&i.Origin,
 	)
 	return i, err
 }
@@ -301,16 +312,5 @@ WHERE payments.id = $1
 // every refund move.
 func (q *Queries) SyncAmountRefunded(ctx context.Context, db DBTX, id string) error {
 	_, err := db.Exec(ctx, syncAmountRefunded, id)
-	return err
-}
-
-const touchRefund = `-- name: TouchRefund :exec
-UPDATE refunds SET updated_at = now() WHERE id = $1
-`
-
-// Stripe still says pending: the refund goes to the back of the
-// reconciler's queue.
-func (q *Queries) TouchRefund(ctx context.Context, db DBTX, id string) error {
-	_, err := db.Exec(ctx, touchRefund, id)
 	return err
 }

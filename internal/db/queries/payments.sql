@@ -38,6 +38,11 @@ SELECT * FROM payments WHERE id = @id AND user_id = @user_id FOR UPDATE;
 -- their PaymentIntent's metadata.
 SELECT * FROM payments WHERE id = @id FOR UPDATE;
 
+-- name: GetPaymentByIntent :one
+-- Any user's payment, by its PaymentIntent: for Stripe's refund events,
+-- which name the PaymentIntent.
+SELECT * FROM payments WHERE stripe_payment_intent = @stripe_payment_intent;
+
 -- name: GetPaymentByIntentForUpdate :one
 SELECT * FROM payments WHERE stripe_payment_intent = @stripe_payment_intent FOR UPDATE;
 
@@ -79,3 +84,89 @@ SELECT assert_unchanged(count(*), 'the payment') FROM moved;
 -- The payment's staleness mark: only PaymentIntent events that the payment's
 -- state reflects set it (ApplyIntentEventTx).
 UPDATE payments SET stripe_event_at = greatest(stripe_event_at, @occurred_at::timestamptz) WHERE id = @id;
+
+-- name: ClaimPaymentsToReconcile :many
+-- The reconciler's claim (internal/payments/reconcile.go): up to @row_limit
+-- payments that Stripe could still change and that are due a check, taken
+-- with SKIP LOCKED and given their next check in the same statement, so
+-- that two reconcilers running at once never ask Stripe about one payment
+-- twice in a round. Due: @after_seconds after next_check_at before the
+-- first check (next_check_at is then when the payment was made), at
+-- next_check_at after it. Stripe could still change:
+--   processing with a PaymentIntent (without one it is the completer's);
+--   requires_capture until Stripe's authorisation expiry (@authorisation_seconds);
+--   succeeded with money left to refund, for @watch_seconds (a refund made
+--     in Stripe's dashboard);
+--   any with a pending refund, or a succeeded one younger than @watch_seconds
+--     (a refund that fails later).
+-- The next check is @after_seconds doubled per earlier check, at most
+-- @backoff_cap_seconds.
+WITH clock AS (
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now,
+           make_interval(secs => @after_seconds::float8) AS after,
+           make_interval(secs => @watch_seconds::float8) AS watch,
+           make_interval(secs => @authorisation_seconds::float8) AS authorisation,
+           make_interval(secs => @backoff_cap_seconds::float8) AS backoff_cap
+), due AS (
+    SELECT p.id FROM clock, payments p
+    WHERE p.next_check_at <= clock.now
+      AND (p.reconcile_checks > 0 OR p.next_check_at <= clock.now - clock.after)
+      AND p.stripe_payment_intent IS NOT NULL
+      AND (p.status = 'processing'
+        OR (p.status = 'requires_capture' AND p.created_at > clock.now - clock.authorisation)
+        OR (p.status = 'succeeded' AND p.amount_refunded < p.amount_captured AND p.created_at > clock.now - clock.watch)
+        OR (p.status = 'succeeded' AND EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id
+                   AND (r.status = 'pending' OR (r.status = 'succeeded' AND r.created_at > clock.now - clock.watch)))))
+    ORDER BY p.next_check_at
+    LIMIT @row_limit
+    FOR UPDATE OF p SKIP LOCKED
+)
+UPDATE payments
+SET next_check_at = clock.now + least(clock.after * power(2, least(payments.reconcile_checks, 30)), clock.backoff_cap),
+    reconcile_checks = payments.reconcile_checks + 1
+FROM due, clock
+WHERE payments.id = due.id
+RETURNING payments.*;
+
+-- name: RetireUnwatchedPayments :execrows
+-- Payments due a check that Stripe can no longer change (failed, canceled,
+-- an authorisation past its expiry, a payment fully refunded or past the
+-- watch with no refund that may still move: the negation of
+-- ClaimPaymentsToReconcile's watch) are put out of the reconciler's reach
+-- for good, next_check_at in the year 9999, where the index range of its
+-- claims never reaches, so that they do not pile up in front of every
+-- claim. A new refund (InsertRefund) or a charge.refunded webhook
+-- (ReconcileSoon) brings one back.
+WITH clock AS (
+    SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now,
+           make_interval(secs => @watch_seconds::float8) AS watch,
+           make_interval(secs => @authorisation_seconds::float8) AS authorisation
+), unwatched AS (
+    SELECT p.id FROM clock, payments p
+    WHERE p.next_check_at <= clock.now
+      AND NOT (p.status = 'processing' -- with no PaymentIntent yet: the completer may still give it one
+        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'requires_capture' AND p.created_at > clock.now - clock.authorisation)
+        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'succeeded' AND p.amount_refunded < p.amount_captured
+            AND p.created_at > clock.now - clock.watch)
+        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'succeeded' AND EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id
+                   AND (r.status = 'pending' OR (r.status = 'succeeded' AND r.created_at > clock.now - clock.watch)))))
+    ORDER BY p.next_check_at
+    LIMIT @row_limit
+    FOR UPDATE OF p SKIP LOCKED
+)
+UPDATE payments SET next_check_at = '9999-12-31 00:00:00+00'
+FROM unwatched
+WHERE payments.id = unwatched.id;
+
+-- name: ReleaseReconcileClaim :exec
+-- A claimed payment the reconciler did not get to ask about (Stripe
+-- answered 429, say): due again at @next_check_at, its back-off as it was.
+UPDATE payments SET reconcile_checks = greatest(reconcile_checks - 1, 0), next_check_at = @next_check_at
+WHERE id = @id;
+
+-- name: ReconcileSoon :exec
+-- Stripe said something about the payment that names nothing of ours to
+-- change (charge.refunded: the charge does not list its refunds): the
+-- reconciler asks Stripe at its next pass.
+UPDATE payments SET next_check_at = coalesce(sqlc.narg('now')::timestamptz, now()), reconcile_checks = greatest(reconcile_checks, 1)
+WHERE id = @id;

@@ -1,6 +1,12 @@
 -- name: InsertRefund :one
 -- A new refund, pending until Stripe answers. Its amount is reserved from
--- now on (see ReservedRefundAmount).
+-- now on (see ReservedRefundAmount). Its payment, which the caller holds
+-- locked, is due a check by the reconciler again if it had left its queue
+-- (RetireUnwatchedPayments): the new refund may still move at Stripe.
+WITH watch AS (
+    UPDATE payments SET next_check_at = now(), reconcile_checks = 0
+    WHERE payments.id = @payment_id AND next_check_at >= '9999-01-01 00:00:00+00'
+)
 INSERT INTO refunds (id, user_id, payment_id, amount, status, reason, idempotency_key_id)
 VALUES (@id, @user_id, @payment_id, @amount, 'pending', @reason, @idempotency_key_id)
 RETURNING *;
@@ -54,18 +60,12 @@ SET amount_refunded = (SELECT coalesce(sum(r.amount), 0) FROM refunds r
     updated_at = now()
 WHERE payments.id = @id;
 
--- name: ListStalePendingRefunds :many
--- Refunds Stripe made and reported pending, unchanged for at least
--- @pending_for_seconds by the database's clock (the one clock their
--- updated_at was written with): the reconciler asks Stripe about them,
--- oldest first, in case their charge.refund.updated was lost. Refunds Stripe never answered
--- for (no stripe_refund) are their flow's, and the completer's.
-SELECT * FROM refunds
-WHERE status = 'pending' AND stripe_refund IS NOT NULL AND updated_at < now() - make_interval(secs => @pending_for_seconds::float8)
-ORDER BY updated_at
-LIMIT @row_limit;
-
--- name: TouchRefund :exec
--- Stripe still says pending: the refund goes to the back of the
--- reconciler's queue.
-UPDATE refunds SET updated_at = now() WHERE id = @id;
+-- name: InsertExternalRefund :one
+-- A refund Stripe reports that the service did not make (origin
+-- 'external': made in Stripe's dashboard, say), inserted pending under the
+-- payment's row lock; the caller then makes the move Stripe reports, with
+-- its event (moveRefundTx). stripe_refund is unique: a webhook and the
+-- reconciler that both learn of it find one row.
+INSERT INTO refunds (id, user_id, payment_id, amount, status, stripe_refund, reason, origin)
+VALUES (@id, @user_id, @payment_id, @amount, 'pending', @stripe_refund, @reason, 'external')
+RETURNING *;

@@ -41,3 +41,28 @@ func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 
 	require.Negative(t, parse("--auth-cache-ttl", "0").apiAuthCacheTTL(), "0 turns the cache off")
 }
+
+// docs/API.md section 7: payments dev allows private webhook addresses
+// unless PAYMENTS_WEBHOOK_ALLOW_PRIVATE=false is set (or the flag says so),
+// so the SSRF guard can be rehearsed in dev. It used to force them on.
+func TestDevConfig_webhookAllowPrivateDefaultsOnAndCanBeTurnedOff(t *testing.T) {
+	const env = "PAYMENTS_WEBHOOK_ALLOW_PRIVATE"
+	if v, ok := os.LookupEnv(env); ok {
+		t.Setenv(env, v) // restored after the test
+	}
+	require.NoError(t, os.Unsetenv(env))
+	parse := func(args ...string) config {
+		t.Helper()
+		cfg, err := parseDevConfig(args, io.Discard)
+		require.NoError(t, err)
+		return cfg
+	}
+	require.True(t, parse().WebhookAllowPrivate, "dev's default")
+	require.False(t, parse("--webhook-allow-private=false").WebhookAllowPrivate)
+
+	t.Setenv(env, "false")
+	require.False(t, parse().WebhookAllowPrivate)
+	require.True(t, parse("--webhook-allow-private=true").WebhookAllowPrivate, "the command line wins over the environment")
+	t.Setenv(env, "true")
+	require.True(t, parse().WebhookAllowPrivate)
+}

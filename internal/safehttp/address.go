@@ -137,7 +137,9 @@ func inRanges(addr netip.Addr, ranges []rangeClass) string {
 // embedded judges an IPv6 address by the IPv4 address it translates to.
 func embedded(v4 netip.Addr, how string) string {
 	if class := whyNonPublicV4(v4); class != "" {
-		return class + " (" + v4.String() + " through " + how + ")"
+		// Without the IPv4 address: the class may be shown for an address
+		// a host name resolved to (see ErrNonPublicAddress).
+		return class + " (through " + how + ")"
 	}
 	return ""
 }

@@ -141,7 +141,10 @@ func (a *Admin) List(ctx context.Context, p ListParams) ([]Summary, error) {
 	return out, nil
 }
 
-// Story is one key's whole story, as `keys show` tells it.
+// Story is one key's whole story, as `keys show` tells it. Every JSON
+// document in it (the parameters, the phases' data, the stored answer) has
+// its secrets masked (MaskSecrets): a webhook endpoint's answer holds its
+// signing secret, which is the merchant's, not the operator's.
 type Story struct {
 	Summary
 	// Params are the request's parameters, as stored for the completer.
@@ -210,11 +213,11 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 	}
 	s := &Story{
 		Summary: toSummary(k, row.Email, row.AgeSeconds, row.LockLive, spent),
-		Params:  json.RawMessage(k.RequestParams), Phases: []Phase{}, StripeKeys: a.stripeKeys(k, children),
+		Params:  masked(k.RequestParams), Phases: []Phase{}, StripeKeys: a.stripeKeys(k, children),
 		ExpiresAt: timePtr(k.ExpiresAt),
 	}
 	if k.ResponseCode.Valid {
-		s.Response = &StoredResponse{Status: int(k.ResponseCode.Int32), Body: jsonOrString(k.ResponseBody)}
+		s.Response = &StoredResponse{Status: int(k.ResponseCode.Int32), Body: MaskSecrets(k.ResponseBody)}
 	}
 	records, err := queries.ListAuditRecordsForKey(ctx, a.pool, &k.ID)
 	if err != nil {
@@ -222,7 +225,7 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 	}
 	for _, r := range records {
 		s.Phases = append(s.Phases, Phase{
-			Action: r.Action, ResourceType: r.ResourceType, ResourceID: r.ResourceID, At: r.CreatedAt, Data: json.RawMessage(r.Data),
+			Action: r.Action, ResourceType: r.ResourceType, ResourceID: r.ResourceID, At: r.CreatedAt, Data: masked(r.Data),
 		})
 	}
 	return s, nil
@@ -255,8 +258,9 @@ func (a *Admin) stripeKeys(k dbsqlc.IdempotencyKey, children []dbsqlc.ListChildK
 }
 
 // Retry drives the user's unfinished key now, as the completer would, and
-// returns its final answer. A key needing attention is driven too: the
-// operator says its cause is fixed.
+// returns its final answer, with its secrets masked as Show masks them. A
+// key needing attention is driven too: the operator says its cause is
+// fixed.
 func (a *Admin) Retry(ctx context.Context, email, key string) (recovery.Response, error) {
 	s, err := a.Show(ctx, email, key)
 	if err != nil {
@@ -273,6 +277,9 @@ func (a *Admin) Retry(ctx context.Context, email, key string) (recovery.Response
 	resp, err := a.retryKey(ctx, s.ID)
 	if errors.Is(err, recovery.ErrNotRetryable) {
 		return recovery.Response{}, fmt.Errorf("%w: key %q of %s was taken or finished by another process meanwhile", ErrInUse, key, email)
+	}
+	if len(resp.Body) > 0 {
+		resp.Body = MaskSecrets(resp.Body)
 	}
 	return resp, err
 }
@@ -333,14 +340,12 @@ func timePtr(t pgtype.Timestamptz) *time.Time {
 	return &t.Time
 }
 
-// jsonOrString keeps a JSON body as it is and turns anything else into a
-// JSON string, so that the output is always valid JSON.
-func jsonOrString(b []byte) json.RawMessage {
-	if json.Valid(b) {
-		return b
+// masked is a stored JSON document (or nothing) as the operator sees it.
+func masked(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
 	}
-	s, _ := json.Marshal(string(b))
-	return s
+	return MaskSecrets(b)
 }
 
 var queries = dbsqlc.New()

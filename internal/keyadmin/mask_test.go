@@ -49,16 +49,16 @@ func TestMaskSecrets(t *testing.T) {
 	t.Parallel()
 	for in, want := range map[string]string{
 		`{"id":"we_1","secret":"whsec_abcdefghijklmnopqrstuvwxyz012345"}`: `{"id":"we_1","secret":"whsec_…2345"}`,
-		`{"secret":"hunter2"}`:                        `{"secret":"****"}`,
-		`{"secret":""}`:                               `{"secret":""}`, // nothing to hide
-		`{"data":[{"note":"whsec_0123456789abcdef"}]}`: `{"data":[{"note":"whsec_…cdef"}]}`,
+		`{"secret":"hunter2"}`: `{"secret":"****"}`,
+		`{"secret":""}`:        `{"secret":""}`, // nothing to hide
+		`{"data":[{"note":"whsec_0123456789abcdef"}]}`:     `{"data":[{"note":"whsec_…cdef"}]}`,
 		`{"a":{"secret":"s","n":1.50,"ok":true,"x":null}}`: `{"a":{"secret":"****","n":1.50,"ok":true,"x":null}}`,
-		`["whsec_short"]`:                           `["whsec_…"]`,
-		`{"z":1,"a":2,"m":"whsec_0123456789abcdef"}`: `{"z":1,"a":2,"m":"whsec_…cdef"}`, // order kept
-		`{"secret":{"inner":"x"}}`:                  `{"secret":{"inner":"x"}}`,
-		`{"url":"https://e.com"}`:                   `{"url":"https://e.com"}`,
-		`"whsec_0123456789abcdef"`:                  `"whsec_…cdef"`,
-		`not json whsec_0123456789abcdef`:           `"not json whsec_…cdef"`,
+		`["whsec_short"]`: `["whsec_…"]`,
+		`{"z":1,"a":2,"m":"whsec_0123456789abcdef"}`:     `{"z":1,"a":2,"m":"whsec_…cdef"}`, // order kept
+		`{"secret":{"inner":"x"}}`:                       `{"secret":{"inner":"x"}}`,
+		`{"url":"https://e.com"}`:                        `{"url":"https://e.com"}`,
+		`"whsec_0123456789abcdef"`:                       `"whsec_…cdef"`,
+		`not json whsec_0123456789abcdef`:                `"not json whsec_…cdef"`,
 		`{"note":"key whsec_0123456789abcdef, rotated"}`: `{"note":"key whsec_…cdef, rotated"}`,
 	} {
 		require.Equal(t, want, string(keyadmin.MaskSecrets([]byte(in))), in)

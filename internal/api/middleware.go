@@ -80,16 +80,40 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 // authenticate requires `Authorization: Bearer <api key>` and puts the user
 // in the context. A missing, malformed or unknown key is 401. A known key is
 // usually answered from s.auth's memory, without a query.
+//
+// Failed authentications are limited per client address (docs/API.md
+// section 2, s.failedAuth): a request whose key this instance has not seen
+// valid takes one failure of its address's allowance before the key is
+// looked up, and gets it back if the key is valid. Past the allowance, the
+// answer is 429 and the key store is not asked, so guessing keys costs the
+// database nothing. A key seen valid (s.auth.SeenValid) skips the
+// allowance: a client with a valid key is served even from an address
+// that is guessing (a NAT, a proxy). A valid key never seen by this
+// instance, from an address past its allowance, waits like a guess: the
+// key store alone could tell it from one. Stripe, too, blocks an address
+// that sends many invalid keys for a while, and its answer is a 429.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		key, ok := bearerToken(r.Header.Get("Authorization"))
+		settle := func(bool) {}
+		if !ok || !s.auth.SeenValid(key) {
+			var wait time.Duration
+			if settle, wait = s.failedAuth.take(clientAddr(r)); settle == nil {
+				problem.Write(w, tooManyFailures(wait))
+				return
+			}
+		}
 		if !ok {
+			settle(true)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
 			problem.Write(w, problem.New(http.StatusUnauthorized, problem.Unauthorized,
 				"Send your API key as `Authorization: Bearer <key>`."))
 			return
 		}
 		user, err := s.auth.Authenticate(r.Context(), key)
+		// Only an unknown key is the client's failure; the key store's own
+		// (the database down) is not.
+		settle(errors.Is(err, users.ErrUnknownKey))
 		if err != nil {
 			if errors.Is(err, users.ErrUnknownKey) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="payments", error="invalid_token"`)

@@ -3,6 +3,7 @@ package users
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -104,11 +105,37 @@ func (a *Authenticator) Authenticate(ctx context.Context, key string) (User, err
 	a.misses.Add(1)
 	lookedUp := a.now()
 	u, err := lookup(ctx, a.conn, hash)
+	if errors.Is(err, ErrUnknownKey) {
+		a.forget(hash) // revoked or deleted: no longer SeenValid
+	}
 	if err != nil {
 		return User{}, err
 	}
 	a.remember(hash, u, lookedUp)
 	return u, nil
+}
+
+// SeenValid reports whether key was valid when this Authenticator last
+// looked it up: it is remembered, its answer fresh or lapsed, and no lookup
+// since has found it unknown. It asks nothing of the database. The API's
+// limit on failed authentications lets such a key through (a client with a
+// valid key is not a guesser); whether it is still valid, Authenticate
+// says. With the cache off, nothing is remembered and no key is SeenValid.
+func (a *Authenticator) SeenValid(key string) bool {
+	if a.ttl <= 0 {
+		return false
+	}
+	hash := hashKey(key)
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.entries[hash]
+	return ok
+}
+
+func (a *Authenticator) forget(hash [sha256.Size]byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.entries, hash)
 }
 
 // Counts returns how many calls were answered from memory (hits) and how

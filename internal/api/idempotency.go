@@ -1,6 +1,8 @@
 package api
 
 import (
+	"errors"
+	"math"
 	"net/http"
 	"strings"
 
@@ -112,6 +114,13 @@ func readIdempotent(r *http.Request, dst any, allowEmpty bool) (payments.Idempot
 // writeExecution answers with what the engine returned: the final response
 // (marked when replayed), or the problem its error means (toProblem).
 func (s *Server) writeExecution(w http.ResponseWriter, r *http.Request, resp recovery.Response, err error) {
+	var inUse *recovery.KeyInUseError
+	if errors.As(err, &inUse) {
+		// toProblem's 409, told when to come back: when the lock lapses if
+		// its holder is overdue (it likely died), else soon.
+		problem.Write(w, toProblem(err).WithRetryAfter(max(1, int(math.Ceil(inUse.RetryAfter().Seconds())))))
+		return
+	}
 	if err != nil {
 		s.writeError(w, r, err)
 		return

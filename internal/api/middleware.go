@@ -82,38 +82,41 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 // usually answered from s.auth's memory, without a query.
 //
 // Failed authentications are limited per client address (docs/API.md
-// section 2, s.failedAuth): a request whose key this instance has not seen
-// valid takes one failure of its address's allowance before the key is
-// looked up, and gets it back if the key is valid. Past the allowance, the
-// answer is 429 and the key store is not asked, so guessing keys costs the
-// database nothing. A key seen valid (s.auth.SeenValid) skips the
-// allowance: a client with a valid key is served even from an address
-// that is guessing (a NAT, a proxy). A valid key never seen by this
-// instance, from an address past its allowance, waits like a guess: the
-// key store alone could tell it from one. Stripe, too, blocks an address
-// that sends many invalid keys for a while, and its answer is a 429.
+// section 2, s.failedAuth): a key this instance has not seen valid is
+// looked up only if its address has a failure left to spend, which the
+// lookup holds while it runs and gives back if the key is valid. Past the
+// allowance, the answer is 429 and the key store is not asked, so guessing
+// keys costs the database nothing. A key seen valid
+// (users.Authenticator.SeenValid) is looked up whatever its address's
+// allowance: a client with a valid key is served even from an address that
+// is guessing (a NAT, a proxy). Concurrent requests with one key share its
+// lookup and its charge (a storm of retries with a new valid key is one
+// lookup). A valid key never seen by this instance, from an address past
+// its allowance, waits like a guess: the key store alone could tell it from
+// one. Stripe, too, answers 429 to an address that sends many invalid keys.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := clientAddr(r)
 		key, ok := bearerToken(r.Header.Get("Authorization"))
-		settle := func(bool) {}
-		if !ok || !s.auth.SeenValid(key) {
-			var wait time.Duration
-			if settle, wait = s.failedAuth.take(clientAddr(r)); settle == nil {
+		if !ok {
+			settle, wait := s.failedAuth.take(client)
+			if settle == nil {
 				problem.Write(w, tooManyFailures(wait))
 				return
 			}
-		}
-		if !ok {
 			settle(true)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
 			problem.Write(w, problem.New(http.StatusUnauthorized, problem.Unauthorized,
 				"Send your API key as `Authorization: Bearer <key>`."))
 			return
 		}
-		user, err := s.auth.Authenticate(r.Context(), key)
-		// Only an unknown key is the client's failure; the key store's own
-		// (the database down) is not.
-		settle(errors.Is(err, users.ErrUnknownKey))
+		user, err := s.auth.AuthenticateGated(r.Context(), key, func() (func(unknown bool), error) {
+			settle, wait := s.failedAuth.take(client)
+			if settle == nil {
+				return nil, tooManyFailures(wait)
+			}
+			return settle, nil
+		})
 		if err != nil {
 			if errors.Is(err, users.ErrUnknownKey) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="payments", error="invalid_token"`)
@@ -133,7 +136,7 @@ func registerAuthMetrics(reg prometheus.Registerer, auth *users.Authenticator) {
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "payments_auth_cache_hits_total",
-			Help: "API keys answered from the in-process key cache, without a query.",
+			Help: "API keys answered without a query: from the in-process key cache, or by the lookup of the same key another request was making.",
 		}, func() float64 { hits, _ := auth.Counts(); return float64(hits) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "payments_auth_cache_misses_total",

@@ -98,8 +98,12 @@ type Summary struct {
 	Attempts          int64 `json:"attempts"`
 	CompleterAttempts int32 `json:"completer_attempts"`
 	// Locked is true while some process executes the request.
-	Locked              bool       `json:"locked"`
-	LockExpiresAt       *time.Time `json:"lock_expires_at"`
+	Locked        bool       `json:"locked"`
+	LockExpiresAt *time.Time `json:"lock_expires_at"`
+	// LockOverdue: the lock is live, but its holder has not renewed it for
+	// over half its lifetime (a live holder renews it every third): it may
+	// have died, and the lock then holds until LockExpiresAt.
+	LockOverdue         bool       `json:"lock_overdue"`
 	NeedsAttentionSince *time.Time `json:"needs_attention_since"`
 	// SpentStripeSteps are the Stripe steps whose current child key Stripe
 	// answers with a stored failure.
@@ -136,7 +140,7 @@ func (a *Admin) List(ctx context.Context, p ListParams) ([]Summary, error) {
 	}
 	out := make([]Summary, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, toSummary(r.IdempotencyKey, r.Email, r.AgeSeconds, r.LockLive, r.SpentSteps))
+		out = append(out, toSummary(r.IdempotencyKey, r.Email, r.AgeSeconds, r.LockLive, r.LockOverdue, r.SpentSteps))
 	}
 	return out, nil
 }
@@ -212,7 +216,7 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 		}
 	}
 	s := &Story{
-		Summary: toSummary(k, row.Email, row.AgeSeconds, row.LockLive, spent),
+		Summary: toSummary(k, row.Email, row.AgeSeconds, row.LockLive, row.LockOverdue, spent),
 		Params:  masked(k.RequestParams), Phases: []Phase{}, StripeKeys: a.stripeKeys(k, children),
 		ExpiresAt: timePtr(k.ExpiresAt),
 	}
@@ -270,9 +274,12 @@ func (a *Admin) Retry(ctx context.Context, email, key string) (recovery.Response
 	case s.Response != nil:
 		return recovery.Response{}, fmt.Errorf("%w: key %q of %s has its final answer (%d); nothing to retry",
 			ErrAlreadyFinished, key, email, s.Response.Status)
+	case s.Locked && s.LockOverdue:
+		return recovery.Response{}, fmt.Errorf("%w: key %q of %s is locked until %s by a process that has not renewed its lock for over half its lifetime and may have died; "+
+			"nothing can take the key over before: try again after %[4]s", ErrInUse, key, email, s.LockExpiresAt.UTC().Format(time.RFC3339))
 	case s.Locked:
-		return recovery.Response{}, fmt.Errorf("%w: key %q of %s is being executed right now (locked until %s); try again after",
-			ErrInUse, key, email, s.LockExpiresAt.Format(time.RFC3339))
+		return recovery.Response{}, fmt.Errorf("%w: key %q of %s is being executed right now (locked until %s while its process renews the lock); "+
+			"try again once it has finished, or after %[4]s if it dies", ErrInUse, key, email, s.LockExpiresAt.UTC().Format(time.RFC3339))
 	}
 	resp, err := a.retryKey(ctx, s.ID)
 	if errors.Is(err, recovery.ErrNotRetryable) {
@@ -300,7 +307,7 @@ func (a *Admin) userID(ctx context.Context, email string) (int64, error) {
 	return id, err
 }
 
-func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked bool, spent []string) Summary {
+func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked, overdue bool, spent []string) Summary {
 	s := Summary{
 		ID: k.ID, User: email, Key: k.IdempotencyKey, Flow: k.Flow, Method: k.RequestMethod, Path: k.RequestPath,
 		RecoveryPoint: k.RecoveryPoint, Created: k.CreatedAt, AgeSeconds: age, LastRun: k.LastRunAt,
@@ -309,6 +316,7 @@ func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked bool, 
 	}
 	if locked {
 		s.LockExpiresAt = timePtr(k.LockExpiresAt)
+		s.LockOverdue = overdue
 	}
 	if s.SpentStripeSteps == nil {
 		s.SpentStripeSteps = []string{}

@@ -84,7 +84,9 @@ func (p *process) serveAPI(ctx context.Context, ln net.Listener) error {
 	}()
 	handler := p.APIHandler(api.RateLimit{Rate: p.cfg.RateLimit, Burst: p.cfg.RateLimitBurst}, p.cfg.apiAuthCacheTTL())
 	p.Log.Info("API listening", slog.String("addr", ln.Addr().String()))
-	return p.serveHTTP(ctx, ln, handler, "API")
+	// net/http's own answers (a header over 1 MiB, a request it cannot
+	// parse) are problem+json too.
+	return p.serveHTTP(ctx, api.Listener(ln), handler, "API")
 }
 
 // runWorker does the background work until ctx is cancelled.

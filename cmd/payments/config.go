@@ -13,6 +13,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/stripeclient"
@@ -237,7 +238,7 @@ func (c config) LogValue() slog.Value {
 		slog.String("addr", c.Addr),
 		slog.String("data_dir", c.DataDir),
 		slog.String("database_url", maskURL(c.DatabaseURL)),
-		slog.Int("db_max_conns", c.DBMaxConns),
+		slog.Int("db_max_conns", c.dbMaxConns()),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("stripe_secret_key", maskSecret(c.StripeSecretKey)),
@@ -265,6 +266,15 @@ func (c config) LogValue() slog.Value {
 		slog.String("webhook_retry_schedule", c.WebhookRetrySchedule),
 		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 	)
+}
+
+// dbMaxConns is the pool size in effect: DBMaxConns, or db.Open's default
+// (four per core) for 0.
+func (c config) dbMaxConns() int {
+	if c.DBMaxConns > 0 {
+		return c.DBMaxConns
+	}
+	return int(db.DefaultMaxConns())
 }
 
 // apiAuthCacheTTL is AuthCacheTTL as api.Config reads it: there 0 means the

@@ -2,11 +2,14 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/db"
 )
 
 // The README's configuration table: the defaults of the settings issue 6
@@ -65,4 +68,19 @@ func TestDevConfig_webhookAllowPrivateDefaultsOnAndCanBeTurnedOff(t *testing.T) 
 	require.True(t, parse("--webhook-allow-private=true").WebhookAllowPrivate, "the command line wins over the environment")
 	t.Setenv(env, "true")
 	require.True(t, parse().WebhookAllowPrivate)
+}
+
+// The start-up log shows the pool size in effect: "db_max_conns: 0" read as
+// no connections at all, where 0 means the default, four per core.
+func TestConfig_logShowsTheEffectivePoolSize(t *testing.T) {
+	attrs := map[string]slog.Value{}
+	for _, a := range (config{}).LogValue().Group() {
+		attrs[a.Key] = a.Value
+	}
+	require.Equal(t, int64(db.DefaultMaxConns()), attrs["db_max_conns"].Int64(), "four per core")
+	attrs = map[string]slog.Value{}
+	for _, a := range (config{DBMaxConns: 7}).LogValue().Group() {
+		attrs[a.Key] = a.Value
+	}
+	require.Equal(t, int64(7), attrs["db_max_conns"].Int64())
 }

@@ -168,7 +168,7 @@ func limitJSONBody(next http.Handler) http.Handler {
 		}
 		if !isJSON(r.Header.Get("Content-Type")) {
 			problem.Write(w, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType,
-				"Send the request body as Content-Type: application/json."))
+				"Send the request body as Content-Type: application/json, in UTF-8 (no charset, or charset=utf-8)."))
 			return
 		}
 		if r.ContentLength > MaxBodyBytes {
@@ -185,7 +185,15 @@ func bodyTooLarge() *problem.Problem {
 		"The request body is larger than %d bytes.", MaxBodyBytes)
 }
 
+// isJSON reports whether contentType is JSON in UTF-8: application/json,
+// with no charset or charset=utf-8. JSON between systems is UTF-8 (RFC 8259
+// section 8.1); a body declared in another charset would be read as UTF-8
+// all the same, and mean something else than its sender meant.
 func isJSON(contentType string) bool {
-	mediaType, _, err := mime.ParseMediaType(contentType)
-	return err == nil && mediaType == "application/json"
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mediaType != "application/json" {
+		return false
+	}
+	charset, ok := params["charset"]
+	return !ok || strings.EqualFold(charset, "utf-8")
 }

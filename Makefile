@@ -13,12 +13,20 @@ SQLC         := $(TOOLS_DIR)/sqlc-$(SQLC_VERSION)/sqlc
 .PHONY: help deps build run test check generate bench bench-scale
 
 help:
-	@echo "make run    build and start payments dev on http://127.0.0.1:8080"
-	@echo "make test   run every test (installs PostgreSQL's server first if missing)"
-	@echo "make check  gofmt, go vet, generated code up to date, no links outside the repository"
-	@echo "make lint-api  lint the OpenAPI document (GET /openapi.json) with Redocly CLI"
-	@echo "make bench  run the benchmarks and write docs/BENCHMARKS.md"
-	@echo "make bench-scale  B, C, E at 0 to 10M live keys, start-up, churn: docs/BENCHMARKS-scale.md (~25 min)"
+	@echo "The set-up (each installs what is missing first):"
+	@echo "  make run          build and start payments dev on http://127.0.0.1:8080"
+	@echo "  make test         every test, with -race (installs PostgreSQL's server first if missing); about 10 minutes on 2 cores"
+	@echo "Also:"
+	@echo "  make deps         install what the others need (Go modules; PostgreSQL's server binaries)"
+	@echo "  make build        build bin/payments"
+	@echo "  make check        gofmt, go vet, generated code up to date, no links outside the repository"
+	@echo "  make generate     regenerate internal/db/dbsqlc from the queries (sqlc, installed once into TOOLS_DIR)"
+	@echo "  make fuzz         each fuzz target for FUZZTIME (default 10s)"
+	@echo "  make chaos        the chaos suite against the real binary for CHAOS_DURATION (default 60s)"
+	@echo "  make demo         every request of api.http, end to end, against a fresh payments dev (needs Node.js and the npm registry)"
+	@echo "  make lint-api     lint the OpenAPI document with Redocly CLI (needs Node.js and the npm registry)"
+	@echo "  make bench        run the benchmarks and write docs/BENCHMARKS.md"
+	@echo "  make bench-scale  B, C, E at 0 to 10M live keys, start-up, churn: docs/BENCHMARKS-scale.md (~25 min)"
 
 deps:
 	@./scripts/install-deps.sh
@@ -29,8 +37,13 @@ build: deps
 run: build
 	./bin/payments dev
 
+# go test -json through scripts/testprogress: a line per package as it
+# finishes, with its time, the whole output of a failing package, the
+# packages still running every minute. pipefail: a failing go test fails
+# make test even if the printer did not see why.
 test: deps
-	$(GO) test -race -count=1 ./...
+	@echo "make test: every package with -race, against real PostgreSQL clusters: about 10 minutes on 2 cores (cmd/payments, the slowest, takes about 6)"
+	@set -o pipefail; $(GO) test -race -count=1 -json ./... 2>&1 | $(GO) run ./scripts/testprogress
 
 check: deps $(SQLC)
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi
@@ -64,7 +77,8 @@ FUZZ_TARGETS := \
 	./internal/api:FuzzHandler \
 	./internal/recovery:FuzzCanonicalJSON \
 	./internal/webhooks:FuzzVerify \
-	./internal/webhooks:FuzzUnprocessable
+	./internal/webhooks:FuzzUnprocessable \
+	./client/webhook:FuzzVerify
 
 .PHONY: fuzz
 fuzz: deps

@@ -50,7 +50,7 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 		KeyFilter: keyfilter.Config{
 			ExpectedKeysPerSlice: uint(cfg.KeyFilterExpectedKeys), FalsePositiveRate: cfg.KeyFilterFPRate, Disabled: !cfg.KeyFilter,
 		},
-		Stripe: stripe, WebhookSecret: cfg.StripeWebhookSecret, Logger: log, WebhookURLCheck: webhookURLCheck(cfg),
+		Stripe: stripe, WebhookSecret: cfg.StripeWebhookSecret, Logger: log, WebhookURLCheck: webhookURLCheck(cfg, log),
 	})
 	if errors.Is(err, app.ErrKeyFilterConfig) {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
@@ -84,7 +84,9 @@ func (p *process) serveAPI(ctx context.Context, ln net.Listener) error {
 	}()
 	handler := p.APIHandler(api.RateLimit{Rate: p.cfg.RateLimit, Burst: p.cfg.RateLimitBurst}, p.cfg.apiAuthCacheTTL())
 	p.Log.Info("API listening", slog.String("addr", ln.Addr().String()))
-	return p.serveHTTP(ctx, ln, handler, "API")
+	// net/http's own answers (a header over 1 MiB, a request it cannot
+	// parse) are problem+json too.
+	return p.serveHTTP(ctx, api.Listener(ln), handler, "API")
 }
 
 // runWorker does the background work until ctx is cancelled.
@@ -102,7 +104,7 @@ func (p *process) runWorker(ctx context.Context) error {
 	return worker.Run(ctx, worker.Config{
 		Pool: p.Pool, Logger: p.Log, Registry: p.Registry, Engine: p.Engine, Mailer: mailer,
 		Flows:                append(p.Payments.Flows(), p.Hooks.Flows()...),
-		WebhookRetrySchedule: schedule, WebhookClient: webhookClient(p.cfg),
+		WebhookRetrySchedule: schedule, WebhookClient: webhookClient(p.cfg, p.Log),
 		Payments: p.Payments, CompleterInterval: p.cfg.CompleterInterval, CompleterGrace: p.cfg.CompleterGrace,
 		ReaperInterval: p.cfg.ReaperInterval, EnqueuerPollInterval: p.cfg.EnqueuerPollInterval,
 		ReconcileInterval: p.cfg.ReconcileInterval, ReconcileAfter: p.cfg.ReconcileAfter,
@@ -113,18 +115,31 @@ func (p *process) runWorker(ctx context.Context) error {
 
 // webhookClient is the HTTP client of the webhook deliveries
 // (internal/safehttp): it times out after merchanthooks.AttemptTimeout,
-// follows no redirects (a 3xx is a failed attempt), and, unless
-// WebhookAllowPrivate, refuses to connect to a non-public address.
-func webhookClient(cfg config) *http.Client {
-	return safehttp.NewClient(safehttp.Config{AllowPrivate: cfg.WebhookAllowPrivate, Timeout: merchanthooks.AttemptTimeout})
+// follows no redirects (a 3xx is a failed attempt), refuses to connect to
+// the service's own addresses, and, unless WebhookAllowPrivate, to a
+// non-public address.
+func webhookClient(cfg config, log *slog.Logger) *http.Client {
+	return safehttp.NewClient(webhookPolicy(cfg, log))
+}
+
+func webhookPolicy(cfg config, log *slog.Logger) safehttp.Config {
+	return safehttp.Config{AllowPrivate: cfg.WebhookAllowPrivate, Own: cfg.webhookOwn, Timeout: merchanthooks.AttemptTimeout,
+		Logger: log.With(slog.String("component", "webhooks"))}
 }
 
 // webhookURLCheck refuses, at creation, an endpoint URL the delivery
-// client would refuse to connect to (a non-public address), unless private
-// addresses are allowed.
-func webhookURLCheck(cfg config) func(context.Context, string) error {
+// client would refuse to connect to. The refusal's text does not say what
+// a host name resolved to; this process's debug log does.
+func webhookURLCheck(cfg config, log *slog.Logger) func(context.Context, string) error {
+	policy := webhookPolicy(cfg, log)
 	return func(ctx context.Context, rawURL string) error {
-		return safehttp.CheckURL(ctx, rawURL, cfg.WebhookAllowPrivate)
+		err := safehttp.CheckURL(ctx, rawURL, policy)
+		var refused *safehttp.RefusedError
+		if errors.As(err, &refused) {
+			log.DebugContext(ctx, "webhook endpoint url refused", slog.String("host", refused.Host),
+				slog.String("address", refused.Addr.String()), slog.String("reason", refused.Reason))
+		}
+		return err
 	}
 }
 

@@ -6,12 +6,14 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net/netip"
 	"net/url"
 	"os"
 	"strconv"
 	"strings"
 	"time"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/stripeclient"
@@ -65,8 +67,12 @@ type config struct {
 	// attempts, comma-separated (webhookRetrySchedule parses it).
 	WebhookRetrySchedule string
 	// WebhookAllowPrivate lets webhook endpoints be on loopback, private
-	// and other non-public addresses; payments dev forces it on.
+	// and other non-public addresses; payments dev defaults it to true.
 	WebhookAllowPrivate bool
+	// webhookOwn are the addresses webhooks never reach, even when private
+	// ones are allowed: in dev, the service's own (ownAddresses). Not a
+	// setting.
+	webhookOwn []netip.AddrPort
 }
 
 // defaultShutdownTimeout lets a request that is waiting on Stripe when
@@ -130,6 +136,20 @@ func (f *flags) levelVar(p *slog.Level, name, env string, def slog.Level, help s
 	f.TextVar(p, name, def, help+" (env "+env+")")
 }
 
+// devDefault gives the flag name another default, for one command, unless
+// its environment twin is set (which, as for every flag, wins over the
+// default; the command line wins over both).
+func (f *flags) devDefault(name, env, value string) {
+	if _, ok := os.LookupEnv(env); ok {
+		return
+	}
+	fl := f.Lookup(name)
+	if err := fl.Value.Set(value); err != nil {
+		panic(fmt.Sprintf("flag --%s: default %q: %v", name, value, err)) // a programming error
+	}
+	fl.DefValue = value
+}
+
 func (f *flags) parseEnv(env string, parse func(string) error) {
 	if v, ok := os.LookupEnv(env); ok {
 		if err := parse(v); err != nil {
@@ -181,7 +201,7 @@ func (c *config) workerFlags(f *flags) {
 	f.stringVar(&c.WebhookRetrySchedule, "webhook-retry-schedule", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h",
 		"delays between a webhook delivery's attempts, comma-separated; after the last the delivery fails")
 	f.boolVar(&c.WebhookAllowPrivate, "webhook-allow-private", "PAYMENTS_WEBHOOK_ALLOW_PRIVATE", false,
-		"allow webhook endpoints on loopback, private and other non-public addresses (payments dev always does)")
+		"allow webhook endpoints on loopback, private and other non-public addresses (payments dev does unless this is false)")
 }
 
 // webhookRetrySchedule parses WebhookRetrySchedule: durations, each positive.
@@ -230,7 +250,7 @@ func (c config) LogValue() slog.Value {
 		slog.String("addr", c.Addr),
 		slog.String("data_dir", c.DataDir),
 		slog.String("database_url", maskURL(c.DatabaseURL)),
-		slog.Int("db_max_conns", c.DBMaxConns),
+		slog.Int("db_max_conns", c.dbMaxConns()),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("stripe_secret_key", maskSecret(c.StripeSecretKey)),
@@ -262,6 +282,15 @@ func (c config) LogValue() slog.Value {
 		slog.String("webhook_retry_schedule", c.WebhookRetrySchedule),
 		slog.Bool("webhook_allow_private", c.WebhookAllowPrivate),
 	)
+}
+
+// dbMaxConns is the pool size in effect: DBMaxConns, or db.Open's default
+// (four per core) for 0.
+func (c config) dbMaxConns() int {
+	if c.DBMaxConns > 0 {
+		return c.DBMaxConns
+	}
+	return int(db.DefaultMaxConns())
 }
 
 // apiAuthCacheTTL is AuthCacheTTL as api.Config reads it: there 0 means the

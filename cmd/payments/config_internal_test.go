@@ -2,11 +2,14 @@ package main
 
 import (
 	"io"
+	"log/slog"
 	"os"
 	"testing"
 	"time"
 
 	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/db"
 )
 
 // The README's configuration table: the defaults of the settings issue 6
@@ -46,4 +49,44 @@ func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	require.Equal(t, 20.0, c.ReconcileRate)
 
 	require.Negative(t, parse("--auth-cache-ttl", "0").apiAuthCacheTTL(), "0 turns the cache off")
+}
+
+// docs/API.md section 7: payments dev allows private webhook addresses
+// unless PAYMENTS_WEBHOOK_ALLOW_PRIVATE=false is set (or the flag says so),
+// so the SSRF guard can be rehearsed in dev. It used to force them on.
+func TestDevConfig_webhookAllowPrivateDefaultsOnAndCanBeTurnedOff(t *testing.T) {
+	const env = "PAYMENTS_WEBHOOK_ALLOW_PRIVATE"
+	if v, ok := os.LookupEnv(env); ok {
+		t.Setenv(env, v) // restored after the test
+	}
+	require.NoError(t, os.Unsetenv(env))
+	parse := func(args ...string) config {
+		t.Helper()
+		cfg, err := parseDevConfig(args, io.Discard)
+		require.NoError(t, err)
+		return cfg
+	}
+	require.True(t, parse().WebhookAllowPrivate, "dev's default")
+	require.False(t, parse("--webhook-allow-private=false").WebhookAllowPrivate)
+
+	t.Setenv(env, "false")
+	require.False(t, parse().WebhookAllowPrivate)
+	require.True(t, parse("--webhook-allow-private=true").WebhookAllowPrivate, "the command line wins over the environment")
+	t.Setenv(env, "true")
+	require.True(t, parse().WebhookAllowPrivate)
+}
+
+// The start-up log shows the pool size in effect: "db_max_conns: 0" read as
+// no connections at all, where 0 means the default, four per core.
+func TestConfig_logShowsTheEffectivePoolSize(t *testing.T) {
+	attrs := map[string]slog.Value{}
+	for _, a := range (config{}).LogValue().Group() {
+		attrs[a.Key] = a.Value
+	}
+	require.Equal(t, int64(db.DefaultMaxConns()), attrs["db_max_conns"].Int64(), "four per core")
+	attrs = map[string]slog.Value{}
+	for _, a := range (config{DBMaxConns: 7}).LogValue().Group() {
+		attrs[a.Key] = a.Value
+	}
+	require.Equal(t, int64(7), attrs["db_max_conns"].Int64())
 }

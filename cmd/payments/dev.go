@@ -6,8 +6,11 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"net/netip"
+	"net/url"
 	"path/filepath"
 	"strings"
+	"time"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/pglocal"
@@ -18,18 +21,8 @@ import (
 // Without DATABASE_URL it runs its own PostgreSQL cluster in --data-dir,
 // which survives restarts and dies with the process.
 func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var cfg config
-	f := newFlags("dev", stderr)
-	cfg.commonFlags(f)
-	f.stringVar(&cfg.DataDir, "data-dir", "PAYMENTS_DATA_DIR", ".data", "where the local PostgreSQL cluster lives")
-	f.stringVar(&cfg.StripesimAddr, "stripesim-addr", "PAYMENTS_STRIPESIM_ADDR", "127.0.0.1:12111",
-		"where the embedded Stripe simulator listens (when neither STRIPE_API_BASE nor STRIPE_SECRET_KEY is set)")
-	if err := f.parse(args); err != nil {
-		return err
-	}
-	// A newcomer's endpoint is on their own machine.
-	cfg.WebhookAllowPrivate = true
-	if err := cfg.validate(); err != nil {
+	cfg, err := parseDevConfig(args, stderr)
+	if err != nil {
 		return err
 	}
 	log := newLogger(stderr, cfg.LogLevel)
@@ -68,6 +61,8 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer sim.stop()
 		cfg.StripeAPIBase = sim.url
 	}
+	// Private webhook addresses or not, never the service's own.
+	cfg.webhookOwn = ownAddresses(ctx, ln.Addr().String(), cfg.StripeAPIBase, log)
 	log.Info("starting payments dev", slog.Any("config", cfg))
 
 	if err := db.MigrateUp(ctx, cfg.DatabaseURL, log); err != nil {
@@ -83,6 +78,63 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	printWelcome(stdout, cfg, ln.Addr().String())
 	return runAll(ctx, p.runWorker, func(ctx context.Context) error { return p.serveAPI(ctx, ln) })
+}
+
+// parseDevConfig reads dev's settings: serve's, and its own.
+func parseDevConfig(args []string, stderr io.Writer) (config, error) {
+	var cfg config
+	f := newFlags("dev", stderr)
+	cfg.commonFlags(f)
+	f.stringVar(&cfg.DataDir, "data-dir", "PAYMENTS_DATA_DIR", ".data", "where the local PostgreSQL cluster lives")
+	f.stringVar(&cfg.StripesimAddr, "stripesim-addr", "PAYMENTS_STRIPESIM_ADDR", "127.0.0.1:12111",
+		"where the embedded Stripe simulator listens (when neither STRIPE_API_BASE nor STRIPE_SECRET_KEY is set)")
+	// A newcomer's endpoint is on their own machine: dev allows private
+	// addresses unless PAYMENTS_WEBHOOK_ALLOW_PRIVATE=false (or the flag)
+	// says otherwise, so that the SSRF guard can be rehearsed in dev too.
+	f.devDefault("webhook-allow-private", "PAYMENTS_WEBHOOK_ALLOW_PRIVATE", "true")
+	if err := f.parse(args); err != nil {
+		return config{}, err
+	}
+	if err := cfg.validate(); err != nil {
+		return config{}, err
+	}
+	return cfg, nil
+}
+
+// ownAddresses are the addresses webhooks must never reach in dev (docs/API.md
+// section 7): the API's, and the Stripe simulator's when it is on this
+// machine (the embedded one, or one STRIPE_API_BASE names by a loopback
+// address or localhost). A simulator elsewhere is not the service's to
+// guard; with Stripe itself there is none.
+func ownAddresses(ctx context.Context, apiAddr, stripeAPIBase string, log *slog.Logger) []netip.AddrPort {
+	var own []netip.AddrPort
+	if ap, err := netip.ParseAddrPort(apiAddr); err == nil {
+		own = append(own, ap)
+	}
+	u, err := url.Parse(stripeAPIBase)
+	if stripeAPIBase == "" || err != nil || u.Hostname() == "" {
+		return own
+	}
+	port := u.Port()
+	if port == "" {
+		port = map[string]string{"https": "443"}[u.Scheme]
+		if port == "" {
+			port = "80"
+		}
+	}
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
+	defer cancel()
+	addrs, err := net.DefaultResolver.LookupNetIP(ctx, "ip", u.Hostname())
+	if err != nil {
+		log.Debug("cannot resolve the Stripe simulator's host; webhooks are not kept from it", slog.String("error", err.Error()))
+		return own
+	}
+	for _, addr := range addrs {
+		if ap, err := netip.ParseAddrPort(net.JoinHostPort(addr.String(), port)); err == nil && (addr.IsLoopback() || addr.IsUnspecified()) {
+			own = append(own, ap)
+		}
+	}
+	return own
 }
 
 // devWebhookSecret signs the embedded simulator's webhooks in dev, on both

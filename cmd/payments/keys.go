@@ -261,7 +261,10 @@ func printKeyList(w io.Writer, st keyadmin.State, keys []keyadmin.Summary) error
 // pointAndMarks is the recovery point, with what else holds the key there.
 func pointAndMarks(k keyadmin.Summary) string {
 	s := k.RecoveryPoint
-	if k.Locked {
+	switch {
+	case k.Locked && k.LockOverdue:
+		s += " (held until " + timeText(*k.LockExpiresAt) + "; its holder may have died)"
+	case k.Locked:
 		s += " (locked)"
 	}
 	if k.NeedsAttentionSince != nil {
@@ -279,8 +282,12 @@ func printKeyStory(w io.Writer, s *keyadmin.Story) error {
 	fmt.Fprintf(tw, "Recovery point\t%s\n", s.RecoveryPoint)
 	fmt.Fprintf(tw, "Attempts\t%d (of them by the completer: %d); the last began %s\n", s.Attempts, s.CompleterAttempts, timeText(s.LastRun))
 	lock := "free"
-	if s.Locked {
-		lock = "held until " + timeText(*s.LockExpiresAt) + ": a process is executing the request"
+	switch {
+	case s.Locked && s.LockOverdue:
+		lock = "held until " + timeText(*s.LockExpiresAt) + ": the process executing the request has not renewed it for over half its lifetime and may have died; " +
+			"nothing can take the key over before then"
+	case s.Locked:
+		lock = "held until " + timeText(*s.LockExpiresAt) + ": a process is executing the request (and renews the lock while it does)"
 	}
 	fmt.Fprintf(tw, "Lock\t%s\n", lock)
 	if s.NeedsAttentionSince != nil {

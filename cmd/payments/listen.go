@@ -55,7 +55,7 @@ func runListen(ctx context.Context, args []string, stdout, stderr io.Writer) err
 	defer ln.Close()
 	receiverURL := "http://" + dialableAddr(ln.Addr()) + "/"
 	api := &apiClient{base: strings.TrimSuffix(opts.API, "/"), key: opts.APIKey,
-		http: &http.Client{Timeout: 10 * time.Second}, log: log}
+		http: &http.Client{Timeout: 10 * time.Second}, log: log, progress: stderr}
 	endpoint, err := api.createEndpoint(ctx, receiverURL, strings.Split(opts.Events, ","))
 	if err != nil {
 		return fmt.Errorf("registering a webhook endpoint with %s: %w", opts.API, err)
@@ -213,6 +213,12 @@ type apiClient struct {
 	base, key string
 	http      *http.Client
 	log       *slog.Logger
+	// progress, when set, gets a line in words for each try that failed
+	// and will be made again.
+	progress io.Writer
+	// unreachableFor is how long registration tries while nothing answers
+	// at base at all; 0 means unreachableDeadline.
+	unreachableFor time.Duration
 }
 
 type webhookEndpoint struct {
@@ -225,6 +231,11 @@ type webhookEndpoint struct {
 // for `payments dev` started at the same moment to come up.
 const registrationDeadline = time.Minute
 
+// unreachableDeadline bounds them while nothing answers at the API's
+// address at all: a `payments dev` starting at the same moment listens
+// within seconds (before its database is up); a wrong --api never does.
+const unreachableDeadline = 15 * time.Second
+
 // createEndpoint registers url through the service's Go client, which
 // retries network errors, 409, 429 and 5xx with the one Idempotency-Key it
 // makes for the call: however many tries it takes, the API creates one
@@ -233,25 +244,59 @@ const registrationDeadline = time.Minute
 func (c *apiClient) createEndpoint(ctx context.Context, url string, events []string) (*webhookEndpoint, error) {
 	ctx, cancel := context.WithTimeout(ctx, registrationDeadline)
 	defer cancel()
+	unreachableFor := c.unreachableFor
+	if unreachableFor <= 0 {
+		unreachableFor = unreachableDeadline
+	}
+	var unreachableSince time.Time // of the current run of tries nothing answered
+	gaveUp := false
 	api := client.New(c.base, c.key, client.WithHTTPClient(c.http),
 		// Bounded by registrationDeadline rather than by a count.
 		client.WithMaxAttempts(math.MaxInt), client.WithBackoff(100*time.Millisecond, 5*time.Second),
 		client.WithObserver(func(a client.Attempt) {
-			if a.Retry {
-				c.log.Warn("registering the webhook endpoint: trying again",
-					slog.Int("status", a.Status), slog.Any("error", a.Err), slog.Duration("wait", a.Wait))
+			if !a.Retry {
+				return
 			}
+			if a.Status != 0 {
+				unreachableSince = time.Time{}
+				c.say("the API at %s answered %d; trying again in %s", c.base, a.Status, a.Wait.Round(time.Millisecond))
+				return
+			}
+			if unreachableSince.IsZero() {
+				unreachableSince = time.Now()
+			}
+			if time.Since(unreachableSince)+a.Wait > unreachableFor {
+				gaveUp = true
+				cancel()
+				return
+			}
+			c.say("cannot reach %s (%v); trying again in %s", c.base, a.Err, a.Wait.Round(time.Millisecond))
 		}))
 	e, err := api.CreateWebhookEndpoint(ctx, client.CreateWebhookEndpointParams{
 		URL: url, EnabledEvents: events, Description: client.String("payments listen"),
 	})
-	if err != nil {
+	var answer *client.Error
+	switch {
+	case gaveUp:
+		return nil, fmt.Errorf("nothing answers at %s (tried for %s): is payments dev or payments serve running there? "+
+			"Give its address with --api (or PAYMENTS_API_URL)", c.base, unreachableFor)
+	case errors.As(err, &answer) && answer.Status == http.StatusBadRequest && strings.Contains(answer.Detail, "url is refused"):
+		return nil, fmt.Errorf("%w\nThe service does not deliver webhooks to this machine's address %s: payments serve delivers only to "+
+			"public addresses unless it runs with PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true (payments dev does by default)", err, url)
+	case err != nil:
 		return nil, err
 	}
 	if e.ID == "" || e.Secret == "" {
 		return nil, fmt.Errorf("the API answered 201 without an endpoint id and secret")
 	}
 	return &webhookEndpoint{ID: e.ID, URL: e.URL, Secret: e.Secret}, nil
+}
+
+// say prints a progress line, in words, when progress is set.
+func (c *apiClient) say(format string, args ...any) {
+	if c.progress != nil {
+		fmt.Fprintf(c.progress, "payments listen: "+format+"\n", args...)
+	}
 }
 
 // deleteEndpoint deletes the endpoint, also after the command's context is

@@ -197,3 +197,47 @@ func TestRegisterEndpoint_aFinalRefusalIsNotRetried(t *testing.T) {
 	require.ErrorContains(t, err, "unknown API key")
 	require.EqualValues(t, 1, tries.Load())
 }
+
+// A wrong --api: nothing answers there. listen used to retry for a minute,
+// printing JSON lines with the wait in nanoseconds; it says what it does in
+// words, gives up once nothing has answered for unreachableDeadline, and
+// says what to check.
+func TestRegisterEndpoint_givesUpOnAnAddressWhereNothingAnswers(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	addr := ln.Addr().String()
+	require.NoError(t, ln.Close()) // nothing listens there now
+
+	var progress bytes.Buffer
+	c := &apiClient{base: "http://" + addr, key: "sk_test_key", http: &http.Client{}, log: slog.New(slog.DiscardHandler),
+		progress: &progress, unreachableFor: 500 * time.Millisecond}
+	start := time.Now()
+	_, err = c.createEndpoint(t.Context(), "http://127.0.0.1:1/", []string{"*"})
+	require.Error(t, err)
+	require.Less(t, time.Since(start), 10*time.Second)
+	require.Contains(t, err.Error(), "nothing answers at http://"+addr)
+	require.Contains(t, err.Error(), "--api")
+	lines := progress.String()
+	require.Contains(t, lines, "cannot reach http://"+addr)
+	require.Regexp(t, `trying again in [0-9.]+m?s\n`, lines, "durations in words")
+	require.NotContains(t, lines, `"wait"`)
+	require.NotContains(t, lines, "{")
+}
+
+// payments serve refuses an endpoint on this machine unless
+// PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true; listen names the setting.
+func TestRegisterEndpoint_aLoopbackRefusalNamesTheSetting(t *testing.T) {
+	t.Parallel()
+	api := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "application/problem+json")
+		w.WriteHeader(http.StatusBadRequest)
+		_, _ = io.WriteString(w, `{"status":400,"code":"validation_failed","title":"Bad Request",`+
+			`"detail":"url is refused: invalid webhook url: url's host 127.0.0.1 is a loopback address; webhooks are delivered only to public addresses."}`)
+	}))
+	t.Cleanup(api.Close)
+	c := &apiClient{base: api.URL, key: "sk_test_key", http: api.Client(), log: slog.New(slog.DiscardHandler)}
+	_, err := c.createEndpoint(t.Context(), "http://127.0.0.1:1/", []string{"*"})
+	require.ErrorContains(t, err, "loopback address")
+	require.ErrorContains(t, err, "PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true")
+}

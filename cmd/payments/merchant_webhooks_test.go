@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"net/http"
+	"strings"
 	"syscall"
 	"testing"
 	"time"
@@ -115,9 +116,16 @@ func TestServe_webhookEndpointsOnNonPublicAddressesAreRefused(t *testing.T) {
 		status, data, err := postIdempotent(t, strict, "/v1/webhook_endpoints", fmt.Sprintf("private-%d", i), `{"url":"`+url+`"}`)
 		require.NoError(t, err)
 		require.Equal(t, http.StatusBadRequest, status, "%s: %s", url, data)
-		var p struct{ Code string }
+		var p struct{ Code, Detail string }
 		require.NoError(t, json.Unmarshal(data, &p))
 		require.Equal(t, "validation_failed", p.Code, url)
+		if strings.Contains(url, "localhost") {
+			// "The refusal does not tell what a host name resolved to."
+			require.Contains(t, p.Detail, `"localhost" is not a public address`)
+			require.NotContains(t, p.Detail, "127.0.0.1")
+			require.NotContains(t, p.Detail, "::1")
+			require.NotContains(t, p.Detail, "loopback")
+		}
 	}
 
 	// Registered through an instance that allows private addresses, the

@@ -80,16 +80,43 @@ func (s *Server) recoverPanics(next http.Handler) http.Handler {
 // authenticate requires `Authorization: Bearer <api key>` and puts the user
 // in the context. A missing, malformed or unknown key is 401. A known key is
 // usually answered from s.auth's memory, without a query.
+//
+// Failed authentications are limited per client address (docs/API.md
+// section 2, s.failedAuth): a key this instance has not seen valid is
+// looked up only if its address has a failure left to spend, which the
+// lookup holds while it runs and gives back if the key is valid. Past the
+// allowance, the answer is 429 and the key store is not asked, so guessing
+// keys costs the database nothing. A key seen valid
+// (users.Authenticator.SeenValid) is looked up whatever its address's
+// allowance: a client with a valid key is served even from an address that
+// is guessing (a NAT, a proxy). Concurrent requests with one key share its
+// lookup and its charge (a storm of retries with a new valid key is one
+// lookup). A valid key never seen by this instance, from an address past
+// its allowance, waits like a guess: the key store alone could tell it from
+// one. Stripe, too, answers 429 to an address that sends many invalid keys.
 func (s *Server) authenticate(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		client := clientAddr(r)
 		key, ok := bearerToken(r.Header.Get("Authorization"))
 		if !ok {
+			settle, wait := s.failedAuth.take(client)
+			if settle == nil {
+				problem.Write(w, tooManyFailures(wait))
+				return
+			}
+			settle(true)
 			w.Header().Set("WWW-Authenticate", `Bearer realm="payments"`)
 			problem.Write(w, problem.New(http.StatusUnauthorized, problem.Unauthorized,
 				"Send your API key as `Authorization: Bearer <key>`."))
 			return
 		}
-		user, err := s.auth.Authenticate(r.Context(), key)
+		user, err := s.auth.AuthenticateGated(r.Context(), key, func() (func(unknown bool), error) {
+			settle, wait := s.failedAuth.take(client)
+			if settle == nil {
+				return nil, tooManyFailures(wait)
+			}
+			return settle, nil
+		})
 		if err != nil {
 			if errors.Is(err, users.ErrUnknownKey) {
 				w.Header().Set("WWW-Authenticate", `Bearer realm="payments", error="invalid_token"`)
@@ -109,7 +136,7 @@ func registerAuthMetrics(reg prometheus.Registerer, auth *users.Authenticator) {
 	reg.MustRegister(
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "payments_auth_cache_hits_total",
-			Help: "API keys answered from the in-process key cache, without a query.",
+			Help: "API keys answered without a query: from the in-process key cache, or by the lookup of the same key another request was making.",
 		}, func() float64 { hits, _ := auth.Counts(); return float64(hits) }),
 		prometheus.NewCounterFunc(prometheus.CounterOpts{
 			Name: "payments_auth_cache_misses_total",
@@ -141,7 +168,7 @@ func limitJSONBody(next http.Handler) http.Handler {
 		}
 		if !isJSON(r.Header.Get("Content-Type")) {
 			problem.Write(w, problem.New(http.StatusUnsupportedMediaType, problem.UnsupportedMediaType,
-				"Send the request body as Content-Type: application/json."))
+				"Send the request body as Content-Type: application/json, in UTF-8 (no charset, or charset=utf-8)."))
 			return
 		}
 		if r.ContentLength > MaxBodyBytes {
@@ -163,7 +190,15 @@ func bodyOver(limit int) *problem.Problem {
 		"The request body is larger than %d bytes (%d KiB), this route's limit.", limit, limit>>10)
 }
 
+// isJSON reports whether contentType is JSON in UTF-8: application/json,
+// with no charset or charset=utf-8. JSON between systems is UTF-8 (RFC 8259
+// section 8.1); a body declared in another charset would be read as UTF-8
+// all the same, and mean something else than its sender meant.
 func isJSON(contentType string) bool {
-	mediaType, _, err := mime.ParseMediaType(contentType)
-	return err == nil && mediaType == "application/json"
+	mediaType, params, err := mime.ParseMediaType(contentType)
+	if err != nil || mediaType != "application/json" {
+		return false
+	}
+	charset, ok := params["charset"]
+	return !ok || strings.EqualFold(charset, "utf-8")
 }

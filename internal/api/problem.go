@@ -46,8 +46,15 @@ func problemFor(err error) *problem.Problem {
 		return problem.New(http.StatusUnprocessableEntity, problem.IdempotencyKeyReused,
 			"This Idempotency-Key was first used for a different request (method, path or body). Use a new key for a new request.")
 	case errors.Is(err, recovery.ErrKeyInUse), errors.Is(err, recovery.ErrLockLost), errors.Is(err, db.ErrLockNotHeld):
+		// Told when to come back: when the lock lapses if its holder is
+		// overdue (it likely died; recovery.KeyInUseError), else soon.
+		retryAfter := 1
+		var inUse *recovery.KeyInUseError
+		if errors.As(err, &inUse) {
+			retryAfter = max(1, int(math.Ceil(inUse.RetryAfter().Seconds())))
+		}
 		return problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
-			"A request with this Idempotency-Key is in progress. Retry with the same key shortly.").WithRetryAfter(1)
+			"A request with this Idempotency-Key is in progress. Retry with the same key shortly.").WithRetryAfter(retryAfter)
 	case errors.Is(err, recovery.ErrNotRetryable):
 		return problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
 			"This Idempotency-Key is finished or in use by a request in progress.").WithRetryAfter(1)

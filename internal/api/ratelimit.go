@@ -3,9 +3,11 @@ package api
 import (
 	"math"
 	"net/http"
+	"net/netip"
 	"sync"
 	"time"
 
+	"github.com/prometheus/client_golang/prometheus"
 	"golang.org/x/time/rate"
 
 	"github.com/example/payments/internal/problem"
@@ -84,4 +86,126 @@ func (s *Server) limitRate(next http.Handler) http.Handler {
 		}
 		next.ServeHTTP(w, r)
 	})
+}
+
+// DefaultFailedAuthLimit is docs/API.md section 2's limit on failed
+// authentications per client address: 20 a second on average, in bursts of
+// 40.
+var DefaultFailedAuthLimit = RateLimit{Rate: 20, Burst: 40}
+
+// maxAddrBuckets bounds how many client addresses addrLimiter remembers:
+// some 10 MB at most, however many addresses a hostile client sends from.
+const maxAddrBuckets = 1 << 16
+
+// addrLimiter limits failed authentications per client address, in memory
+// (per instance, as userLimiter). The client address is the connection's
+// (http.Request.RemoteAddr, see clientAddr): X-Forwarded-For is not read,
+// so behind a proxy every client shares the proxy's allowance (which
+// touches no client whose key this instance has seen valid: see
+// Server.authenticate).
+//
+// A lookup is admitted while the address has a token for it and for every
+// lookup of it still running, and only a failed one takes its token: so a
+// valid key costs its address nothing, and however many guesses arrive at
+// once, no more are looked up than the tokens there are.
+//
+// Its memory is bounded: when maxAddrBuckets addresses are remembered and
+// another comes, the buckets that have filled up again are dropped (a full
+// bucket is what a new one would be, so that forgets nothing); if more than
+// half are still in use, all are dropped. A client with that many
+// addresses then gets a new burst for each, once per sweep: bounded work,
+// as the Authenticator's cache is bounded.
+type addrLimiter struct {
+	limit      RateLimit
+	maxBuckets int
+	mu         sync.Mutex
+	buckets    map[netip.Prefix]*addrBucket
+	limited    prometheus.Counter
+}
+
+type addrBucket struct {
+	tokens   *rate.Limiter
+	inFlight int // lookups admitted and not yet settled
+}
+
+func newAddrLimiter(limit RateLimit, reg prometheus.Registerer) *addrLimiter {
+	l := &addrLimiter{limit: limit, maxBuckets: maxAddrBuckets, buckets: map[netip.Prefix]*addrBucket{},
+		limited: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "payments_auth_failures_limited_total",
+			Help: "Requests answered 429 because their client address failed to authenticate too often; the key store was not asked.",
+		})}
+	reg.MustRegister(l.limited)
+	return l
+}
+
+// take admits one lookup of client's key, before it is made. It returns
+// settle, to call with the outcome (only a failure takes a token), or nil
+// and how long until the client may try again.
+func (l *addrLimiter) take(client netip.Prefix) (settle func(failed bool), wait time.Duration) {
+	if l == nil {
+		return func(bool) {}, 0
+	}
+	now := time.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	b, ok := l.buckets[client]
+	if !ok {
+		if len(l.buckets) >= l.maxBuckets {
+			l.sweep(now)
+		}
+		b = &addrBucket{tokens: rate.NewLimiter(rate.Limit(l.limit.Rate), l.limit.Burst)}
+		l.buckets[client] = b
+	}
+	if missing := float64(b.inFlight) + 1 - b.tokens.TokensAt(now); missing > 0 {
+		l.limited.Inc()
+		return nil, time.Duration(missing / l.limit.Rate * float64(time.Second))
+	}
+	b.inFlight++
+	return func(failed bool) {
+		l.mu.Lock()
+		defer l.mu.Unlock()
+		b.inFlight--
+		if failed {
+			b.tokens.ReserveN(time.Now(), 1) // its token was kept for it: there is one
+		}
+	}, 0
+}
+
+// sweep makes room (see addrLimiter); l.mu is held.
+func (l *addrLimiter) sweep(now time.Time) {
+	for client, b := range l.buckets {
+		if b.inFlight == 0 && b.tokens.TokensAt(now) >= float64(l.limit.Burst) {
+			delete(l.buckets, client)
+		}
+	}
+	if len(l.buckets) > l.maxBuckets/2 {
+		clear(l.buckets)
+	}
+}
+
+// clientAddr is the client a failed authentication is charged to: the
+// connection's address, an IPv6 one by its /64 (the least a single
+// customer is given, RFC 6177, so one host cannot spread its guesses over
+// its own 2^64 addresses). A RemoteAddr that does not parse (none does on
+// a Unix socket) is the zero prefix, one client for all of them.
+func clientAddr(r *http.Request) netip.Prefix {
+	ap, err := netip.ParseAddrPort(r.RemoteAddr)
+	if err != nil {
+		return netip.Prefix{}
+	}
+	addr := ap.Addr().Unmap().WithZone("")
+	bits := 32
+	if addr.Is6() {
+		bits = 64
+	}
+	p, _ := addr.Prefix(bits)
+	return p
+}
+
+// tooManyFailures is the answer to a client past its allowance of failed
+// authentications.
+func tooManyFailures(wait time.Duration) *problem.Problem {
+	seconds := max(1, int(math.Ceil(wait.Seconds())))
+	return problem.New(http.StatusTooManyRequests, problem.RateLimited,
+		"Too many failed authentications from your address; retry in %d s with a valid API key.", seconds).WithRetryAfter(seconds)
 }

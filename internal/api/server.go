@@ -34,7 +34,11 @@ type Config struct {
 	WebhookURLCheck URLCheck
 	// RateLimit bounds each user's requests; zero turns it off.
 	RateLimit RateLimit
-	Logger    *slog.Logger
+	// FailedAuthLimit bounds each client address's failed
+	// authentications: zero means DefaultFailedAuthLimit (docs/API.md
+	// section 2), a negative Rate turns it off.
+	FailedAuthLimit RateLimit
+	Logger          *slog.Logger
 	// Registry collects the API's metrics and is served at /metrics.
 	Registry *prometheus.Registry
 	// AuthCacheTTL is how long an API key, once looked up, is answered from
@@ -53,9 +57,12 @@ type Server struct {
 	hooks    *merchanthooks.Service
 	checkURL URLCheck
 	limiter  *userLimiter // nil: no limit
-	auth     *users.Authenticator
-	log      *slog.Logger
-	metrics  *httpMetrics
+	// failedAuth limits failed authentications per client address; nil:
+	// no limit.
+	failedAuth *addrLimiter
+	auth       *users.Authenticator
+	log        *slog.Logger
+	metrics    *httpMetrics
 }
 
 // NewHandler builds the API's router.
@@ -69,6 +76,12 @@ func NewHandler(cfg Config) http.Handler {
 	registerAuthMetrics(cfg.Registry, s.auth)
 	if cfg.RateLimit.Rate > 0 {
 		s.limiter = newUserLimiter(cfg.RateLimit)
+	}
+	switch failedAuth := cfg.FailedAuthLimit; {
+	case failedAuth == RateLimit{}:
+		s.failedAuth = newAddrLimiter(DefaultFailedAuthLimit, cfg.Registry)
+	case failedAuth.Rate > 0:
+		s.failedAuth = newAddrLimiter(failedAuth, cfg.Registry)
 	}
 
 	tracing := telemetry.Enabled() // see trace.go

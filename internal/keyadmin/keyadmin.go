@@ -98,8 +98,12 @@ type Summary struct {
 	Attempts          int64 `json:"attempts"`
 	CompleterAttempts int32 `json:"completer_attempts"`
 	// Locked is true while some process executes the request.
-	Locked              bool       `json:"locked"`
-	LockExpiresAt       *time.Time `json:"lock_expires_at"`
+	Locked        bool       `json:"locked"`
+	LockExpiresAt *time.Time `json:"lock_expires_at"`
+	// LockOverdue: the lock is live, but its holder has not renewed it for
+	// over half its lifetime (a live holder renews it every third): it may
+	// have died, and the lock then holds until LockExpiresAt.
+	LockOverdue         bool       `json:"lock_overdue"`
 	NeedsAttentionSince *time.Time `json:"needs_attention_since"`
 	// SpentStripeSteps are the Stripe steps whose current child key Stripe
 	// answers with a stored failure.
@@ -136,12 +140,15 @@ func (a *Admin) List(ctx context.Context, p ListParams) ([]Summary, error) {
 	}
 	out := make([]Summary, 0, len(rows))
 	for _, r := range rows {
-		out = append(out, toSummary(r.IdempotencyKey, r.Email, r.AgeSeconds, r.LockLive, r.SpentSteps))
+		out = append(out, toSummary(r.IdempotencyKey, r.Email, r.AgeSeconds, r.LockLive, r.LockOverdue, r.SpentSteps))
 	}
 	return out, nil
 }
 
-// Story is one key's whole story, as `keys show` tells it.
+// Story is one key's whole story, as `keys show` tells it. Every JSON
+// document in it (the parameters, the phases' data, the stored answer) has
+// its secrets masked (MaskSecrets): a webhook endpoint's answer holds its
+// signing secret, which is the merchant's, not the operator's.
 type Story struct {
 	Summary
 	// Params are the request's parameters, as stored for the completer.
@@ -209,12 +216,12 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 		}
 	}
 	s := &Story{
-		Summary: toSummary(k, row.Email, row.AgeSeconds, row.LockLive, spent),
-		Params:  json.RawMessage(k.RequestParams), Phases: []Phase{}, StripeKeys: a.stripeKeys(k, children),
+		Summary: toSummary(k, row.Email, row.AgeSeconds, row.LockLive, row.LockOverdue, spent),
+		Params:  masked(k.RequestParams), Phases: []Phase{}, StripeKeys: a.stripeKeys(k, children),
 		ExpiresAt: timePtr(k.ExpiresAt),
 	}
 	if k.ResponseCode.Valid {
-		s.Response = &StoredResponse{Status: int(k.ResponseCode.Int32), Body: jsonOrString(k.ResponseBody)}
+		s.Response = &StoredResponse{Status: int(k.ResponseCode.Int32), Body: MaskSecrets(k.ResponseBody)}
 	}
 	records, err := queries.ListAuditRecordsForKey(ctx, a.pool, &k.ID)
 	if err != nil {
@@ -222,7 +229,7 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 	}
 	for _, r := range records {
 		s.Phases = append(s.Phases, Phase{
-			Action: r.Action, ResourceType: r.ResourceType, ResourceID: r.ResourceID, At: r.CreatedAt, Data: json.RawMessage(r.Data),
+			Action: r.Action, ResourceType: r.ResourceType, ResourceID: r.ResourceID, At: r.CreatedAt, Data: masked(r.Data),
 		})
 	}
 	return s, nil
@@ -255,8 +262,9 @@ func (a *Admin) stripeKeys(k dbsqlc.IdempotencyKey, children []dbsqlc.ListChildK
 }
 
 // Retry drives the user's unfinished key now, as the completer would, and
-// returns its final answer. A key needing attention is driven too: the
-// operator says its cause is fixed.
+// returns its final answer, with its secrets masked as Show masks them. A
+// key needing attention is driven too: the operator says its cause is
+// fixed.
 func (a *Admin) Retry(ctx context.Context, email, key string) (recovery.Response, error) {
 	s, err := a.Show(ctx, email, key)
 	if err != nil {
@@ -266,13 +274,19 @@ func (a *Admin) Retry(ctx context.Context, email, key string) (recovery.Response
 	case s.Response != nil:
 		return recovery.Response{}, fmt.Errorf("%w: key %q of %s has its final answer (%d); nothing to retry",
 			ErrAlreadyFinished, key, email, s.Response.Status)
+	case s.Locked && s.LockOverdue:
+		return recovery.Response{}, fmt.Errorf("%w: key %q of %s is locked until %s by a process that has not renewed its lock for over half its lifetime and may have died; "+
+			"nothing can take the key over before: try again after %[4]s", ErrInUse, key, email, s.LockExpiresAt.UTC().Format(time.RFC3339))
 	case s.Locked:
-		return recovery.Response{}, fmt.Errorf("%w: key %q of %s is being executed right now (locked until %s); try again after",
-			ErrInUse, key, email, s.LockExpiresAt.Format(time.RFC3339))
+		return recovery.Response{}, fmt.Errorf("%w: key %q of %s is being executed right now (locked until %s while its process renews the lock); "+
+			"try again once it has finished, or after %[4]s if it dies", ErrInUse, key, email, s.LockExpiresAt.UTC().Format(time.RFC3339))
 	}
 	resp, err := a.retryKey(ctx, s.ID)
 	if errors.Is(err, recovery.ErrNotRetryable) {
 		return recovery.Response{}, fmt.Errorf("%w: key %q of %s was taken or finished by another process meanwhile", ErrInUse, key, email)
+	}
+	if len(resp.Body) > 0 {
+		resp.Body = MaskSecrets(resp.Body)
 	}
 	return resp, err
 }
@@ -293,7 +307,7 @@ func (a *Admin) userID(ctx context.Context, email string) (int64, error) {
 	return id, err
 }
 
-func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked bool, spent []string) Summary {
+func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked, overdue bool, spent []string) Summary {
 	s := Summary{
 		ID: k.ID, User: email, Key: k.IdempotencyKey, Flow: k.Flow, Method: k.RequestMethod, Path: k.RequestPath,
 		RecoveryPoint: k.RecoveryPoint, Created: k.CreatedAt, AgeSeconds: age, LastRun: k.LastRunAt,
@@ -302,6 +316,7 @@ func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked bool, 
 	}
 	if locked {
 		s.LockExpiresAt = timePtr(k.LockExpiresAt)
+		s.LockOverdue = overdue
 	}
 	if s.SpentStripeSteps == nil {
 		s.SpentStripeSteps = []string{}
@@ -333,14 +348,12 @@ func timePtr(t pgtype.Timestamptz) *time.Time {
 	return &t.Time
 }
 
-// jsonOrString keeps a JSON body as it is and turns anything else into a
-// JSON string, so that the output is always valid JSON.
-func jsonOrString(b []byte) json.RawMessage {
-	if json.Valid(b) {
-		return b
+// masked is a stored JSON document (or nothing) as the operator sees it.
+func masked(b []byte) json.RawMessage {
+	if len(b) == 0 {
+		return nil
 	}
-	s, _ := json.Marshal(string(b))
-	return s
+	return MaskSecrets(b)
 }
 
 var queries = dbsqlc.New()

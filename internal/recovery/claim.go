@@ -234,7 +234,7 @@ func (e *Engine) claimKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key
 		return nil, &Response{Status: int(existing.ResponseCode.Int32), Body: existing.ResponseBody, Replayed: true}, nil
 	}
 	if row.LockLive {
-		return nil, nil, ErrKeyInUse
+		return nil, nil, newKeyInUseError(row)
 	}
 	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{
 		ID: existing.ID, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),

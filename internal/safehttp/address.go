@@ -41,12 +41,17 @@ var specialV4 = []rangeClass{
 	{netip.MustParsePrefix("240.0.0.0/4"), "a reserved address"},
 }
 
-// The same for IPv6, except the ranges that embed an IPv4 address, which
-// whyNonPublicV6 unwraps.
+// The same for IPv6, except the ranges that embed an IPv4 address at a
+// known place, which whyNonPublicV6 unwraps (embeddingV6). The forms that
+// embed one but are never a real destination are refused outright here.
 var specialV6 = []rangeClass{
+	// IPv4-compatible, RFC 4291 section 2.5.5.1: deprecated, never routed.
 	{netip.MustParsePrefix("::/96"), "an IPv4-compatible (deprecated) address"},
+	// NAT64 local-use prefix, RFC 8215: where the IPv4 address sits depends
+	// on the operator's prefix length, so no address in it is judged public.
 	{netip.MustParsePrefix("64:ff9b:1::/48"), "a local-use NAT64 address"},
 	{netip.MustParsePrefix("100::/64"), "a discard-only address"},
+	// Teredo, RFC 4380: the IPv4 address it carries is obfuscated.
 	{netip.MustParsePrefix("2001::/32"), "a Teredo tunnel address"},
 	{netip.MustParsePrefix("2001:2::/48"), "a benchmarking address"},
 	{netip.MustParsePrefix("2001:10::/28"), "an ORCHID address"},
@@ -57,10 +62,28 @@ var specialV6 = []rangeClass{
 	{netip.MustParsePrefix("fec0::/10"), "a site-local (deprecated) address"},
 }
 
-var (
-	nat64  = netip.MustParsePrefix("64:ff9b::/96") // RFC 6052: the IPv4 address is the last 32 bits
-	sixTo4 = netip.MustParsePrefix("2002::/16")    // RFC 3056: the IPv4 address is bits 16 to 47
-)
+// embedding is an IPv6 range whose addresses carry an IPv4 address at a
+// fixed place: a packet to one reaches (through a translator or a tunnel)
+// the IPv4 address, so the address is judged by it.
+type embedding struct {
+	prefix netip.Prefix
+	name   string
+	at     int // the byte offset of the IPv4 address in the IPv6 one
+}
+
+// embeddingV6 are the IPv6 ranges that embed an IPv4 address at a known
+// place. IPv4-mapped addresses (::ffff:0:0/96, RFC 4291 section 2.5.5.2)
+// are unmapped by whyNonPublic before these are looked at.
+var embeddingV6 = []embedding{
+	// IPv4-translated, ::ffff:0:0:0/96 (RFC 2765 section 2.1, SIIT):
+	// 0:0:0:0:ffff:0:a.b.c.d.
+	{netip.MustParsePrefix("::ffff:0:0:0/96"), "IPv4 translation", 12},
+	// NAT64 well-known prefix, 64:ff9b::/96 (RFC 6052 section 2.1): the
+	// IPv4 address is the last 32 bits.
+	{netip.MustParsePrefix("64:ff9b::/96"), "NAT64", 12},
+	// 6to4, 2002::/16 (RFC 3056 section 2): the IPv4 address is bits 16 to 47.
+	{netip.MustParsePrefix("2002::/16"), "6to4", 2},
+}
 
 func whyNonPublicV4(addr netip.Addr) string {
 	if class := whyNonPublicByPredicate(addr); class != "" {
@@ -76,11 +99,10 @@ func whyNonPublicV6(addr netip.Addr) string {
 		return class
 	}
 	b := addr.As16()
-	switch {
-	case nat64.Contains(addr):
-		return embedded(netip.AddrFrom4([4]byte(b[12:16])), "NAT64")
-	case sixTo4.Contains(addr):
-		return embedded(netip.AddrFrom4([4]byte(b[2:6])), "6to4")
+	for _, e := range embeddingV6 {
+		if e.prefix.Contains(addr) {
+			return embedded(netip.AddrFrom4([4]byte(b[e.at:e.at+4])), e.name)
+		}
 	}
 	return inRanges(addr, specialV6)
 }
@@ -115,7 +137,9 @@ func inRanges(addr netip.Addr, ranges []rangeClass) string {
 // embedded judges an IPv6 address by the IPv4 address it translates to.
 func embedded(v4 netip.Addr, how string) string {
 	if class := whyNonPublicV4(v4); class != "" {
-		return class + " (" + v4.String() + " through " + how + ")"
+		// Without the IPv4 address: the class may be shown for an address
+		// a host name resolved to (see ErrNonPublicAddress).
+		return class + " (through " + how + ")"
 	}
 	return ""
 }

@@ -103,6 +103,62 @@ func TestWhyNonPublic(t *testing.T) {
 	}
 }
 
+// Every way IPv6 has of carrying an IPv4 address, each tried with a
+// non-public and a public IPv4 address: the v6 form is judged by the v4
+// address inside (or, for the forms that are never a real destination,
+// refused whatever it carries).
+func TestWhyNonPublic_IPv6FormsOfIPv4(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		addr       string
+		wantPublic bool
+	}{
+		// IPv4-mapped, ::ffff:0:0/96 (RFC 4291 section 2.5.5.2).
+		{"::ffff:127.0.0.1", false},
+		{"::ffff:7f00:1", false},
+		{"::ffff:169.254.169.254", false},
+		{"::ffff:8.8.8.8", true},
+		// IPv4-translated, ::ffff:0:0:0/96 (RFC 2765 section 2.1, kept by
+		// RFC 6145): what issue 28 found accepted.
+		{"::ffff:0:7f00:1", false},
+		{"::ffff:0:127.0.0.1", false},
+		{"::ffff:0:a00:1", false},
+		{"::ffff:0:a9fe:a9fe", false},
+		{"::ffff:0:0:0", false},
+		{"::ffff:0:808:808", true},
+		// NAT64 well-known prefix, 64:ff9b::/96 (RFC 6052 section 2.1).
+		{"64:ff9b::7f00:1", false},
+		{"64:ff9b::10.0.0.1", false},
+		{"64:ff9b::169.254.169.254", false},
+		{"64:ff9b::808:808", true},
+		// NAT64 local-use prefix, 64:ff9b:1::/48 (RFC 8215): where the v4
+		// address sits depends on the operator's prefix length, so every
+		// address in it is refused, a public one too.
+		{"64:ff9b:1::7f00:1", false},
+		{"64:ff9b:1:7f00:1::", false},
+		{"64:ff9b:1::808:808", false},
+		// 6to4, 2002::/16 (RFC 3056 section 2): the v4 address is bits 16-47.
+		{"2002:7f00:1::", false},
+		{"2002:a9fe:a9fe::1", false},
+		{"2002:c0a8:101::1", false},
+		{"2002:808:808::1", true},
+		// IPv4-compatible, ::/96 (RFC 4291 section 2.5.5.1, deprecated):
+		// never a real destination.
+		{"::127.0.0.1", false},
+		{"::10.0.0.1", false},
+		{"::8.8.8.8", false},
+		// Teredo, 2001::/32 (RFC 4380): refused whatever it carries.
+		{"2001:0:4136:e378:8000:63bf:3fff:fdd2", false},
+	} {
+		why := whyNonPublic(netip.MustParseAddr(tc.addr))
+		if tc.wantPublic {
+			require.Empty(t, why, "%s is public", tc.addr)
+		} else {
+			require.NotEmpty(t, why, "%s is not public", tc.addr)
+		}
+	}
+}
+
 func TestWhyNonPublic_namesTheClass(t *testing.T) {
 	t.Parallel()
 	for addr, want := range map[string]string{

@@ -7,6 +7,7 @@ import (
 	"net"
 	"net/netip"
 	"net/url"
+	"strconv"
 	"time"
 )
 
@@ -15,23 +16,23 @@ import (
 var ErrInvalidURL = errors.New("invalid webhook url")
 
 const (
-	// MaxURLLength is API.md section 7's limit on a webhook URL.
+	// MaxURLLength is docs/API.md section 7's limit on a webhook URL.
 	MaxURLLength = 2048
 	// resolveTimeout bounds the lookup at creation: a slow name server must
 	// not hold an API request for long.
 	resolveTimeout = 5 * time.Second
 )
 
-// CheckURL decides whether rawURL may be a webhook endpoint's URL. Unless
-// allowPrivate, it resolves the host with the system's resolver and refuses
-// the URL when any of its addresses is not public. This is the check at
-// creation; the dialer checks again at every connection (see the package
-// doc).
-func CheckURL(ctx context.Context, rawURL string, allowPrivate bool) error {
-	return checkURL(ctx, rawURL, allowPrivate, net.DefaultResolver)
-}
-
-func checkURL(ctx context.Context, rawURL string, allowPrivate bool, resolver *net.Resolver) error {
+// CheckURL decides whether rawURL may be a webhook endpoint's URL for a
+// client made with cfg (its AllowPrivate, Own and Resolver). Unless
+// cfg.AllowPrivate, it resolves the host and refuses the URL when any of its
+// addresses is not public; in any case it refuses one that is an address of
+// the service itself (cfg.Own). This is the check at creation; the dialer
+// checks again at every connection (see the package doc).
+//
+// A refusal of a host for its address is a *RefusedError, whose text tells
+// the client nothing of what a name resolved to (docs/API.md section 7).
+func CheckURL(ctx context.Context, rawURL string, cfg Config) error {
 	if len(rawURL) > MaxURLLength {
 		return fmt.Errorf("%w: url is %d characters long, more than %d", ErrInvalidURL, len(rawURL), MaxURLLength)
 	}
@@ -46,20 +47,79 @@ func checkURL(ctx context.Context, rawURL string, allowPrivate bool, resolver *n
 	if host == "" {
 		return fmt.Errorf("%w: url has no host", ErrInvalidURL)
 	}
-	if allowPrivate {
-		return nil
-	}
-	addrs, err := lookup(ctx, resolver, host)
+	port, err := urlPort(u)
 	if err != nil {
 		return err
 	}
+	p := cfg.policy()
+	if p.allowPrivate && len(p.own) == 0 {
+		return nil
+	}
+	resolver := cfg.Resolver
+	if resolver == nil {
+		resolver = net.DefaultResolver
+	}
+	addrs, err := lookup(ctx, resolver, host)
+	if err != nil {
+		if p.allowPrivate {
+			// Only the service's own addresses are refused, and a name
+			// that resolves to nothing now is none of them; the dialer
+			// looks again when it connects.
+			return nil
+		}
+		return err
+	}
 	for _, addr := range addrs {
-		if class := whyNonPublic(addr); class != "" {
-			return fmt.Errorf("%w: url's host %s is %s; webhooks are delivered only to public addresses",
-				ErrInvalidURL, describeHost(host, addr), class)
+		if refusal := p.refuse(netip.AddrPortFrom(addr, port)); refusal != nil {
+			return &RefusedError{Host: host, Addr: addr, Reason: refusal.reason, own: refusal.own}
 		}
 	}
 	return nil
+}
+
+// RefusedError is CheckURL's refusal of a URL for the address its host is,
+// or resolves to. Its text, meant for the client, names the host as the
+// client wrote it and, for a host name, says only that it is not a public
+// address: the address it resolved to, and what kind of address that is,
+// would tell a caller about the network the service runs in. They are in
+// the fields, for the server's own log.
+type RefusedError struct {
+	Host   string     // as written in the URL
+	Addr   netip.Addr // the address refused
+	Reason string     // what kind of address Addr is ("a link-local address", ...)
+	own    bool       // Addr is the service's own (Config.Own)
+}
+
+func (e *RefusedError) Error() string {
+	literal := e.Host == e.Addr.String() || e.Host == e.Addr.WithZone("").String()
+	switch {
+	case e.own && literal:
+		return fmt.Sprintf("%v: url's host %s is an address of this service or of its Stripe simulator; webhooks are never sent to the service itself", ErrInvalidURL, e.Host)
+	case e.own:
+		return fmt.Sprintf("%v: url's host %q is an address of this service or of its Stripe simulator; webhooks are never sent to the service itself", ErrInvalidURL, e.Host)
+	case literal:
+		return fmt.Sprintf("%v: url's host %s is %s; webhooks are delivered only to public addresses", ErrInvalidURL, e.Host, e.Reason)
+	default:
+		return fmt.Sprintf("%v: url's host %q is not a public address; webhooks are delivered only to public addresses", ErrInvalidURL, e.Host)
+	}
+}
+
+func (e *RefusedError) Unwrap() error { return ErrInvalidURL }
+
+// urlPort is the port u connects to: its own, or its scheme's.
+func urlPort(u *url.URL) (uint16, error) {
+	s := u.Port()
+	if s == "" {
+		if u.Scheme == "https" {
+			return 443, nil
+		}
+		return 80, nil
+	}
+	port, err := strconv.ParseUint(s, 10, 16)
+	if err != nil {
+		return 0, fmt.Errorf("%w: url's port %q is not a port number", ErrInvalidURL, s)
+	}
+	return uint16(port), nil
 }
 
 // lookup returns host's addresses: itself when it is an IP literal, else
@@ -76,11 +136,4 @@ func lookup(ctx context.Context, resolver *net.Resolver, host string) ([]netip.A
 		return nil, fmt.Errorf("%w: url's host %q does not resolve to any address", ErrInvalidURL, host)
 	}
 	return addrs, nil
-}
-
-func describeHost(host string, addr netip.Addr) string {
-	if host == addr.String() {
-		return host
-	}
-	return fmt.Sprintf("%q (%s)", host, addr)
 }

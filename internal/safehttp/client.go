@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"net/http"
 	"net/netip"
@@ -14,9 +15,17 @@ import (
 )
 
 // ErrNonPublicAddress is wrapped by the error of a delivery whose connection
-// the dialer refused; the error's text names the address and its class, for
-// the delivery's last_error.
-var ErrNonPublicAddress = errors.New("refusing to connect to a non-public address")
+// the dialer refused for a non-public address. The error's text, which
+// becomes the delivery's last_error that the endpoint's owner reads, says
+// what kind of address it was but not which (docs/API.md section 7: the
+// URL's host may be a name whose address is not the owner's to learn); the
+// address is logged at debug level (Config.Logger).
+var (
+	ErrNonPublicAddress = errors.New("refusing to connect to a non-public address")
+	// ErrOwnAddress is the same for an address of the service itself
+	// (Config.Own).
+	ErrOwnAddress = errors.New("refusing to connect to an address of this service or of its Stripe simulator")
+)
 
 const (
 	// DefaultTimeout bounds a whole delivery attempt, from dialling to the
@@ -32,9 +41,19 @@ const (
 // Config is the outgoing client's settings. The zero value is the safe
 // production client.
 type Config struct {
-	// AllowPrivate lets the client connect to any address: `payments dev`,
-	// and PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true.
+	// AllowPrivate lets the client connect to any address but Own:
+	// `payments dev` (unless PAYMENTS_WEBHOOK_ALLOW_PRIVATE=false), and
+	// PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true.
 	AllowPrivate bool
+	// Own are the addresses the service itself listens on (its API, the
+	// Stripe simulator it embeds): never connected to, even with
+	// AllowPrivate, so that a webhook endpoint cannot make the service call
+	// itself (its simulator's /_sim/reset, its own API). A port of Own is
+	// refused on every address of this machine (see policy.isOwn).
+	Own []netip.AddrPort
+	// Logger, when set, gets a debug line with the address of every
+	// connection the dialer refuses.
+	Logger *slog.Logger
 	// Timeout bounds each request; 0 means DefaultTimeout.
 	Timeout time.Duration
 	// UserAgent is sent with every request; "" means DefaultUserAgent.
@@ -53,8 +72,8 @@ func NewClient(cfg Config) *http.Client {
 		cfg.UserAgent = DefaultUserAgent
 	}
 	dialer := &net.Dialer{Timeout: cfg.Timeout, KeepAlive: 30 * time.Second, Resolver: cfg.Resolver}
-	if !cfg.AllowPrivate {
-		dialer.Control = refuseNonPublic
+	if p := cfg.policy(); !p.allowPrivate || len(p.own) > 0 {
+		dialer.Control = p.control(cfg.Logger)
 	}
 	transport := &http.Transport{
 		Proxy:                 nil, // never from the environment: see the package doc
@@ -78,19 +97,32 @@ func NewClient(cfg Config) *http.Client {
 	}
 }
 
-// refuseNonPublic is the dialer's Control hook: it runs after the name was
+// control is the dialer's Control hook: it runs after the name was
 // resolved and before the socket connects, with the address about to be
-// dialled, for every address the dialer tries.
-func refuseNonPublic(_, address string, _ syscall.RawConn) error {
-	addrPort, err := netip.ParseAddrPort(address)
-	if err != nil {
-		return fmt.Errorf("%w: cannot tell whether %q is public: %v", ErrNonPublicAddress, address, err)
+// dialled, for every address the dialer tries. An address it cannot parse
+// is refused: the check fails closed.
+func (p policy) control(log *slog.Logger) func(_, address string, _ syscall.RawConn) error {
+	return func(_, address string, _ syscall.RawConn) error {
+		addrPort, err := netip.ParseAddrPort(address)
+		if err != nil {
+			return fmt.Errorf("%w: cannot tell whether the address is public: %v", ErrNonPublicAddress, err)
+		}
+		r := p.refuse(addrPort)
+		if r == nil {
+			return nil
+		}
+		if log != nil {
+			log.Debug("webhook connection refused", slog.String("address", address), slog.String("reason", r.reason))
+		}
+		if r.own {
+			return ErrOwnAddress
+		}
+		return fmt.Errorf("%w: the address is %s", ErrNonPublicAddress, r.reason)
 	}
-	if class := whyNonPublic(addrPort.Addr()); class != "" {
-		return fmt.Errorf("%w: %s is %s", ErrNonPublicAddress, addrPort.Addr(), class)
-	}
-	return nil
 }
+
+// refuseNonPublic is the Control hook of the production client.
+var refuseNonPublic = policy{}.control(nil)
 
 // webhookSpanName names an attempt's span: the endpoint's URL is the
 // merchant's, one per endpoint, and stays in the span's attributes.
@@ -107,7 +139,21 @@ func (t *userAgentTransport) RoundTrip(req *http.Request) (*http.Response, error
 	// A RoundTripper must not change the caller's request: change a copy.
 	req = req.Clone(req.Context())
 	req.Header.Set("User-Agent", t.userAgent)
-	return t.next.RoundTrip(req)
+	resp, err := t.next.RoundTrip(req)
+	return resp, withoutRefusedAddress(err)
+}
+
+// withoutRefusedAddress drops the *net.OpError around a refusal of the
+// dialer's Control hook: its text ("dial tcp 10.0.0.7:443: ...") names the
+// address a host name resolved to, which the refusal must not tell (see
+// ErrNonPublicAddress). The refusal's own error says what kind of address it
+// was.
+func withoutRefusedAddress(err error) error {
+	var op *net.OpError
+	if err != nil && errors.As(err, &op) && (errors.Is(op.Err, ErrNonPublicAddress) || errors.Is(op.Err, ErrOwnAddress)) {
+		return op.Err
+	}
+	return err
 }
 
 // ReadLimited reads at most n bytes of r (MaxResponseBytes for a delivery's

@@ -3,9 +3,12 @@ package users
 import (
 	"context"
 	"crypto/sha256"
+	"errors"
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"golang.org/x/sync/singleflight"
 
 	"github.com/example/payments/internal/db/dbsqlc"
 )
@@ -55,6 +58,9 @@ type Authenticator struct {
 	mu      sync.Mutex
 	entries map[[sha256.Size]byte]authEntry
 
+	// lookups makes concurrent lookups of one key one query.
+	lookups singleflight.Group
+
 	hits, misses atomic.Uint64
 }
 
@@ -96,14 +102,63 @@ func NewAuthenticator(conn dbsqlc.DBTX, cfg AuthenticatorConfig) *Authenticator 
 // Authenticate returns the user an API key belongs to, or ErrUnknownKey,
 // from memory when the key was looked up less than TTL ago.
 func (a *Authenticator) Authenticate(ctx context.Context, key string) (User, error) {
+	return a.AuthenticateGated(ctx, key, nil)
+}
+
+// Gate is asked before a key that was never seen valid (SeenValid) is
+// looked up in the key store. It returns settle, which is called with
+// whether the key turned out unknown, or an error, which the caller gets
+// instead of a lookup. The API limits failed authentications with it.
+type Gate func() (settle func(unknown bool), err error)
+
+// lookupTimeout bounds a lookup shared by concurrent callers (see
+// AuthenticateGated), which runs apart from its first caller's context.
+const lookupTimeout = 10 * time.Second
+
+// AuthenticateGated is Authenticate with gate asked before any lookup of a
+// key never seen valid (nil: none asked). Concurrent calls with the same
+// key share one lookup, and one question to gate: a storm of requests with
+// a new key costs one query, and one failure at most.
+func (a *Authenticator) AuthenticateGated(ctx context.Context, key string, gate Gate) (User, error) {
 	hash := hashKey(key)
 	if u, ok := a.cached(hash); ok {
 		a.hits.Add(1)
 		return u, nil
 	}
+	leader := false
+	u, err, _ := a.lookups.Do(string(hash[:]), func() (any, error) {
+		leader = true
+		// Not the first caller's context: its client going away must not
+		// fail the others.
+		ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), lookupTimeout)
+		defer cancel()
+		return a.lookUp(ctx, hash, gate)
+	})
+	if !leader {
+		a.hits.Add(1) // answered by another call's lookup, without a query
+	}
+	if err != nil {
+		return User{}, err
+	}
+	return u.(User), nil
+}
+
+func (a *Authenticator) lookUp(ctx context.Context, hash [sha256.Size]byte, gate Gate) (User, error) {
+	settle := func(bool) {}
+	if gate != nil && !a.seen(hash) {
+		var err error
+		if settle, err = gate(); err != nil {
+			return User{}, err
+		}
+	}
 	a.misses.Add(1)
 	lookedUp := a.now()
 	u, err := lookup(ctx, a.conn, hash)
+	unknown := errors.Is(err, ErrUnknownKey)
+	settle(unknown)
+	if unknown {
+		a.forget(hash) // revoked or deleted: no longer SeenValid
+	}
 	if err != nil {
 		return User{}, err
 	}
@@ -111,8 +166,33 @@ func (a *Authenticator) Authenticate(ctx context.Context, key string) (User, err
 	return u, nil
 }
 
-// Counts returns how many calls were answered from memory (hits) and how
-// many went to the database (misses, every call when the cache is off).
+// SeenValid reports whether key was valid when this Authenticator last
+// looked it up: it is remembered, its answer fresh or lapsed, and no lookup
+// since has found it unknown. It asks nothing of the database. Such a key
+// is looked up without asking AuthenticateGated's gate (a client with a
+// valid key is not a guesser); whether it is still valid, the lookup says.
+// With the cache off, nothing is remembered and no key is SeenValid.
+func (a *Authenticator) SeenValid(key string) bool { return a.seen(hashKey(key)) }
+
+func (a *Authenticator) seen(hash [sha256.Size]byte) bool {
+	if a.ttl <= 0 {
+		return false
+	}
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	_, ok := a.entries[hash]
+	return ok
+}
+
+func (a *Authenticator) forget(hash [sha256.Size]byte) {
+	a.mu.Lock()
+	defer a.mu.Unlock()
+	delete(a.entries, hash)
+}
+
+// Counts returns how many calls were answered without a query (hits: from
+// memory, or by another call's lookup of the same key) and how many
+// queries were made (misses).
 func (a *Authenticator) Counts() (hits, misses uint64) {
 	return a.hits.Load(), a.misses.Load()
 }

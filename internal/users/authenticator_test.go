@@ -212,3 +212,35 @@ func TestAuthenticator_isSafeForConcurrentUse(t *testing.T) {
 	require.Equal(t, uint64(goroutines*calls), hits+misses)
 	require.LessOrEqual(t, auth.Len(), 1)
 }
+
+// SeenValid is what the API's limit on failed authentications asks (without
+// a query) to let a client with a valid key through: a key found valid,
+// fresh or lapsed, until a lookup finds it unknown (revoked), after which it
+// is a guess like any other and cannot make the key store be asked freely.
+func TestAuthenticator_seenValidUntilALookupFindsTheKeyUnknown(t *testing.T) {
+	t.Parallel()
+	b := setupAuth(t)
+	auth := b.newAuthenticator(users.AuthenticatorConfig{TTL: time.Minute})
+	u, key := b.createUser(t, "seen@example.com")
+	require.False(t, auth.SeenValid(key), "never looked up")
+	require.False(t, auth.SeenValid("sk_guess"))
+
+	_, err := auth.Authenticate(b.ctx, key)
+	require.NoError(t, err)
+	require.True(t, auth.SeenValid(key))
+	b.clock.Advance(2 * time.Minute)
+	require.True(t, auth.SeenValid(key), "its answer lapsed, but it was valid")
+
+	_, err = b.pool.Exec(b.ctx, "UPDATE api_keys SET revoked_at = now() WHERE user_id = $1", u.ID)
+	require.NoError(t, err)
+	_, err = auth.Authenticate(b.ctx, key)
+	require.ErrorIs(t, err, users.ErrUnknownKey)
+	require.False(t, auth.SeenValid(key), "revoked: no longer let through the limit")
+	requireCounts(t, auth, 0, 2)
+
+	off := b.newAuthenticator(users.AuthenticatorConfig{TTL: -1})
+	_, key2 := b.createUser(t, "off@example.com")
+	_, err = off.Authenticate(b.ctx, key2)
+	require.NoError(t, err)
+	require.False(t, off.SeenValid(key2), "with the cache off nothing is remembered")
+}

@@ -109,6 +109,8 @@ const claimLookup = `-- name: ClaimLookup :one
 
 SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live,
+    coalesce(extract(epoch FROM lock_expires_at - coalesce($1::timestamptz, now())), 0)::float8 AS lock_remaining_seconds,
+    coalesce(coalesce($1::timestamptz, now()) - locked_at > (lock_expires_at - locked_at) / 2, false)::bool AS lock_overdue,
     coalesce(expires_at <= coalesce($1::timestamptz, now()), false)::bool AS expired,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
     )::bool AS past_external_window
@@ -125,10 +127,12 @@ type ClaimLookupParams struct {
 }
 
 type ClaimLookupRow struct {
-	IdempotencyKey     IdempotencyKey
-	LockLive           bool
-	Expired            bool
-	PastExternalWindow bool
+	IdempotencyKey       IdempotencyKey
+	LockLive             bool
+	LockRemainingSeconds float64
+	LockOverdue          bool
+	Expired              bool
+	PastExternalWindow   bool
 }
 
 // Every time in these queries comes from one clock: the injected @now when
@@ -141,7 +145,10 @@ type ClaimLookupRow struct {
 // each other's live requests.
 // The claim reads the row under a row lock, so two claims of one key queue
 // up instead of failing to serialize, and judges the lock (by the lifetime
-// its holder gave it) and the expiry with the one clock.
+// its holder gave it) and the expiry with the one clock. For a live lock,
+// also how long it has left and whether its holder is overdue (its last
+// renewal older than half the lifetime, where a live holder renews it every
+// third): the 409's Retry-After (recovery.KeyInUseError).
 func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParams) (ClaimLookupRow, error) {
 	row := db.QueryRow(ctx, claimLookup,
 		arg.Now,
@@ -172,6 +179,8 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.IdempotencyKey.LockExpiresAt,
 		&i.IdempotencyKey.TraceParent,
 		&i.LockLive,
+		&i.LockRemainingSeconds,
+		&i.LockOverdue,
 		&i.Expired,
 		&i.PastExternalWindow,
 	)

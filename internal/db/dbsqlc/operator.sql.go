@@ -81,7 +81,8 @@ func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParam
 const getKeyForOperator = `-- name: GetKeyForOperator :one
 SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
-    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live
+    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue
 FROM idempotency_keys k
 JOIN users u ON u.id = k.user_id
 WHERE k.user_id = $1 AND k.idempotency_key = $2
@@ -97,6 +98,7 @@ type GetKeyForOperatorRow struct {
 	Email          string
 	AgeSeconds     float64
 	LockLive       bool
+	LockOverdue    bool
 }
 
 // One key, finished or not, expired or not (the reaper has not deleted it yet).
@@ -127,6 +129,7 @@ func (q *Queries) GetKeyForOperator(ctx context.Context, db DBTX, arg GetKeyForO
 		&i.Email,
 		&i.AgeSeconds,
 		&i.LockLive,
+		&i.LockOverdue,
 	)
 	return i, err
 }
@@ -220,6 +223,9 @@ const listKeysForOperator = `-- name: ListKeysForOperator :many
 SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    -- A live lock its holder has not renewed for half its lifetime (a live
+    -- holder renews it every third): the holder may have died.
+    coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
     coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
               WHERE g.idempotency_key_id = k.id AND g.spent_at IS NOT NULL), '{}')::text[] AS spent_steps
 FROM idempotency_keys k
@@ -246,6 +252,7 @@ type ListKeysForOperatorRow struct {
 	Email          string
 	AgeSeconds     float64
 	LockLive       bool
+	LockOverdue    bool
 	SpentSteps     []string
 }
 
@@ -287,6 +294,7 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,
+			&i.LockOverdue,
 			&i.SpentSteps,
 		); err != nil {
 			return nil, err

@@ -10,9 +10,14 @@
 -- name: ClaimLookup :one
 -- The claim reads the row under a row lock, so two claims of one key queue
 -- up instead of failing to serialize, and judges the lock (by the lifetime
--- its holder gave it) and the expiry with the one clock.
+-- its holder gave it) and the expiry with the one clock. For a live lock,
+-- also how long it has left and whether its holder is overdue (its last
+-- renewal older than half the lifetime, where a live holder renews it every
+-- third): the 409's Retry-After (recovery.KeyInUseError).
 SELECT sqlc.embed(idempotency_keys),
     coalesce(lock_expires_at > coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS lock_live,
+    coalesce(extract(epoch FROM lock_expires_at - coalesce(sqlc.narg('now')::timestamptz, now())), 0)::float8 AS lock_remaining_seconds,
+    coalesce(coalesce(sqlc.narg('now')::timestamptz, now()) - locked_at > (lock_expires_at - locked_at) / 2, false)::bool AS lock_overdue,
     coalesce(expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()), false)::bool AS expired,
     (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
     )::bool AS past_external_window

@@ -14,6 +14,9 @@ SELECT id FROM users WHERE email = @email;
 SELECT sqlc.embed(k), u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    -- A live lock its holder has not renewed for half its lifetime (a live
+    -- holder renews it every third): the holder may have died.
+    coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
     coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
               WHERE g.idempotency_key_id = k.id AND g.spent_at IS NOT NULL), '{}')::text[] AS spent_steps
 FROM idempotency_keys k
@@ -32,7 +35,8 @@ LIMIT @row_limit;
 -- One key, finished or not, expired or not (the reaper has not deleted it yet).
 SELECT sqlc.embed(k), u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
-    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live
+    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue
 FROM idempotency_keys k
 JOIN users u ON u.id = k.user_id
 WHERE k.user_id = @user_id AND k.idempotency_key = @idempotency_key;

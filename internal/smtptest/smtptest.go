@@ -130,6 +130,7 @@ type Server struct {
 	failed      int // messages refused under the current Fail behaviour
 	accepted    []Message
 	connections int
+	goodbyes    int
 	conns       map[net.Conn]struct{}
 	closed      bool
 	done        chan struct{} // closed by Close: ends a Delay early
@@ -232,6 +233,17 @@ func (s *Server) Connections() int {
 	return s.connections
 }
 
+// HungGoodbyes is how many clients, in HangAfterAccept, read the 250 that
+// accepted their message and went on to their goodbye (RSET or QUIT),
+// which the server leaves unanswered. Past this point the client's send
+// is done; Accepted alone only says the server took the message, not that
+// the client heard so.
+func (s *Server) HungGoodbyes() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	return s.goodbyes
+}
+
 // OpenConnections is how many connections are open now (a hung server
 // holds them until the client gives up).
 func (s *Server) OpenConnections() int {
@@ -319,6 +331,9 @@ func (s *Server) session(conn net.Conn) {
 			return
 		}
 		if hangNext {
+			s.mu.Lock()
+			s.goodbyes++
+			s.mu.Unlock()
 			hang(conn)
 			return
 		}

@@ -14,6 +14,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
@@ -24,13 +25,16 @@ import (
 
 // authLimitBundle is the API's handler called directly, so that each
 // request says which client address it comes from.
-type authLimitBundle struct{ handler http.Handler }
+type authLimitBundle struct {
+	handler http.Handler
+	pool    *pgxpool.Pool
+}
 
 func setupAuthLimit(t *testing.T, limit api.RateLimit, cacheTTL time.Duration) *authLimitBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
-	return &authLimitBundle{handler: api.NewHandler(api.Config{
+	return &authLimitBundle{pool: pool, handler: api.NewHandler(api.Config{
 		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
 		AuthCacheTTL: cacheTTL, FailedAuthLimit: limit,
 	})}
@@ -156,4 +160,37 @@ func TestAuthLimit_validKeysAreNotAffected(t *testing.T) {
 		require.Equal(t, http.StatusOK, b.get(shared, "/v1/payments", aliceKey).StatusCode)
 		return b.keyStoreQueries(t) > before
 	}, 10*time.Second, 20*time.Millisecond)
+}
+
+// Many merchants behind one address (a platform, a NAT), each with a key
+// this instance has not seen yet (it has just started): more lookups at
+// once than the address has tokens. Lookups in flight hold a token each,
+// so that guesses cannot outrun the allowance; valid keys give theirs
+// back, so the rest wait for them rather than get 429. Before, every
+// lookup past the burst was refused: the benchmark's 64 users on one
+// address got 429s at 64 clients.
+func TestAuthLimit_manyValidKeysFromOneAddressAtOnceAreAllServed(t *testing.T) {
+	t.Parallel()
+	b := setupAuthLimit(t, api.RateLimit{Rate: 0.001, Burst: 2}, time.Minute)
+	const merchants = 16
+	keys := make([]string, merchants)
+	for i := range keys {
+		_, key, err := users.CreateUser(context.Background(), b.pool, fmt.Sprintf("merchant%d@example.com", i))
+		require.NoError(t, err)
+		keys[i] = key
+	}
+	codes := make([]int, merchants)
+	var wg sync.WaitGroup
+	for i, key := range keys {
+		wg.Go(func() { codes[i] = b.get("198.51.100.9:1", "/v1/payments", key).StatusCode })
+	}
+	wg.Wait()
+	for i, code := range codes {
+		require.Equal(t, http.StatusOK, code, "merchant %d", i)
+	}
+	// And the allowance still holds for guesses: two, then 429.
+	for range 2 {
+		require.Equal(t, http.StatusUnauthorized, b.get("198.51.100.9:1", "/v1/payments", "sk_guess").StatusCode)
+	}
+	require.Equal(t, http.StatusTooManyRequests, b.get("198.51.100.9:1", "/v1/payments", "sk_guess").StatusCode)
 }

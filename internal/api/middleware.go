@@ -99,7 +99,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 		client := clientAddr(r)
 		key, ok := bearerToken(r.Header.Get("Authorization"))
 		if !ok {
-			settle, wait := s.failedAuth.take(client)
+			settle, wait := s.failedAuth.take(r.Context(), client)
 			if settle == nil {
 				problem.Write(w, tooManyFailures(wait))
 				return
@@ -111,7 +111,7 @@ func (s *Server) authenticate(next http.Handler) http.Handler {
 			return
 		}
 		user, err := s.auth.AuthenticateGated(r.Context(), key, func() (func(unknown bool), error) {
-			settle, wait := s.failedAuth.take(client)
+			settle, wait := s.failedAuth.take(r.Context(), client)
 			if settle == nil {
 				return nil, tooManyFailures(wait)
 			}

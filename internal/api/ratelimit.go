@@ -1,6 +1,7 @@
 package api
 
 import (
+	"context"
 	"math"
 	"net/http"
 	"net/netip"
@@ -107,7 +108,8 @@ const maxAddrBuckets = 1 << 16
 // A lookup is admitted while the address has a token for it and for every
 // lookup of it still running, and only a failed one takes its token: so a
 // valid key costs its address nothing, and however many guesses arrive at
-// once, no more are looked up than the tokens there are.
+// once, no more are looked up than the tokens there are. Lookups past
+// that wait for those in flight rather than fail (see take).
 //
 // Its memory is bounded: when maxAddrBuckets addresses are remembered and
 // another comes, the buckets that have filled up again are dropped (a full
@@ -125,7 +127,8 @@ type addrLimiter struct {
 
 type addrBucket struct {
 	tokens   *rate.Limiter
-	inFlight int // lookups admitted and not yet settled
+	inFlight int           // lookups admitted and not yet settled
+	settled  chan struct{} // closed, and made anew, when one settles
 }
 
 func newAddrLimiter(limit RateLimit, reg prometheus.Registerer) *addrLimiter {
@@ -138,13 +141,53 @@ func newAddrLimiter(limit RateLimit, reg prometheus.Registerer) *addrLimiter {
 	return l
 }
 
+// lookupQueueWait bounds how long a lookup waits for the lookups in flight
+// from its address to settle (see take). A lookup is one indexed query, a
+// few milliseconds; two seconds is hundreds of them, and well inside any
+// client's timeout.
+const lookupQueueWait = 2 * time.Second
+
 // take admits one lookup of client's key, before it is made. It returns
 // settle, to call with the outcome (only a failure takes a token), or nil
 // and how long until the client may try again.
-func (l *addrLimiter) take(client netip.Prefix) (settle func(failed bool), wait time.Duration) {
+//
+// A lookup is admitted while the address has a token for it and for every
+// lookup in flight. When the tokens are short only because of lookups in
+// flight (a platform or a NAT sending many merchants' keys at once to an
+// instance that has not seen them yet), it waits for those to settle, up
+// to lookupQueueWait or ctx's end: valid keys give their tokens back, and
+// guesses still never outnumber the tokens. Only tokens spent by failures
+// refuse at once.
+func (l *addrLimiter) take(ctx context.Context, client netip.Prefix) (settle func(failed bool), wait time.Duration) {
 	if l == nil {
 		return func(bool) {}, 0
 	}
+	var giveUp <-chan time.Time
+	for {
+		settle, wait, settled := l.tryTake(client)
+		if settle != nil || settled == nil {
+			return settle, wait
+		}
+		if giveUp == nil {
+			timer := time.NewTimer(lookupQueueWait)
+			defer timer.Stop()
+			giveUp = timer.C
+		}
+		select {
+		case <-settled:
+		case <-giveUp:
+			l.limited.Inc()
+			return nil, wait
+		case <-ctx.Done():
+			l.limited.Inc()
+			return nil, wait
+		}
+	}
+}
+
+// tryTake is one try of take: admitted (settle), refused (wait), or to
+// wait for a lookup in flight to settle (settled, closed when one does).
+func (l *addrLimiter) tryTake(client netip.Prefix) (settle func(failed bool), wait time.Duration, settled <-chan struct{}) {
 	now := time.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
@@ -153,12 +196,17 @@ func (l *addrLimiter) take(client netip.Prefix) (settle func(failed bool), wait 
 		if len(l.buckets) >= l.maxBuckets {
 			l.sweep(now)
 		}
-		b = &addrBucket{tokens: rate.NewLimiter(rate.Limit(l.limit.Rate), l.limit.Burst)}
+		b = &addrBucket{tokens: rate.NewLimiter(rate.Limit(l.limit.Rate), l.limit.Burst), settled: make(chan struct{})}
 		l.buckets[client] = b
 	}
-	if missing := float64(b.inFlight) + 1 - b.tokens.TokensAt(now); missing > 0 {
+	tokens := b.tokens.TokensAt(now)
+	if missing := float64(b.inFlight) + 1 - tokens; missing > 0 {
+		wait = time.Duration(missing / l.limit.Rate * float64(time.Second))
+		if tokens >= 1 { // held by lookups in flight, which may give them back
+			return nil, wait, b.settled
+		}
 		l.limited.Inc()
-		return nil, time.Duration(missing / l.limit.Rate * float64(time.Second))
+		return nil, wait, nil
 	}
 	b.inFlight++
 	return func(failed bool) {
@@ -168,7 +216,9 @@ func (l *addrLimiter) take(client netip.Prefix) (settle func(failed bool), wait 
 		if failed {
 			b.tokens.ReserveN(time.Now(), 1) // its token was kept for it: there is one
 		}
-	}, 0
+		close(b.settled)
+		b.settled = make(chan struct{})
+	}, 0, nil
 }
 
 // sweep makes room (see addrLimiter); l.mu is held.

@@ -442,11 +442,7 @@ func (b *bench) writeGoals(p func(string, ...any)) {
 		}
 		return fmt.Sprintf("%s: short by %.2g %%", verdict(false), 100*(want-got)/want) // 7.2, 0.11
 	}
-	if v, ok := b.ratio("B", "A-naive", 16); ok {
-		p("| B ≥ A-naive at 16 clients | B/A-naive = %.2f (%.0f vs %.0f req/s) | %s |\n", v, b.get("B", 16).rps, b.get("A-naive", 16).rps, atLeast(v, 1))
-	} else {
-		p("| B ≥ A-naive at 16 clients | not measured in this run | – |\n")
-	}
+	b.writeRequestGoals(p, verdict, atLeast)
 	if b64, b16 := b.get("B", 64), b.get("B", 16); b64 != nil && b16 != nil {
 		v := b64.rps / b16.rps
 		p("| no collapse: B at 64 ≥ 0.9 × B at 16 | %.2f (%.0f vs %.0f req/s) | %s |\n", v, b64.rps, b16.rps, atLeast(v, 0.9))
@@ -487,6 +483,7 @@ func (b *bench) writeGoals(p func(string, ...any)) {
 		}
 	}
 	b.writeYoungGoal(p, verdict)
+	b.writeYoungRetryGoals(p, verdict)
 	b.writeStormGoal(p, verdict)
 	if len(bad) == 0 {
 		p("| no serialization failure reaches a client | every answer of A-own, B, B-young, C and E was the expected one | %s |\n", verdict(true))
@@ -673,4 +670,87 @@ func (b *bench) writeYoungGoal(p func(string, ...any), verdict func(bool) string
 		return
 	}
 	p("| no 409 for new keys on a young database (B-young at 16 and 64 clients) | %s | %s |\n", strings.Join(cells, "; "), verdict(ok))
+}
+
+// writeRequestGoals judges the request against the naive floor (issue 29):
+// B's throughput at least 1.1 × A-naive's at 16 clients and 1.3 × at 64,
+// and, at each, PostgreSQL's CPU per request at most 0.8 × A-naive's and
+// the WAL per request at most 2 × A-naive's.
+func (b *bench) writeRequestGoals(p func(string, ...any), verdict func(bool) string, atLeast func(got, want float64) string) {
+	for _, g := range []struct {
+		clients int
+		want    float64
+	}{{16, 1.1}, {64, 1.3}} {
+		goal := fmt.Sprintf("B ≥ %.1f × A-naive at %d clients", g.want, g.clients)
+		if v, ok := b.ratio("B", "A-naive", g.clients); ok {
+			p("| %s | B/A-naive = %.2f (%.0f vs %.0f req/s) | %s |\n", goal, v, b.get("B", g.clients).rps, b.get("A-naive", g.clients).rps, atLeast(v, g.want))
+		} else {
+			p("| %s | not measured in this run | – |\n", goal)
+		}
+	}
+	atMost := func(got, limit float64) string {
+		if got <= limit {
+			return verdict(true)
+		}
+		return fmt.Sprintf("%s: %.2f× the limit", verdict(false), got/limit)
+	}
+	for _, c := range []int{16, 64} {
+		goal := fmt.Sprintf("PostgreSQL CPU per request ≤ 0.8 × A-naive's at %d clients", c)
+		bb, a := b.get("B", c), b.get("A-naive", c)
+		if bb == nil || a == nil {
+			p("| %s | not measured in this run | – |\n", goal)
+			continue
+		}
+		_, bpg, _, _, _ := bb.cpuPerReq()
+		_, apg, _, _, _ := a.cpuPerReq()
+		if apg <= 0 {
+			p("| %s | A-naive's PostgreSQL CPU was not measured | – |\n", goal)
+			continue
+		}
+		p("| %s | B / A-naive = %.2f (%.3f vs %.3f ms) | %s |\n", goal, bpg/apg, bpg, apg, atMost(bpg/apg, 0.8))
+	}
+	for _, c := range []int{16, 64} {
+		goal := fmt.Sprintf("WAL per request ≤ 2 × A-naive's at %d clients", c)
+		bb, a := b.get("B", c), b.get("A-naive", c)
+		if bb == nil || a == nil || a.server.walBytes <= 0 {
+			p("| %s | not measured in this run | – |\n", goal)
+			continue
+		}
+		bw, aw := bb.perReq(bb.server.walBytes)/1024, a.perReq(a.server.walBytes)/1024
+		p("| %s | B / A-naive = %.2f (%.1f vs %.1f KiB) | %s |\n", goal, bw/aw, bw, aw, atMost(bw/aw, 2))
+	}
+}
+
+// writeYoungRetryGoals judges the young database (issue 29): B-young at 16
+// and 64 clients makes at most 0.05 serialization retries per request, and
+// its p99 latency is at most 2 × B's at the same number of clients.
+func (b *bench) writeYoungRetryGoals(p func(string, ...any), verdict func(bool) string) {
+	for _, c := range []int{16, 64} {
+		goal := fmt.Sprintf("B-young ≤ 0.05 retries per request at %d clients", c)
+		y := b.get("B-young", c)
+		if y == nil {
+			p("| %s | not measured in this run | – |\n", goal)
+			continue
+		}
+		v := y.perReq(float64(y.retries))
+		msg := verdict(v <= 0.05)
+		if v > 0.05 {
+			msg += fmt.Sprintf(": %.1f× the limit", v/0.05)
+		}
+		p("| %s | %.3f | %s |\n", goal, v, msg)
+	}
+	for _, c := range []int{16, 64} {
+		goal := fmt.Sprintf("B-young p99 ≤ 2 × B's at %d clients", c)
+		y, bb := b.get("B-young", c), b.get("B", c)
+		if y == nil || bb == nil || bb.p99 <= 0 {
+			p("| %s | not measured in this run | – |\n", goal)
+			continue
+		}
+		v := float64(y.p99) / float64(bb.p99)
+		msg := verdict(v <= 2)
+		if v > 2 {
+			msg += fmt.Sprintf(": %.2f× the limit", v/2)
+		}
+		p("| %s | %.2f (%s vs %s ms) | %s |\n", goal, v, ms(y.p99), ms(bb.p99), msg)
+	}
 }

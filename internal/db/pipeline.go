@@ -41,14 +41,18 @@ type Tx struct {
 var _ pgx.Tx = (*Tx)(nil)
 
 type queued struct {
-	sql  string
-	args []any
+	sql   string
+	args  []any
+	later func(q QueuedTx) error // QueueLater's: makes the statement when the queue is sent
 }
 
 // Flush sends, in one round trip, BEGIN if it has not gone yet and the
 // queued statements, and returns the first error among them. BEGIN alone
 // goes as a simple query, as pgx's own BeginTx sends it.
 func (tx *Tx) Flush(ctx context.Context) error {
+	if err := tx.makeLater(); err != nil {
+		return err
+	}
 	if tx.begin == "" && len(tx.queued) == 0 {
 		return nil
 	}
@@ -83,6 +87,36 @@ func (q QueuedTx) Exec(_ context.Context, sql string, args ...any) (pgconn.Comma
 	return pgconn.CommandTag{}, nil
 }
 
+// QueueLater queues, in this place, a statement that is made only when the
+// queue is sent (by the next statement whose result is read, Flush or
+// COMMIT): then make queues it on q, and what it queues takes this place.
+// Until then the caller may still change what the statement will be (a
+// new key's insert, say, that can take the key's move in the same
+// transaction instead of an update of the row after it). make must only
+// queue (q.Exec); its error fails the statement that sends the queue. A
+// transaction rolled back before sending never calls it.
+func (tx *Tx) QueueLater(make func(q QueuedTx) error) {
+	tx.queued = append(tx.queued, queued{later: make})
+}
+
+// makeLater makes every statement QueueLater queued, in its place.
+func (tx *Tx) makeLater() error {
+	for i, q := range tx.queued {
+		if q.later == nil {
+			continue
+		}
+		all := tx.queued
+		tx.queued = all[:i:i]
+		if err := q.later(QueuedTx{tx}); err != nil {
+			tx.queued = all // left as it was: whatever sends it next fails too
+			return err
+		}
+		tx.queued = append(tx.queued, all[i+1:]...)
+		return tx.makeLater() // the rest may hold more
+	}
+	return nil
+}
+
 // Query is Tx.Query.
 func (q QueuedTx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
 	return q.tx.Query(ctx, sql, args...)
@@ -95,6 +129,9 @@ func (q QueuedTx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row
 
 // Exec sends sql, with whatever waits to be sent, and returns its command tag.
 func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
+	if err := tx.makeLater(); err != nil {
+		return pgconn.CommandTag{}, err
+	}
 	if tx.nothingWaits() {
 		return tx.conn.Exec(ctx, sql, args...)
 	}
@@ -108,6 +145,9 @@ func (tx *Tx) Exec(ctx context.Context, sql string, args ...any) (pgconn.Command
 
 // QueryRow sends sql, with whatever waits to be sent; the row is read by Scan.
 func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
+	if err := tx.makeLater(); err != nil {
+		return errRow{err}
+	}
 	if tx.nothingWaits() {
 		return tx.conn.QueryRow(ctx, sql, args...)
 	}
@@ -120,6 +160,9 @@ func (tx *Tx) QueryRow(ctx context.Context, sql string, args ...any) pgx.Row {
 
 // Query sends sql, with whatever waits to be sent; the rows must be closed.
 func (tx *Tx) Query(ctx context.Context, sql string, args ...any) (pgx.Rows, error) {
+	if err := tx.makeLater(); err != nil {
+		return nil, err
+	}
 	if tx.nothingWaits() {
 		return tx.conn.Query(ctx, sql, args...)
 	}

@@ -228,3 +228,58 @@ func TestPipelinedTx_flushSendsBeginAlone(t *testing.T) {
 	require.EqualValues(t, 3, s.n.Load()-before, "BEGIN, then INSERT, then COMMIT")
 	require.Equal(t, 1, countNotes(t, pool))
 }
+
+// A statement queued with QueueLater is made when the queue is sent, in
+// its place in the queue: what its maker says then, not when it was queued.
+func TestPipelinedTx_aStatementQueuedLaterIsMadeWhenSentInItsPlace(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	pool, _ := tracedPool(t)
+	var made int
+	require.NoError(t, db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		body := "as queued"
+		tx.QueueLater(func(q db.QueuedTx) error {
+			made++
+			_, err := q.Exec(ctx, "INSERT INTO notes VALUES (1, $1)", body)
+			return err
+		})
+		// After it in the queue, and it must already be there: the later
+		// statement keeps its place ahead of this one.
+		if _, err := tx.Queued().Exec(ctx, "UPDATE notes SET body = body || ', then updated' WHERE id = 1"); err != nil {
+			return err
+		}
+		body = "as sent"
+		return nil
+	}))
+	require.Equal(t, 1, made, "made once, when the COMMIT sent the queue")
+	var body string
+	require.NoError(t, pool.QueryRow(ctx, "SELECT body FROM notes WHERE id = 1").Scan(&body))
+	require.Equal(t, "as sent, then updated", body)
+
+	// Sent by a statement whose result is read: made then, once.
+	made = 0
+	require.NoError(t, db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		tx.QueueLater(func(q db.QueuedTx) error {
+			made++
+			_, err := q.Exec(ctx, "INSERT INTO notes VALUES (2, 'read back')")
+			return err
+		})
+		var n int
+		if err := tx.QueryRow(ctx, "SELECT count(*) FROM notes").Scan(&n); err != nil {
+			return err
+		}
+		require.Equal(t, 2, n)
+		require.Equal(t, 1, made)
+		return nil
+	}))
+	require.Equal(t, 1, made)
+
+	// A maker's error fails the statement that would have sent it.
+	boom := errors.New("boom")
+	err := db.WithTx(ctx, pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		tx.QueueLater(func(db.QueuedTx) error { return boom })
+		return nil
+	})
+	require.ErrorIs(t, err, boom)
+	require.Equal(t, 2, countNotes(t, pool))
+}

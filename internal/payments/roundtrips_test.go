@@ -103,10 +103,13 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 		// The claim: the key is new (the filter has never seen it), so no
 		// lookup; the key's row first (if the key exists after all, the
 		// unique index fails the transaction before the payment is
-		// written), the payment, its audit record and the key's fenced move
-		// to payment_created, in one transaction that reads nothing back:
-		// one round trip.
-		"BEGIN ISOLATION + InsertIdempotencyKey + InsertPayment + InsertAuditRecord + SetRecoveryPoint + COMMIT",
+		// written), the payment and its audit record, in one transaction
+		// that reads nothing back: one round trip. The key's move to
+		// payment_created is no statement of its own: the row is inserted
+		// there (its insert is made when the COMMIT sends it), so it is
+		// written once, and the transaction reads no index page by the
+		// key's id but the foreign keys' checks.
+		"BEGIN ISOLATION + InsertIdempotencyKey + InsertPayment + InsertAuditRecord + COMMIT",
 		// (Stripe is called here.) Its answer is recorded and the key
 		// finished, in one round trip: the move is computed from the
 		// payment the claim handed off (paymentInserted), and written only

@@ -250,7 +250,10 @@ func (e *Engine) claimKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key
 // insertKey makes c's key, new and locked by this request (lock token 1),
 // and queues its row's insert, so that it goes ahead of the first phase's
 // statements: if the key exists after all, the unique index fails the
-// transaction before the phase's work runs.
+// transaction before the phase's work runs. The insert is made when the
+// transaction sends it (db.Tx.QueueLater): if the key's move of this
+// transaction comes first (queueKeyMove), the row is inserted at the
+// recovery point it moves to, and is written once.
 func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key, error) {
 	k := &Key{
 		ID: uuid.New(), UserID: c.UserID, Key: c.Key, Flow: c.Flow.Name,
@@ -258,12 +261,24 @@ func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Ke
 		RecoveryPoint: Started, Locked: true, Created: e.clock(),
 		lockToken: 1, made: true,
 	}
-	return k, queries.InsertIdempotencyKey(ctx, tx.Queued(), dbsqlc.InsertIdempotencyKeyParams{
+	insert := &unsentInsert{at: Started}
+	k.unsent = insert
+	params := dbsqlc.InsertIdempotencyKeyParams{
 		ID: k.ID, UserID: k.UserID, IdempotencyKey: k.Key, Flow: k.Flow,
 		RequestMethod: k.Method, RequestPath: k.Path, RequestParams: k.Params, RequestFingerprint: c.fingerprint,
 		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), TraceParent: c.traceParent,
+	}
+	tx.QueueLater(func(q db.QueuedTx) error {
+		k.unsent = nil // sent now: a later move is an update
+		params.RecoveryPoint = string(insert.at)
+		return queries.InsertIdempotencyKey(ctx, q, params)
 	})
+	return k, nil
 }
+
+// unsentInsert is a new key's insert not sent yet: the recovery point its
+// row will be inserted at.
+type unsentInsert struct{ at RecoveryPoint }
 
 // findFinished returns the stored response of c's key if it is finished
 // (ErrKeyReused if c differs from the request that used it), or nil.

@@ -129,6 +129,9 @@ type Key struct {
 	// no history (no child key generations to read), and its commit
 	// creates it at Started.
 	made bool
+	// unsent is the insert of the key's row while it waits, unsent, in the
+	// claim's transaction (insertKey); nil once sent, and for a key not made.
+	unsent *unsentInsert
 	// handoffs are the values phases of this attempt handed on (Handoff),
 	// as committed; pending are those given in the transaction running now.
 	handoffs, pending map[any]any

@@ -381,10 +381,10 @@ INSERT INTO idempotency_keys (
     recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
-    'started', coalesce($9::timestamptz, now()),
-    coalesce($9::timestamptz, now()) + make_interval(secs => $10::float8),
-    1, coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now()),
-    $11
+    $9, coalesce($10::timestamptz, now()),
+    coalesce($10::timestamptz, now()) + make_interval(secs => $11::float8),
+    1, coalesce($10::timestamptz, now()), coalesce($10::timestamptz, now()),
+    $12
 )
 `
 
@@ -397,13 +397,19 @@ type InsertIdempotencyKeyParams struct {
 	RequestPath         string
 	RequestParams       []byte
 	RequestFingerprint  []byte
+	RecoveryPoint       string
 	Now                 pgtype.Timestamptz
 	LockLifetimeSeconds float64
 	TraceParent         pgtype.Text
 }
 
-// A new key, at started and locked (lock token 1, for the caller's lock
-// lifetime) by the request that creates it. The claim sends it ahead of
+// A new key, locked (lock token 1, for the caller's lock lifetime) by the
+// request that creates it, at started, or at the recovery point that the
+// claim's transaction moves it to: the claim makes the insert only when
+// the transaction sends it (db.Tx.QueueLater), so a move in the same
+// transaction needs no update of the row (it would write every index of
+// the table again, read the primary key's page by the id, and take a
+// statement more). The claim sends it ahead of
 // the first phase's statements, in the same round trip: a key that exists
 // already fails it on the unique index, which aborts the transaction before
 // any of the phase's work runs, and the claim takes the careful path.
@@ -421,6 +427,7 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 		arg.RequestPath,
 		arg.RequestParams,
 		arg.RequestFingerprint,
+		arg.RecoveryPoint,
 		arg.Now,
 		arg.LockLifetimeSeconds,
 		arg.TraceParent,

@@ -35,8 +35,13 @@ WHERE user_id = @user_id AND idempotency_key = @idempotency_key
   AND recovery_point = 'finished' AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now());
 
 -- name: InsertIdempotencyKey :exec
--- A new key, at started and locked (lock token 1, for the caller's lock
--- lifetime) by the request that creates it. The claim sends it ahead of
+-- A new key, locked (lock token 1, for the caller's lock lifetime) by the
+-- request that creates it, at started, or at the recovery point that the
+-- claim's transaction moves it to: the claim makes the insert only when
+-- the transaction sends it (db.Tx.QueueLater), so a move in the same
+-- transaction needs no update of the row (it would write every index of
+-- the table again, read the primary key's page by the id, and take a
+-- statement more). The claim sends it ahead of
 -- the first phase's statements, in the same round trip: a key that exists
 -- already fails it on the unique index, which aborts the transaction before
 -- any of the phase's work runs, and the claim takes the careful path.
@@ -49,7 +54,7 @@ INSERT INTO idempotency_keys (
     recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent
 ) VALUES (
     @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
-    'started', coalesce(sqlc.narg('now')::timestamptz, now()),
+    @recovery_point, coalesce(sqlc.narg('now')::timestamptz, now()),
     coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     1, coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()),
     sqlc.narg('trace_parent')

@@ -82,9 +82,12 @@ type Filter struct {
 	gen   atomic.Int64
 	end   atomic.Int64 // when the newest slice's time ends, in nanoseconds
 	ready atomic.Bool  // a Rebuild finished: the bits know every live key
-	mu    sync.Mutex   // serializes rotations
-	count *[stripes]stripe
-	fps   prometheus.Counter
+	// covers is the time, in nanoseconds by the rows' clock, before which
+	// every live key is known to be in the bits (SetCovers); 0 for none.
+	covers atomic.Int64
+	mu     sync.Mutex // serializes rotations
+	count  *[stripes]stripe
+	fps    prometheus.Counter
 }
 
 // New returns a Filter. It is cold, answering "maybe seen" to every check,

@@ -153,3 +153,26 @@ func (f *Filter) load(b *blocked, seed uint64, gen int64, words []byte) error {
 	f.publish(gen)
 	return nil
 }
+
+// SetCovers records that every key live from before t (by the clock of the
+// rows' LiveFrom) is in the bits: the caller read them all, in a Rebuild
+// that began after t. It only moves forward.
+func (f *Filter) SetCovers(t time.Time) {
+	if f == nil {
+		return
+	}
+	for ns := t.UnixNano(); ; {
+		old := f.covers.Load()
+		if old >= ns || f.covers.CompareAndSwap(old, ns) {
+			return
+		}
+	}
+}
+
+// Covers is the time SetCovers last recorded, or the zero time.
+func (f *Filter) Covers() time.Time {
+	if f == nil || f.covers.Load() == 0 {
+		return time.Time{}
+	}
+	return time.Unix(0, f.covers.Load())
+}

@@ -20,8 +20,7 @@ type Config struct {
 	// Slices is how many time slices are live at once, 2 to 64. A slice
 	// covers TTL/(Slices-1) of time, and a key is remembered for between
 	// TTL and TTL plus one slice; see the package comment. In the blocked
-	// layout, 2, 4 or 8 slices share one cache line per element, 4 with the
-	// least memory; other counts read a line per slice. Default 4.
+	// layout a check reads a cache line per slice, side by side. Default 4.
 	Slices int
 	// ExpectedKeysPerSlice is how many keys arrive in one slice's time,
 	// that is the keys per TTL divided by Slices-1. Default 1<<20.
@@ -47,11 +46,10 @@ type Config struct {
 type Layout int
 
 const (
-	// LayoutBlocked keeps an element's bits for every slice in one 64-byte
-	// cache line (128 bits of it per slice, with 4 slices), so that a check
-	// hashes once and reads one line, and an add writes one. When Slices
-	// does not divide 8, each slice gets a line of its own, side by side.
-	// It hashes with hash/maphash.
+	// LayoutBlocked keeps an element's bits for each slice in one 64-byte
+	// cache line, the slices' lines side by side, so that a check hashes
+	// once and reads Slices adjacent lines, and an add writes one. It
+	// hashes with xxhash and a seed that a snapshot keeps.
 	LayoutBlocked Layout = iota
 	// LayoutBloomV3 is a bits-and-blooms/bloom/v3 filter per slice, bit for
 	// bit: bloom/v3's sizing, hash and bit positions (its own Test answers

@@ -7,6 +7,7 @@ import (
 	"time"
 
 	"github.com/jackc/pgx/v5"
+	"golang.org/x/sync/errgroup"
 
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/keyfilter"
@@ -48,14 +49,50 @@ func (e *Engine) LoadKeyFilterSnapshot(ctx context.Context, maxAge time.Duration
 	if e.cfg.KeyFilter == nil {
 		return time.Time{}, fmt.Errorf("%w: no key filter", keyfilter.ErrSnapshotUnusable)
 	}
-	row, err := queries.GetKeyFilterSnapshot(ctx, e.cfg.Pool)
+	bits, err := e.readKeyFilterSnapshot(ctx)
+	if err != nil {
+		return time.Time{}, err
+	}
+	return e.cfg.KeyFilter.LoadSnapshot(bits, maxAge)
+}
+
+// snapshotReaders is how many connections read parts of the snapshot at
+// once: PostgreSQL reads a value's TOAST chunks one at a time. A filter for
+// 10M keys (25 MB) loaded in 0.21 to 1.6 s this way (median 0.53 s), and in
+// 0.61 to 1.7 s (median 1.23 s) as one value, in 5 interleaved pairs on the
+// busy 2-core development machine.
+const snapshotReaders = 4
+
+// readKeyFilterSnapshot reads the stored snapshot in parts, at once.
+func (e *Engine) readKeyFilterSnapshot(ctx context.Context) ([]byte, error) {
+	stored, err := queries.GetKeyFilterSnapshotSize(ctx, e.cfg.Pool)
 	if errors.Is(err, pgx.ErrNoRows) {
-		return time.Time{}, fmt.Errorf("%w: no snapshot stored", keyfilter.ErrSnapshotUnusable)
+		return nil, fmt.Errorf("%w: no snapshot stored", keyfilter.ErrSnapshotUnusable)
 	}
 	if err != nil {
-		return time.Time{}, fmt.Errorf("reading the key filter's snapshot: %w", err)
+		return nil, fmt.Errorf("reading the key filter's snapshot: %w", err)
 	}
-	return e.cfg.KeyFilter.LoadSnapshot(row.Bits, maxAge)
+	bits := make([]byte, stored.Size)
+	part := (len(bits) + snapshotReaders - 1) / snapshotReaders
+	g, gctx := errgroup.WithContext(ctx)
+	for from := 0; from < len(bits); from += part {
+		g.Go(func() error {
+			b, err := queries.GetKeyFilterSnapshotPart(gctx, e.cfg.Pool, dbsqlc.GetKeyFilterSnapshotPartParams{
+				Start: int32(from + 1), Length: int32(part), Covers: stored.Covers,
+			})
+			if errors.Is(err, pgx.ErrNoRows) {
+				return fmt.Errorf("%w: replaced while it was read", keyfilter.ErrSnapshotUnusable)
+			}
+			if err != nil {
+				return fmt.Errorf("reading the key filter's snapshot: %w", err)
+			}
+			if copy(bits[from:], b) != min(part, len(bits)-from) {
+				return fmt.Errorf("%w: a part of %d bytes at %d", keyfilter.ErrSnapshotUnusable, len(b), from)
+			}
+			return nil
+		})
+	}
+	return bits, g.Wait()
 }
 
 // RebuildKeyFilterSince reads into the engine's key filter the keys live

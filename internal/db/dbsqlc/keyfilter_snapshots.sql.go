@@ -12,19 +12,41 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const getKeyFilterSnapshot = `-- name: GetKeyFilterSnapshot :one
-SELECT covers, bits FROM keyfilter_snapshots WHERE id
+const getKeyFilterSnapshotPart = `-- name: GetKeyFilterSnapshotPart :one
+SELECT substring(bits FROM $1::int FOR $2::int)::bytea AS part
+FROM keyfilter_snapshots WHERE id AND covers = $3
 `
 
-type GetKeyFilterSnapshotRow struct {
+type GetKeyFilterSnapshotPartParams struct {
+	Start  int32
+	Length int32
 	Covers time.Time
-	Bits   []byte
 }
 
-func (q *Queries) GetKeyFilterSnapshot(ctx context.Context, db DBTX) (GetKeyFilterSnapshotRow, error) {
-	row := db.QueryRow(ctx, getKeyFilterSnapshot)
-	var i GetKeyFilterSnapshotRow
-	err := row.Scan(&i.Covers, &i.Bits)
+// Bytes of the stored snapshot from @start (1-based) on, at most @length: the
+// column is stored uncompressed (EXTERNAL), so PostgreSQL reads only the
+// chunks that hold them, and parts read on several connections at once.
+func (q *Queries) GetKeyFilterSnapshotPart(ctx context.Context, db DBTX, arg GetKeyFilterSnapshotPartParams) ([]byte, error) {
+	row := db.QueryRow(ctx, getKeyFilterSnapshotPart, arg.Start, arg.Length, arg.Covers)
+	var part []byte
+	err := row.Scan(&part)
+	return part, err
+}
+
+const getKeyFilterSnapshotSize = `-- name: GetKeyFilterSnapshotSize :one
+SELECT covers, length(bits)::int AS size FROM keyfilter_snapshots WHERE id
+`
+
+type GetKeyFilterSnapshotSizeRow struct {
+	Covers time.Time
+	Size   int32
+}
+
+// The stored snapshot's time and size, for reading it in parts.
+func (q *Queries) GetKeyFilterSnapshotSize(ctx context.Context, db DBTX) (GetKeyFilterSnapshotSizeRow, error) {
+	row := db.QueryRow(ctx, getKeyFilterSnapshotSize)
+	var i GetKeyFilterSnapshotSizeRow
+	err := row.Scan(&i.Covers, &i.Size)
 	return i, err
 }
 

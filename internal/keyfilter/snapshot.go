@@ -43,9 +43,12 @@ var castagnoli = crc32.MakeTable(crc32.Castagnoli)
 
 // Snapshot returns the filter's bits and the time they cover: the caller
 // vouches that every key live from before covers (by the clock of the
-// rows' LiveFrom) was added. Adds may run meanwhile; a key added while the
-// bits are copied may or may not be in them, as it would be on either side
-// of the copy. A nil, disabled or bloomv3 filter has none: nil.
+// rows' LiveFrom) was added. Adds may run meanwhile: a key added while the
+// bits are copied may be in them only in part (its line's words are copied
+// one at a time), so the caller must vouch only for keys added before the
+// copy began, and read the others again after a load (those live from
+// after covers, less its margin). A nil, disabled or bloomv3 filter has
+// none: nil.
 func (f *Filter) Snapshot(covers time.Time) []byte {
 	if f == nil {
 		return nil

@@ -180,7 +180,10 @@ func (b *bench) writeStartups(p func(string, ...any)) {
 		}
 		on, ready, rebuild, fb, perKey := "off", "–", "–", "–", "–"
 		if r.filterOn {
-			on = "on, from " + r.from
+			on = "on"
+			if r.from != "" { // a binary from before issue 29 does not say
+				on += ", from " + r.from
+			}
 			ready, rebuild = fmt.Sprintf("%.2f s", r.filterReady.Seconds()), fmt.Sprintf("%.2f s", r.rebuildTook.Seconds())
 			fb = fmt.Sprintf("%.1f", float64(r.filterBytes)/(1<<20))
 			perKey = fmt.Sprintf("%.2f", float64(r.filterBytes)/float64(r.liveKeys))

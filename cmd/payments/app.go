@@ -8,6 +8,7 @@ import (
 	"net"
 	"net/http"
 	"runtime/debug"
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -66,11 +67,29 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 
 // serveAPI serves the API on ln until ctx is cancelled, then stops taking new
 // connections and gives in-flight requests cfg.ShutdownTimeout to finish.
-// The key filter is rebuilt meanwhile; until it is ready, claims are careful.
+// The key filter is made ready meanwhile (from its snapshot and the keys
+// made since, or from every live key); until it is ready, claims are
+// careful. Once ready, its snapshot is stored every
+// cfg.KeyFilterSnapshotInterval and at shutdown.
 func (p *process) serveAPI(ctx context.Context, ln net.Listener) error {
-	go func() {
-		start := time.Now()
-		st, err := p.Engine.RebuildKeyFilter(ctx)
+	start := time.Now()
+	var covers time.Time // zero: the full rebuild
+	from := "rebuild"
+	snapshots := p.cfg.KeyFilter && p.cfg.KeyFilterSnapshotInterval > 0
+	if snapshots {
+		// Loaded before the API serves: the snapshot's bits were hashed with
+		// its own seed, which a claim's add before the load would not use.
+		c, err := p.Engine.LoadKeyFilterSnapshot(ctx, p.cfg.KeyFilterSnapshotMaxAge)
+		if err != nil {
+			p.Log.Info("key filter snapshot not used; reading every live key", slog.String("reason", err.Error()))
+		} else {
+			covers, from = c, "snapshot"
+		}
+	}
+	filterCtx, stopFilter := context.WithCancel(ctx)
+	var filterDone sync.WaitGroup
+	filterDone.Go(func() {
+		st, err := p.Engine.RebuildKeyFilterSince(filterCtx, covers)
 		if err != nil {
 			p.Log.Warn("key filter rebuild failed; claims stay careful", slog.String("error", err.Error()))
 			return
@@ -80,13 +99,49 @@ func (p *process) serveAPI(ctx context.Context, ln net.Listener) error {
 		// service's GOGC (internal/tuning) would keep mapped until the
 		// runtime's scavenger gives them back, minutes later.
 		debug.FreeOSMemory()
-		p.Log.Info("key filter ready", slog.Int("keys", st.Added), slog.Duration("took", time.Since(start)))
-	}()
+		p.Log.Info("key filter ready", slog.Int("keys", st.Added), slog.Duration("took", time.Since(start)), slog.String("from", from))
+		if snapshots {
+			p.writeKeyFilterSnapshots(filterCtx)
+		}
+	})
 	handler := p.APIHandler(api.RateLimit{Rate: p.cfg.RateLimit, Burst: p.cfg.RateLimitBurst}, p.cfg.apiAuthCacheTTL())
 	p.Log.Info("API listening", slog.String("addr", ln.Addr().String()))
 	// net/http's own answers (a header over 1 MiB, a request it cannot
 	// parse) are problem+json too.
-	return p.serveHTTP(ctx, api.Listener(ln), handler, "API")
+	err := p.serveHTTP(ctx, api.Listener(ln), handler, "API")
+	stopFilter()
+	filterDone.Wait() // the last snapshot is written before the pool closes
+	return err
+}
+
+// keyFilterSnapshotTimeout bounds the snapshot written at shutdown.
+const keyFilterSnapshotTimeout = 10 * time.Second
+
+// writeKeyFilterSnapshots stores the key filter's snapshot every
+// cfg.KeyFilterSnapshotInterval, and once more when ctx is done.
+func (p *process) writeKeyFilterSnapshots(ctx context.Context) {
+	tick := time.NewTicker(p.cfg.KeyFilterSnapshotInterval)
+	defer tick.Stop()
+	write := func(ctx context.Context) {
+		start := time.Now()
+		n, err := p.Engine.SaveKeyFilterSnapshot(ctx)
+		if err != nil {
+			p.Log.Warn("key filter snapshot not written", slog.String("error", err.Error()))
+			return
+		}
+		p.Log.Info("key filter snapshot written", slog.Int("bytes", n), slog.Duration("took", time.Since(start)))
+	}
+	for {
+		select {
+		case <-tick.C:
+			write(ctx)
+		case <-ctx.Done():
+			last, cancel := context.WithTimeout(context.WithoutCancel(ctx), keyFilterSnapshotTimeout)
+			write(last)
+			cancel()
+			return
+		}
+	}
 }
 
 // runWorker does the background work until ctx is cancelled.

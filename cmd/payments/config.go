@@ -45,6 +45,11 @@ type config struct {
 	KeyFilter             bool
 	KeyFilterExpectedKeys int
 	KeyFilterFPRate       float64
+	// KeyFilterSnapshotInterval is how often serve writes the key filter's
+	// snapshot (and at shutdown); 0 neither writes nor reads one.
+	KeyFilterSnapshotInterval time.Duration
+	// KeyFilterSnapshotMaxAge is the oldest snapshot a start loads.
+	KeyFilterSnapshotMaxAge time.Duration
 
 	RateLimit      float64
 	RateLimitBurst int
@@ -240,8 +245,12 @@ func (c *config) engineFlags(f *flags) {
 	f.boolVar(&c.KeyFilter, "keyfilter", "PAYMENTS_KEYFILTER", true, "the RAM Bloom filter in front of the key index")
 	f.intVar(&c.KeyFilterExpectedKeys, "keyfilter-expected-keys", "PAYMENTS_KEYFILTER_EXPECTED_KEYS", 1<<20,
 		"new keys expected per filter slice (a third of the TTL)")
-	f.floatVar(&c.KeyFilterFPRate, "keyfilter-fp-rate", "PAYMENTS_KEYFILTER_FP_RATE", 0.001,
+	f.floatVar(&c.KeyFilterFPRate, "keyfilter-fp-rate", "PAYMENTS_KEYFILTER_FP_RATE", 0.005,
 		"the filter's target false-positive rate")
+	f.durationVar(&c.KeyFilterSnapshotInterval, "keyfilter-snapshot-interval", "PAYMENTS_KEYFILTER_SNAPSHOT_INTERVAL", 10*time.Minute,
+		"how often serve stores the filter's snapshot in the database (and at shutdown), for the next start to load; 0: never, and none is loaded")
+	f.durationVar(&c.KeyFilterSnapshotMaxAge, "keyfilter-snapshot-max-age", "PAYMENTS_KEYFILTER_SNAPSHOT_MAX_AGE", time.Hour,
+		"the oldest snapshot a start loads (it then reads the keys made since); an older one, or none, means reading every live key")
 }
 
 // LogValue shows the configuration with every secret masked.
@@ -265,6 +274,8 @@ func (c config) LogValue() slog.Value {
 		slog.Bool("keyfilter", c.KeyFilter),
 		slog.Int("keyfilter_expected_keys", c.KeyFilterExpectedKeys),
 		slog.Float64("keyfilter_fp_rate", c.KeyFilterFPRate),
+		slog.String("keyfilter_snapshot_interval", c.KeyFilterSnapshotInterval.String()),
+		slog.String("keyfilter_snapshot_max_age", c.KeyFilterSnapshotMaxAge.String()),
 		slog.Float64("rate_limit", c.RateLimit),
 		slog.Int("rate_limit_burst", c.RateLimitBurst),
 		slog.String("auth_cache_ttl", c.AuthCacheTTL.String()),
@@ -390,6 +401,8 @@ func (c config) validate() error {
 		if c.KeyFilterFPRate <= 0 || c.KeyFilterFPRate >= 1 {
 			bad("PAYMENTS_KEYFILTER_FP_RATE", "keyfilter-fp-rate", "is %v: it must be between 0 and 1", c.KeyFilterFPRate)
 		}
+		notNegative("PAYMENTS_KEYFILTER_SNAPSHOT_INTERVAL", "keyfilter-snapshot-interval", c.KeyFilterSnapshotInterval)
+		positive("PAYMENTS_KEYFILTER_SNAPSHOT_MAX_AGE", "keyfilter-snapshot-max-age", c.KeyFilterSnapshotMaxAge)
 	}
 	positive("PAYMENTS_COMPLETER_INTERVAL", "completer-interval", c.CompleterInterval)
 	positive("PAYMENTS_COMPLETER_GRACE", "completer-grace", c.CompleterGrace)

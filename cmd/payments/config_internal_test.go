@@ -17,7 +17,7 @@ import (
 // reads a negative TTL as off, 0 as its default).
 func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	for _, env := range []string{"PAYMENTS_AUTH_CACHE_TTL", "PAYMENTS_ENQUEUER_POLL_INTERVAL", "PAYMENTS_KEYFILTER",
-		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_DB_MAX_CONNS",
+		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_KEYFILTER_SNAPSHOT_INTERVAL", "PAYMENTS_KEYFILTER_SNAPSHOT_MAX_AGE", "PAYMENTS_DB_MAX_CONNS",
 		"PAYMENTS_RECONCILE_INTERVAL", "PAYMENTS_RECONCILE_AFTER", "PAYMENTS_RECONCILE_BACKOFF_CAP", "PAYMENTS_RECONCILE_RATE",
 		"PAYMENTS_SMTP_COMMAND_TIMEOUT", "PAYMENTS_SMTP_DATA_TIMEOUT", "PAYMENTS_STRIPE_SPENT_KEY_GRACE"} {
 		if v, ok := os.LookupEnv(env); ok {
@@ -38,7 +38,9 @@ func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	require.Equal(t, 200*time.Millisecond, c.EnqueuerPollInterval)
 	require.True(t, c.KeyFilter)
 	require.Equal(t, 1048576, c.KeyFilterExpectedKeys)
-	require.Equal(t, 0.001, c.KeyFilterFPRate)
+	require.Equal(t, 0.005, c.KeyFilterFPRate, "issue 29: one new key in 200 takes the careful path")
+	require.Equal(t, 10*time.Minute, c.KeyFilterSnapshotInterval)
+	require.Equal(t, time.Hour, c.KeyFilterSnapshotMaxAge)
 	require.Zero(t, c.DBMaxConns, "0: db.Open's default, four per core")
 	require.Equal(t, 5*time.Minute, c.SMTPCommandTimeout, "RFC 5321 section 4.5.3.2.1-3")
 	require.Equal(t, 10*time.Minute, c.SMTPDataTimeout, "RFC 5321 section 4.5.3.2.6")

@@ -272,6 +272,37 @@ func TestServe_migrateUsersCreateAndMaskedSecrets(t *testing.T) {
 	}
 }
 
+// Issue 29: serve writes the key filter's snapshot when it stops, and the
+// next start loads it, reading only the keys made since; a corrupted one
+// sends the start back to the full rebuild.
+func TestServe_theKeyFilterSnapshotIsWrittenAtShutdownAndLoadedAtStart(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewURL(t)
+	env := []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=http://127.0.0.1:9", "STRIPE_SECRET_KEY=sk_test_x", "PAYMENTS_ADDR=127.0.0.1:0"}
+	ready := regexp.MustCompile(`"msg":"key filter ready".*"from":"([a-z]+)"`)
+	start := func() (*proc, string) {
+		p := startProc(t, env, "serve")
+		return p, p.waitFor(t, &p.stderr, ready)
+	}
+
+	first, from := start()
+	require.Equal(t, "rebuild", from, "no snapshot yet")
+	require.Zero(t, first.signalAndWait(t, syscall.SIGTERM))
+	require.Contains(t, first.output(&first.stderr), `"msg":"key filter snapshot written"`)
+
+	second, from := start()
+	require.Equal(t, "snapshot", from)
+	require.Zero(t, second.signalAndWait(t, syscall.SIGTERM))
+
+	pool := dbtestPool(t, dbURL)
+	_, err := pool.Exec(context.Background(), `UPDATE keyfilter_snapshots SET bits = set_byte(bits, 100, get_byte(bits, 100) # 1)`)
+	require.NoError(t, err)
+	third, from := start()
+	require.Equal(t, "rebuild", from, "a corrupted snapshot is not used")
+	require.Contains(t, third.output(&third.stderr), "checksum mismatch")
+	require.Zero(t, third.signalAndWait(t, syscall.SIGTERM))
+}
+
 func TestCommands_refuseBadUsage(t *testing.T) {
 	t.Parallel()
 	for _, args := range [][]string{{}, {"nonsense"}, {"serve"}, {"migrate"}, {"migrate", "sideways"}, {"users", "create"}} {

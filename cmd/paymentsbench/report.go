@@ -578,71 +578,82 @@ func (b *bench) writeNotes(p func(string, ...any)) {
 		"`-service-conns`, `-stripe-idle-conns`, `-preload 0`, `-cpuprofile-cell B:16`; `BENCH_QUICK=1 make bench` is a short run.\n\n")
 }
 
-var benchLine = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op`)
+var (
+	benchLine   = regexp.MustCompile(`^(Benchmark\S+?)(?:-\d+)?\s+\d+\s+([\d.]+) ns/op`)
+	benchMetric = regexp.MustCompile(`([\d.]+) (bytes/key|fp%)`)
+)
 
 // writeFilterGoals reads the key filter's `go test -bench` output, when
-// given, and judges the default layout (blocked, 4 slices) against the
-// issue's limits, on medians.
+// given, and judges the default layout (blocked, 4 slices) against issue
+// 29's goals, on medians: ratios in one run (a check to one DRAM access, to
+// bits-and-blooms at the same false-positive rate) and its memory. The old
+// absolute limits (150 ns a check, 200 ns an add) are retired: they failed
+// on a busy machine and passed on a quiet one; the times are reported.
 func (b *bench) writeFilterGoals(p func(string, ...any), verdict func(bool) string) {
 	if b.o.keyfilterBench == "" {
 		return
 	}
 	raw, err := os.ReadFile(b.o.keyfilterBench)
 	if err != nil {
-		p("| the filter's check < 150 ns, add < 200 ns at 10 M keys | could not read %s: %v | – |\n", b.o.keyfilterBench, err)
+		p("| the key filter's goals | could not read %s: %v | – |\n", b.o.keyfilterBench, err)
 		return
 	}
-	ns := map[string][]float64{}
+	ns, metric := map[string][]float64{}, map[string][]float64{}
 	for _, line := range strings.Split(string(raw), "\n") {
-		if m := benchLine.FindStringSubmatch(line); m != nil {
-			v, _ := strconv.ParseFloat(m[2], 64)
-			ns[m[1]] = append(ns[m[1]], v)
+		m := benchLine.FindStringSubmatch(line)
+		if m == nil {
+			continue
+		}
+		v, _ := strconv.ParseFloat(m[2], 64)
+		ns[m[1]] = append(ns[m[1]], v)
+		for _, mm := range benchMetric.FindAllStringSubmatch(line, -1) {
+			v, _ := strconv.ParseFloat(mm[1], 64)
+			metric[m[1]+" "+mm[2]] = append(metric[m[1]+" "+mm[2]], v)
 		}
 	}
-	median := func(name string) (float64, bool) {
-		v := ns[name]
+	median := func(m map[string][]float64, name string) (float64, bool) {
+		v := m[name]
 		if len(v) == 0 {
 			return math.NaN(), false
 		}
 		slices.Sort(v)
 		return v[len(v)/2], true
 	}
-	for _, g := range []struct {
-		goal, bench string
-		limit       float64
-	}{
-		{"the filter's check of a member < 150 ns at 10 M live keys", "BenchmarkCheckMember/blocked-4", 150},
-		{"the filter's check of a non-member < 150 ns", "BenchmarkCheckNonMember/blocked-4", 150},
-		{"the filter's check, one at a time (latency) < 150 ns", "BenchmarkCheckLatency/blocked-4", 150},
-		{"the filter's add < 200 ns", "BenchmarkAdd/blocked-4", 200},
-		{"the claim's check-and-add < 200 ns (check + add, hashed once)", "BenchmarkCheckAndAdd/blocked-4", 200},
-	} {
-		v, ok := median(g.bench)
-		if !ok {
-			p("| %s | `%s` not in the output | – |\n", g.goal, g.bench)
+	const dram = "BenchmarkDRAMRead/latency-256MiB"
+	for _, name := range []string{"BenchmarkCheckMember/blocked-4", "BenchmarkCheckNonMember/blocked-4", "BenchmarkCheckLatency/blocked-4",
+		"BenchmarkAdd/blocked-4", "BenchmarkCheckAndAdd/blocked-4", dram, "BenchmarkDRAMRead/independent-256MiB"} {
+		if v, ok := median(ns, name); ok {
+			p("| reported: `%s` (no longer judged in ns) | %.0f ns (median of %d) | reported |\n", name, v, len(ns[name]))
+		}
+	}
+	if check, ok := median(ns, "BenchmarkCheckLatency/blocked-4"); !ok {
+		p("| a check ≤ 1.2 × one DRAM access | `BenchmarkCheckLatency/blocked-4` not in the output | – |\n")
+	} else if d, ok := median(ns, dram); !ok {
+		p("| a check ≤ 1.2 × one DRAM access | `%s` not in the output | – |\n", dram)
+	} else {
+		p("| a check ≤ 1.2 × one DRAM access (one at a time, each waiting for the last, as a random read of a 256 MiB array "+
+			"that waits for the last) | %.0f / %.0f ns = %.2f × | %s |\n", check, d, check/d, verdict(check <= 1.2*d))
+	}
+	for _, kind := range []string{"CheckMember", "CheckNonMember", "CheckLatency"} {
+		ours, ok1 := median(ns, "Benchmark"+kind+"/blocked-4")
+		theirs, ok2 := median(ns, "Benchmark"+kind+"/bloomv3-4")
+		if !ok1 || !ok2 {
+			p("| %s ahead of bits-and-blooms at the same false-positive rate (4 slices) | not both in the output | – |\n", kind)
 			continue
 		}
-		msg := verdict(v < g.limit)
-		if v >= g.limit {
-			msg += fmt.Sprintf(": %.0f %% over", 100*(v-g.limit)/g.limit)
+		p("| %s ahead of bits-and-blooms at the same false-positive rate (bloomv3-4: bloom/v3's bits, 4 slices) | "+
+			"%.0f / %.0f ns = %.2f × | %s |\n", kind, ours, theirs, ours/theirs, verdict(ours < theirs))
+		if single, ok := median(ns, "Benchmark"+kind+"/single"); ok {
+			p("| yardstick: %s of one plain bloom/v3 filter, no slices (it cannot forget) | %.0f ns; blocked-4 takes %.2f × its time | – |\n",
+				kind, single, ours/single)
 		}
-		p("| %s | %.0f ns (median of %d, `%s`) | %s |\n", g.goal, v, len(ns[g.bench]), g.bench, msg)
 	}
-	// The limits are absolute, and a check is one memory access: how fast
-	// this machine's memory was during the run says how to read them.
-	// Scaled to the issue's measurements of the plain filter, blocked-4's
-	// figures say what it would take on that machine's memory.
-	for _, y := range []struct {
-		bench, label string
-		reference    float64
-	}{{"BenchmarkCheckMember", "check of a member", 142}, {"BenchmarkCheckNonMember", "check of a non-member", 172}, {"BenchmarkAdd", "add", 153}} {
-		single, ok1 := median(y.bench + "/single")
-		blocked, ok2 := median(y.bench + "/blocked-4")
-		if ok1 && ok2 {
-			p("| yardstick: one plain bits-and-blooms filter of 10 M keys, %s (the issue measured %.0f ns) | "+
-				"%.0f ns in this run; blocked-4 takes %.2f × its time, %.0f ns at the issue's | – |\n",
-				y.label, y.reference, single, blocked/single, y.reference*blocked/single)
-		}
+	if bpk, ok := median(metric, "BenchmarkCheckNonMember/blocked-4 bytes/key"); ok {
+		fp, _ := median(metric, "BenchmarkCheckNonMember/blocked-4 fp%")
+		p("| the filter's memory ≤ 2.5 bytes per live key (10 M keys; measured false positives %.2f %%: that share of new keys takes E's careful path) | "+
+			"%.3f | %s |\n", fp, bpk, verdict(bpk <= 2.5))
+	} else {
+		p("| the filter's memory ≤ 2.5 bytes per live key | `BenchmarkCheckNonMember/blocked-4` not in the output | – |\n")
 	}
 }
 

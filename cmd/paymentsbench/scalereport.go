@@ -167,7 +167,9 @@ func (b *bench) writeStartups(p func(string, ...any)) {
 		"live keys with `PAYMENTS_KEYFILTER_EXPECTED_KEYS`) and off (`PAYMENTS_KEYFILTER=false`), after a `CHECKPOINT`; the database's " +
 		"files are in the OS page cache (the cells above just read them). Times are from the fork to `/readyz` answering 200 (it answers " +
 		"as soon as the database does; claims meanwhile take the careful path) and to the process's log line `key filter ready` (the " +
-		"rebuild's end); *rebuild* is the time that line reports. Memory is the process's VmRSS and VmHWM (`/proc/PID/status`) once " +
+		"rebuild's end); *rebuild* is the time that line reports. With the filter on, the service starts twice: first with no snapshot " +
+		"of the filter stored (*from rebuild*: it reads every live key), then after that start stored one as it stopped (*from snapshot*: " +
+		"it loads the snapshot and reads the keys made since). Memory is the process's VmRSS and VmHWM (`/proc/PID/status`) once " +
 		"ready; *filter bytes* are the filter's bits (`keyfilter.Stats().Bytes` for the same configuration), per live key.\n\n")
 	p("| keys | binary | filter | to /readyz | to filter ready | rebuild | keys added | VmRSS MiB | VmHWM MiB | filter MiB | filter bytes per key |\n")
 	p("|--:|---|---|--:|--:|--:|--:|--:|--:|--:|--:|\n")
@@ -179,6 +181,9 @@ func (b *bench) writeStartups(p func(string, ...any)) {
 		on, ready, rebuild, fb, perKey := "off", "–", "–", "–", "–"
 		if r.filterOn {
 			on = "on"
+			if r.from != "" { // a binary from before issue 29 does not say
+				on += ", from " + r.from
+			}
 			ready, rebuild = fmt.Sprintf("%.2f s", r.filterReady.Seconds()), fmt.Sprintf("%.2f s", r.rebuildTook.Seconds())
 			fb = fmt.Sprintf("%.1f", float64(r.filterBytes)/(1<<20))
 			perKey = fmt.Sprintf("%.2f", float64(r.filterBytes)/float64(r.liveKeys))
@@ -187,13 +192,45 @@ func (b *bench) writeStartups(p func(string, ...any)) {
 			mib(r.rss), mib(r.hwm), fb, perKey)
 	}
 	p("\n")
-	for _, r := range sr.startups {
+	b.writeStartupGoals(p)
+}
+
+// writeStartupGoals is issue 29's goal table for the start-up at 10
+// million keys: a ready filter within 5 s from the snapshot and the keys
+// made since (the full rebuild, its fallback, reported), and at most 2.5
+// bytes of filter per live key.
+func (b *bench) writeStartupGoals(p func(string, ...any)) {
+	var fromSnapshot, rebuilt *startupResult
+	for _, r := range b.scaleRun.startups {
 		if r.filterOn && !r.baseline && r.size == 10_000_000 {
-			p("Goals at 10M: ready with the filter rebuilt in %.2f s (goal ≤ 15 s): %s; the filter holds %.2f bytes per live key (goal ≤ 2.5): %s.\n\n",
-				r.filterReady.Seconds(), passFail(r.filterReady <= 15*time.Second), float64(r.filterBytes)/float64(r.liveKeys),
-				passFail(float64(r.filterBytes)/float64(r.liveKeys) <= 2.5))
+			switch r.from {
+			case "snapshot":
+				fromSnapshot = r
+			case "rebuild":
+				rebuilt = r
+			}
 		}
 	}
+	p("| goal (issue 29, at 10M live keys) | measured | verdict |\n|---|---|---|\n")
+	if fromSnapshot == nil && rebuilt == nil {
+		p("| start-up to a ready key filter ≤ 5 s | not measured at 10M in this run (`-startup 10000000`) | – |\n\n")
+		return
+	}
+	if fromSnapshot != nil {
+		p("| start-up to a ready key filter ≤ 5 s (from its snapshot and the keys made since) | %.2f s (%d keys read) | %s |\n",
+			fromSnapshot.filterReady.Seconds(), fromSnapshot.keysAdded, passFail(fromSnapshot.filterReady <= 5*time.Second))
+	} else {
+		p("| start-up to a ready key filter ≤ 5 s (from its snapshot) | no start loaded a snapshot | **FAIL** |\n")
+	}
+	if rebuilt != nil {
+		p("| the fallback: a start without a usable snapshot, from every live key | %.2f s | reported |\n", rebuilt.filterReady.Seconds())
+	}
+	r := fromSnapshot
+	if r == nil {
+		r = rebuilt
+	}
+	perKey := float64(r.filterBytes) / float64(r.liveKeys)
+	p("| the filter's memory ≤ 2.5 bytes per live key | %.2f | %s |\n\n", perKey, passFail(perKey <= 2.5))
 }
 
 func passFail(ok bool) string {
@@ -308,7 +345,7 @@ func (b *bench) writeFilterSizes(p func(string, ...any)) {
 	p("### The filter's memory per live key\n\n")
 	p("What the filter allocates for %d live keys (sized as above: a slice holds the keys of TTL/(slices−1)), by layout, number "+
 		"of slices and false-positive rate, from `keyfilter.New` and `Stats().Bytes` (the package's sizing, not a measurement). "+
-		"The service runs blocked, 4 slices, 0.1 %%.\n\n", live)
+		"The service runs blocked, 4 slices, 0.5 %% (since issue 29; a line of 512 bits per slice, where it was 128 bits of a shared line at 0.1 %%).\n\n", live)
 	rates := []float64{0.001, 0.002, 0.005, 0.01}
 	p("| layout | slices |")
 	for _, fp := range rates {
@@ -360,7 +397,10 @@ func (b *bench) writeScaleNotes(p func(string, ...any)) {
 		"is left at 10M is reading 10M rows of a table of some 6.5 GB with two cores: PostgreSQL spends about 7 ms per page of " +
 		"5,000 (index scan and heap fetches, by hand with `EXPLAIN ANALYZE`), the service as long decoding them and setting bits, " +
 		"and the two overlap. A covering expiry index (index-only scans: about 5.6 ms per page by hand) or a snapshot of the " +
-		"filter's bits written now and then and read at start-up are the ways below 15 s; neither is built.\n")
+		"filter's bits written now and then and read at start-up are the ways below 15 s. Issue 29 built the snapshot: `serve` " +
+		"stores the bits in `keyfilter_snapshots` every 10 minutes and at shutdown, and a start loads them and reads only the keys " +
+		"finished in the 10 minutes before the snapshot's time or since, and the unfinished ones; the full rebuild is the fallback " +
+		"(the start-up table has both).\n")
 	p("- **Memory after the rebuild.** The rebuild's pages are garbage once read, and the service's GOGC of 400 let the heap " +
 		"grow to five times what it keeps; `payments serve` now hands that memory back once the filter is ready " +
 		"(`debug.FreeOSMemory`), so VmRSS once ready is the filter and the service, and VmHWM the peak of the rebuild.\n")

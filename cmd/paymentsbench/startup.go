@@ -31,6 +31,9 @@ type startupResult struct {
 	// rebuild's own time as the process logged it.
 	readyz, filterReady, rebuildTook time.Duration
 	keysAdded                        int
+	// from is where the filter came from, as the ready line says:
+	// "rebuild" (every live key) or "snapshot" (and the keys made since).
+	from string
 	// VmRSS and VmHWM (/proc/PID/status) once ready, in bytes.
 	rss, hwm int64
 	// The filter's bits, from keyfilter.Stats of the same configuration.
@@ -110,6 +113,7 @@ func (b *bench) measureStartup(ctx context.Context, t *scaleTarget, filterOn, ba
 			r.filterReady = l.at
 			r.rebuildTook = time.Duration(l.Took)
 			r.keysAdded = l.Keys
+			r.from = l.From
 		case <-time.After(time.Until(deadline)):
 			return nil, errors.New("the key filter was not ready within 5 minutes")
 		case <-ctx.Done():
@@ -117,7 +121,7 @@ func (b *bench) measureStartup(ctx context.Context, t *scaleTarget, filterOn, ba
 		}
 	}
 	r.rss, r.hwm = procMemory(cmd.Process.Pid)
-	b.log.Info("start-up", slog.Int("size", t.size), slog.Bool("filter", filterOn), slog.Bool("baseline", baseline), slog.Duration("readyz", r.readyz),
+	b.log.Info("start-up", slog.Int("size", t.size), slog.Bool("filter", filterOn), slog.String("from", r.from), slog.Bool("baseline", baseline), slog.Duration("readyz", r.readyz),
 		slog.Duration("filter_ready", r.filterReady), slog.Duration("rebuild", r.rebuildTook),
 		slog.String("rss_MiB", mib(r.rss)), slog.String("hwm_MiB", mib(r.hwm)), slog.Int("filter_bytes", r.filterBytes))
 	return r, nil
@@ -128,6 +132,7 @@ type logLine struct {
 	Msg  string `json:"msg"`
 	Took int64  `json:"took"` // slog writes a duration as nanoseconds
 	Keys int    `json:"keys"`
+	From string `json:"from"`
 	at   time.Duration
 }
 

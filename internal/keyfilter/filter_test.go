@@ -387,7 +387,7 @@ func TestFilter_metrics(t *testing.T) {
 	fp := gather(t, b.reg, "payments_keyfilter_estimated_false_positive_rate")
 	require.Equal(t, st.EstimatedFalsePositiveRate, fp)
 	require.Greater(t, fp, 0.0)
-	require.Less(t, fp, 0.001)
+	require.Less(t, fp, 0.005, "one slice of four at its load: a quarter of the default rate")
 }
 
 func TestNew_rejectsABadConfig(t *testing.T) {

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"iter"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 
@@ -25,7 +26,7 @@ func (e *Engine) RebuildKeyFilter(ctx context.Context) (keyfilter.RebuildStats, 
 	if e.cfg.KeyFilter == nil {
 		return keyfilter.RebuildStats{}, nil
 	}
-	return e.cfg.KeyFilter.Rebuild(ctx, e.liveKeys(ctx))
+	return e.RebuildKeyFilterSince(ctx, time.Time{})
 }
 
 // rebuildPage is how many keys one query of the rebuild reads.
@@ -38,7 +39,8 @@ type livePage struct {
 	err  error
 }
 
-// liveKeys streams every live key, page by page: the unfinished keys, then
+// liveKeys streams every live key (of those finished, only the ones that
+// finished after since, unless it is zero), page by page: the unfinished keys, then
 // the finished ones in the order they expire (ListUnfinishedKeys,
 // ListLiveFinishedKeys). A key that finishes while the rebuild runs is in
 // one list or the other: it leaves the first only when it finishes, and
@@ -47,12 +49,12 @@ type livePage struct {
 // The next page is read while the filter takes in the last one, so that
 // PostgreSQL and the filter work at once (on different cores), and at most
 // two pages are held in memory.
-func (e *Engine) liveKeys(ctx context.Context) iter.Seq2[keyfilter.Row, error] {
+func (e *Engine) liveKeys(ctx context.Context, since time.Time) iter.Seq2[keyfilter.Row, error] {
 	return func(yield func(keyfilter.Row, error) bool) {
 		ctx, cancel := context.WithCancel(ctx)
 		defer cancel()
 		pages := make(chan livePage, 1)
-		go e.readLivePages(ctx, pages)
+		go e.readLivePages(ctx, pages, since)
 		for page := range pages {
 			if page.err != nil {
 				yield(keyfilter.Row{}, page.err)
@@ -69,7 +71,7 @@ func (e *Engine) liveKeys(ctx context.Context) iter.Seq2[keyfilter.Row, error] {
 
 // readLivePages sends the pages of liveKeys to pages, and closes it after
 // the last one or an error, or when ctx is done.
-func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage) {
+func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage, since time.Time) {
 	defer close(pages)
 	send := func(p livePage) bool {
 		select {
@@ -96,6 +98,9 @@ func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage) {
 		unfinished.AfterLastRunAt, unfinished.AfterID = pgtype.Timestamptz{Time: last.LastRunAt, Valid: true}, last.ID
 	}
 	finished := dbsqlc.ListLiveFinishedKeysParams{Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(), PageSize: rebuildPage}
+	if !since.IsZero() { // a key finished at since expires a TTL later
+		finished.AfterExpiresAt = pgtype.Timestamptz{Time: since.Add(e.cfg.KeyTTL), Valid: true}
+	}
 	for {
 		keys, err := queries.ListLiveFinishedKeys(ctx, e.cfg.Pool, finished)
 		page := livePage{err: err, rows: make([]keyfilter.Row, len(keys))}

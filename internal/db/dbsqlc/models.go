@@ -69,6 +69,13 @@ type IdempotencyKey struct {
 	TraceParent        pgtype.Text
 }
 
+type KeyfilterSnapshot struct {
+	ID        bool
+	Covers    time.Time
+	WrittenAt time.Time
+	Bits      []byte
+}
+
 type Payment struct {
 	ID                  string
 	UserID              int64

@@ -1,0 +1,1 @@
+DROP TABLE keyfilter_snapshots;

@@ -17,7 +17,7 @@ help:
 	@echo "  make run          build and start payments dev on http://127.0.0.1:8080"
 	@echo "  make test         every test, with -race (installs PostgreSQL's server first if missing); about 10 minutes on 2 cores"
 	@echo "Also:"
-	@echo "  make deps         install what the others need (Go modules; PostgreSQL's server binaries)"
+	@echo "  make deps         install what the others need (Go modules; PostgreSQL's server binaries; sqlc, pinned, into TOOLS_DIR)"
 	@echo "  make build        build bin/payments"
 	@echo "  make check        gofmt, go vet, generated code up to date, no links outside the repository"
 	@echo "  make generate     regenerate internal/db/dbsqlc from the queries (sqlc, installed once into TOOLS_DIR)"
@@ -28,8 +28,11 @@ help:
 	@echo "  make bench        run the benchmarks and write docs/BENCHMARKS.md"
 	@echo "  make bench-scale  B, C, E at 0 to 10M live keys, start-up, churn: docs/BENCHMARKS-scale.md (~25 min)"
 
+# sqlc too, pinned (SQLC_VERSION), once per machine: make check and
+# make generate need it, and a fresh clone's set-up is make deps.
 deps:
 	@./scripts/install-deps.sh
+	@$(MAKE) -s --no-print-directory $(SQLC)
 
 build: deps
 	$(GO) build -o bin/payments ./cmd/payments
@@ -66,6 +69,7 @@ bench-scale: deps
 	./scripts/bench-scale.sh
 
 $(SQLC):
+	@echo "installing sqlc $(SQLC_VERSION) into $(dir $(SQLC)) (once)"
 	GOBIN=$(dir $(SQLC)) $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 
 # Each fuzz target for FUZZTIME (CI: a short run; locally: as long as you like);

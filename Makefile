@@ -17,19 +17,22 @@ help:
 	@echo "  make run          build and start payments dev on http://127.0.0.1:8080"
 	@echo "  make test         every test, with -race (installs PostgreSQL's server first if missing); about 10 minutes on 2 cores"
 	@echo "Also:"
-	@echo "  make deps         install what the others need (Go modules; PostgreSQL's server binaries)"
+	@echo "  make deps         install what the others need (Go modules; PostgreSQL's server binaries; sqlc, pinned, into TOOLS_DIR)"
 	@echo "  make build        build bin/payments"
 	@echo "  make check        gofmt, go vet, generated code up to date, no links outside the repository"
 	@echo "  make generate     regenerate internal/db/dbsqlc from the queries (sqlc, installed once into TOOLS_DIR)"
 	@echo "  make fuzz         each fuzz target for FUZZTIME (default 10s)"
 	@echo "  make chaos        the chaos suite against the real binary for CHAOS_DURATION (default 60s)"
 	@echo "  make demo         every request of api.http, end to end, against a fresh payments dev (needs Node.js and the npm registry)"
-	@echo "  make lint-api     lint the OpenAPI document with Redocly CLI (needs Node.js and the npm registry)"
+	@echo "  make lint-api     lint the OpenAPI document (Redocly CLI, Spectral) and generate Go clients from it (ogen, oapi-codegen) (needs Node.js and the npm registry)"
 	@echo "  make bench        run the benchmarks and write docs/BENCHMARKS.md"
 	@echo "  make bench-scale  B, C, E at 0 to 10M live keys, start-up, churn: docs/BENCHMARKS-scale.md (~25 min)"
 
+# sqlc too, pinned (SQLC_VERSION), once per machine: make check and
+# make generate need it, and a fresh clone's set-up is make deps.
 deps:
 	@./scripts/install-deps.sh
+	@$(MAKE) -s --no-print-directory $(SQLC)
 
 build: deps
 	$(GO) build -o bin/payments ./cmd/payments
@@ -66,6 +69,7 @@ bench-scale: deps
 	./scripts/bench-scale.sh
 
 $(SQLC):
+	@echo "installing sqlc $(SQLC_VERSION) into $(dir $(SQLC)) (once)"
 	GOBIN=$(dir $(SQLC)) $(GO) install github.com/sqlc-dev/sqlc/cmd/sqlc@$(SQLC_VERSION)
 
 # Each fuzz target for FUZZTIME (CI: a short run; locally: as long as you like);
@@ -85,9 +89,13 @@ fuzz: deps
 	GO='$(GO)' ./scripts/fuzz.sh $(FUZZTIME) $(FUZZ_TARGETS)
 
 # The OpenAPI document (internal/api/openapi.json, served at GET /openapi.json)
-# through Redocly CLI's linter (installed once, pinned, into TOOLS_DIR), under
-# redocly.yaml's rules. The tests hold the service to the document; this holds
-# the document to the usual rules of OpenAPI documents.
+# through Redocly CLI's linter and Spectral's (installed once, pinned, into
+# TOOLS_DIR), under redocly.yaml's and .spectral.yaml's rules, then through
+# two strict Go client generators, ogen and oapi-codegen (pinned in
+# scripts/apigen/go.mod): both clients must build, oapi-codegen's without
+# interface{} (scripts/api-generators.sh). The tests hold the service to the
+# document; this holds the document to the usual rules of OpenAPI documents
+# and to what generators need of it.
 .PHONY: lint-api
 lint-api:
 	TOOLS_DIR='$(TOOLS_DIR)' ./scripts/lint-api.sh

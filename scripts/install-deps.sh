@@ -3,7 +3,9 @@
 # `make test` work on a fresh Debian or Ubuntu machine that has only Go:
 #   - PostgreSQL's server binaries (initdb, postgres), from Debian's packages;
 #   - the Go modules of go.mod.
-# It changes nothing when everything is already there.
+# It changes nothing when everything is already there. `make deps` runs it,
+# then installs sqlc (pinned by the Makefile's SQLC_VERSION) into TOOLS_DIR,
+# for make check and make generate.
 set -euo pipefail
 
 log() { printf 'install-deps: %s\n' "$*" >&2; }

@@ -1,22 +1,27 @@
 #!/usr/bin/env bash
 # Lints the OpenAPI document (internal/api/openapi.json, served at
-# GET /openapi.json) with Redocly CLI, an established OpenAPI linter, under
-# the rules of redocly.yaml: `make lint-api`, and CI. Exits non-zero on any
-# error or warning.
+# GET /openapi.json) as the tools a team would point at it do: `make lint-api`,
+# and CI. Exits non-zero on any error or warning of any of them.
 #
-#   1. installs @redocly/cli (pinned) with npm into a cache outside the clone,
-#      once, as scripts/demo.sh installs httpyac;
-#   2. runs `redocly lint` on the document.
+#   1. installs @redocly/cli and @stoplight/spectral-cli (pinned) with npm
+#      into a cache outside the clone, once each, as scripts/demo.sh installs
+#      httpyac;
+#   2. runs `redocly lint` on the document, under redocly.yaml's rules;
+#   3. runs `spectral lint` on it, under .spectral.yaml's (Spectral's `oas`
+#      ruleset), failing on warnings too;
+#   4. runs scripts/api-generators.sh: ogen and oapi-codegen must generate Go
+#      clients from it that build, oapi-codegen's without interface{}.
 #
-# Environment: REDOCLY_VERSION (default below), TOOLS_DIR (the Makefile's
-# cache of tools).
+# Environment: REDOCLY_VERSION, SPECTRAL_VERSION (defaults below), TOOLS_DIR
+# (the Makefile's cache of tools).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
 REDOCLY_VERSION="${REDOCLY_VERSION:-2.77.0}"
+SPECTRAL_VERSION="${SPECTRAL_VERSION:-6.16.3}"
 TOOLS_DIR="${TOOLS_DIR:-${XDG_CACHE_HOME:-$HOME/.cache}/payments-tools}"
-REDOCLY_DIR="$TOOLS_DIR/redocly-$REDOCLY_VERSION"
-REDOCLY="$REDOCLY_DIR/node_modules/.bin/redocly"
+REDOCLY="$TOOLS_DIR/redocly-$REDOCLY_VERSION/node_modules/.bin/redocly"
+SPECTRAL="$TOOLS_DIR/spectral-$SPECTRAL_VERSION/node_modules/.bin/spectral"
 DOCUMENT=internal/api/openapi.json
 
 log() { printf 'lint-api: %s\n' "$*" >&2; }
@@ -28,22 +33,31 @@ command -v npm >/dev/null 2>&1 || die "npm is missing: install it (Debian: apt-g
 # Redocly asks to send anonymous usage data; CI and a fresh machine say no.
 export REDOCLY_TELEMETRY=off REDOCLY_SUPPRESS_UPDATE_NOTICE=true
 
-redocly_ok() { [ -x "$REDOCLY" ] && [ "$("$REDOCLY" --version 2>/dev/null | tail -n 1)" = "$REDOCLY_VERSION" ]; }
-if ! redocly_ok; then
-  log "installing @redocly/cli $REDOCLY_VERSION into $REDOCLY_DIR"
+# tool_ok BIN VERSION: BIN is installed and says it is VERSION.
+tool_ok() { [ -x "$1" ] && [ "$("$1" --version 2>/dev/null | tail -n 1)" = "$2" ]; }
+
+# npm_tool NAME PACKAGE VERSION BIN: installs PACKAGE@VERSION into
+# TOOLS_DIR/NAME-VERSION unless BIN there already says VERSION.
+npm_tool() {
+  local name=$1 package=$2 version=$3 bin=$4 dir staging
+  tool_ok "$bin" "$version" && return
+  dir="$TOOLS_DIR/$name-$version"
+  log "installing $package $version into $dir"
   mkdir -p "$TOOLS_DIR"
-  staging=$(mktemp -d "$TOOLS_DIR/.redocly-$REDOCLY_VERSION.XXXXXX")
+  staging=$(mktemp -d "$TOOLS_DIR/.$name-$version.XXXXXX")
   # Installed aside, then moved into place: an interrupted install is never
   # mistaken for a finished one.
   if ! npm install --prefix "$staging" --no-save --no-package-lock --no-audit --no-fund \
-      --loglevel=error "@redocly/cli@$REDOCLY_VERSION" >&2; then
+      --loglevel=error "$package@$version" >&2; then
     rm -rf "$staging"
-    die "npm could not install @redocly/cli@$REDOCLY_VERSION"
+    die "npm could not install $package@$version"
   fi
-  rm -rf "$REDOCLY_DIR"
-  mv "$staging" "$REDOCLY_DIR"
-  redocly_ok || die "@redocly/cli $REDOCLY_VERSION did not install as expected in $REDOCLY_DIR"
-fi
+  rm -rf "$dir"
+  mv "$staging" "$dir"
+  tool_ok "$bin" "$version" || die "$package $version did not install as expected in $dir"
+}
+npm_tool redocly @redocly/cli "$REDOCLY_VERSION" "$REDOCLY"
+npm_tool spectral @stoplight/spectral-cli "$SPECTRAL_VERSION" "$SPECTRAL"
 
 log "redocly $REDOCLY_VERSION: lint $DOCUMENT"
 set +e
@@ -53,4 +67,10 @@ set +e
 lint_status=${PIPESTATUS[0]}
 set -e
 [ "$lint_status" -eq 0 ] || die "$DOCUMENT has lint problems (above)"
-log "$DOCUMENT: no problems"
+log "$DOCUMENT: no problems for redocly"
+
+log "spectral $SPECTRAL_VERSION: lint $DOCUMENT"
+"$SPECTRAL" lint --ruleset .spectral.yaml --fail-severity warn --display-only-failures "$DOCUMENT" ||
+  die "$DOCUMENT has Spectral warnings or errors (above)"
+
+./scripts/api-generators.sh

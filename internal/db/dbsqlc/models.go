@@ -175,6 +175,8 @@ type WebhookDelivery struct {
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 	IdempotencyKeyID *uuid.UUID
+	CycleAttempts    int32
+	TraceParent      pgtype.Text
 }
 
 type WebhookEndpoint struct {

@@ -133,11 +133,17 @@ WITH due AS (
     ORDER BY r.next_attempt_at
     LIMIT @batch_size
 ), claimed AS (
-    SELECT d.event_id, d.endpoint_id
-    FROM webhook_deliveries d
-    JOIN due USING (event_id, endpoint_id)
-    WHERE d.status = 'pending' AND d.next_attempt_at <= now()
-    FOR UPDATE OF d SKIP LOCKED
+    -- Each chosen row by its key (LATERAL: a lookup each, never a scan of
+    -- every due row, however long the backlog), locked unless another
+    -- dispatcher has it, and still due once locked.
+    SELECT l.event_id, l.endpoint_id
+    FROM due, LATERAL (
+        SELECT d.event_id, d.endpoint_id
+        FROM webhook_deliveries d
+        WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
+          AND d.status = 'pending' AND d.next_attempt_at <= now()
+        FOR UPDATE SKIP LOCKED
+    ) l
 )
 UPDATE webhook_deliveries d
 SET next_attempt_at = now() + make_interval(0, 0, 0, 0, 0, 0, @lease_seconds::float8), cycle_attempts = d.cycle_attempts + 1

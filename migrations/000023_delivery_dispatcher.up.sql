@@ -13,7 +13,10 @@ UPDATE webhook_deliveries SET next_attempt_at = now() WHERE status = 'pending' A
 ALTER TABLE webhook_deliveries ADD COLUMN cycle_attempts integer NOT NULL DEFAULT 0;
 
 -- The traceparent of the request whose event (or redelivery) this is: the
--- attempts carry on its trace, as the delivery's River job did.
+-- attempts carry on its trace, as the delivery's River job did. The event
+-- keeps its request's too (the drain copies it from the event's staged
+-- row to the event, and from the event to its deliveries).
 ALTER TABLE webhook_deliveries ADD COLUMN trace_parent text;
+ALTER TABLE events ADD COLUMN trace_parent text;
 
 CREATE INDEX webhook_deliveries_due_idx ON webhook_deliveries (next_attempt_at) WHERE status = 'pending';

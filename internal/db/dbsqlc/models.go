@@ -39,11 +39,12 @@ type ChildKeyGeneration struct {
 }
 
 type Event struct {
-	ID        string
-	UserID    int64
-	Type      string
-	Data      []byte
-	CreatedAt time.Time
+	ID          string
+	UserID      int64
+	Type        string
+	Data        []byte
+	CreatedAt   time.Time
+	TraceParent pgtype.Text
 }
 
 type IdempotencyKey struct {

@@ -107,7 +107,7 @@ func TestTracing_aRequestIsOneTraceFromTheServerSpanToItsWebhookDelivery(t *test
 
 	wanted := []string{"POST /v1/payments", "recovery claim", "recovery phase started", "recovery phase payment_created",
 		"recovery phase payment_intent_created", "POST /v1/payment_intents", "InsertIdempotencyKey", "InsertPayment",
-		"job receipt_email", "stagedjobs write event", "job webhook_delivery", "POST webhook endpoint"}
+		"job receipt_email", "stagedjobs write event", "webhook delivery", "POST webhook endpoint"}
 	require.Eventually(t, func() bool {
 		spans := receiver.Trace(traceID)
 		for _, name := range wanted {

@@ -8,6 +8,8 @@ import (
 	"log/slog"
 	"net"
 	"net/http"
+	"os"
+	"runtime/pprof"
 	"slices"
 	"sync"
 	"time"
@@ -52,13 +54,13 @@ type aloneResult struct {
 	drained  bool          // the backlog emptied before backgroundAloneLimit
 }
 
-// bounded tells whether the backlog kept up: at the end of the window it
-// is at most a fifth (and a few jobs of noise) above where it started.
+// bounded tells whether the backlog kept up, as issue 29 defines it: its
+// last sample in the window is at most twice its first.
 func (r *backgroundResult) bounded() bool {
 	if len(r.backlog) < 4 {
 		return false
 	}
-	return r.backlogEdge[1] <= r.backlogEdge[0]*6/5+50
+	return r.backlogEdge[1] <= 2*r.backlogEdge[0]
 }
 
 // backgroundClients are the client counts F runs at (the issue's); it is
@@ -72,6 +74,13 @@ const backgroundDrain = 10 * time.Second
 // backgroundAloneLimit bounds G's drain.
 const backgroundAloneLimit = 3 * time.Minute
 
+// aloneProbeInterval is how often G looks whether its drain is done. The
+// probe (backlogQuery) is PostgreSQL work charged to the drain: about 4 ms
+// a call on the shared machine (pg_stat_statements), which every 50 ms, as
+// it was, came to about 0.5 ms of G's CPU per payment. Every 250 ms, as F
+// samples, it adds at most that much to the drain's time.
+const aloneProbeInterval = 250 * time.Millisecond
+
 // background is F's and G's worker and merchant receiver.
 type background struct {
 	app    *app.App
@@ -84,6 +93,9 @@ type background struct {
 	deferred    bool
 	started     bool
 	postmaster  int
+	// profileOut, when set (G only), is where measureAlone writes a CPU
+	// profile of the drain.
+	profileOut string
 
 	mu       sync.Mutex
 	arrivals map[string]time.Time // event id -> first delivery
@@ -283,6 +295,19 @@ func (bg *background) measureAlone(ctx context.Context) (*aloneResult, error) {
 	if err := bg.app.Pool.QueryRow(ctx, `SELECT count(*) FROM staged_jobs WHERE kind = 'receipt_email'`).Scan(&res.payments); err != nil {
 		return nil, err
 	}
+	if bg.profileOut != "" {
+		if f, err := os.Create(bg.profileOut); err == nil {
+			if pprof.StartCPUProfile(f) == nil {
+				defer func() {
+					pprof.StopCPUProfile()
+					f.Close()
+					slog.Info("wrote a CPU profile of the drain", "file", bg.profileOut)
+				}()
+			} else {
+				f.Close()
+			}
+		}
+	}
 	before := sampleCPU(bg.postmaster)
 	bg.startWorker()
 	deadline := before.at.Add(backgroundAloneLimit)
@@ -295,7 +320,7 @@ func (bg *background) measureAlone(ctx context.Context) (*aloneResult, error) {
 			res.drained = true
 			break
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(aloneProbeInterval)
 	}
 	after := sampleCPU(bg.postmaster)
 	res.took, res.self, res.postgres = after.at.Sub(before.at), after.self-before.self, after.postgres-before.postgres
@@ -400,22 +425,34 @@ func (b *bench) writeBackgroundAlone(p func(string, ...any)) {
 	p("\n")
 }
 
-// writeBackgroundGoals are issue 16's rows.
+// writeBackgroundGoals are issue 29's rows: G's drain per payment, F
+// against B, F's backlog and F's delivery lag, at 16 and 64 clients.
 func (b *bench) writeBackgroundGoals(p func(string, ...any), verdict func(bool) string) {
-	for _, c := range []int{16, 64} {
+	for _, c := range backgroundClients {
+		g := b.get("G", c)
+		if g == nil || g.bg == nil || g.bg.alone == nil || g.bg.alone.payments == 0 {
+			p("| background work alone: G's drain ≤ 1.2 ms of CPU per payment at %d clients | not measured in this run | – |\n", c)
+		} else {
+			a := g.bg.alone
+			per := func(d time.Duration) float64 { return float64(d.Microseconds()) / 1000 / float64(a.payments) }
+			total := per(a.self) + per(a.postgres)
+			p("| background work alone: G's drain ≤ 1.2 ms of CPU per payment at %d clients | %.2f ms (here %.2f, postgres %.2f; %d payments%s) | %s |\n",
+				c, total, per(a.self), per(a.postgres), a.payments, map[bool]string{true: "", false: ", not drained"}[a.drained],
+				verdict(a.drained && total <= 1.2))
+		}
 		f, bb := b.get("F", c), b.get("B", c)
 		if f == nil || f.bg == nil || bb == nil {
-			p("| background work: F ≥ 0.7 × B, lag p99 < 2 s, backlog bounded (%d clients) | not measured in this run | – |\n", c)
+			p("| background work: F ≥ 0.7 × B, backlog bounded, delivery lag p99 < 1 s (%d clients) | not measured in this run | – |\n", c)
 			continue
 		}
 		ratio := f.rps / bb.rps
 		all := f.bg.delivered == f.bg.events
 		p("| background work costs at most 30 %% of the foreground: F ≥ 0.7 × B at %d clients | %.2f (%.0f vs %.0f req/s) | %s |\n",
 			c, ratio, f.rps, bb.rps, verdict(ratio >= 0.7))
-		p("| event-to-delivery lag p99 < 2 s at %d clients | p50 %s ms, p99 %s ms; %d of %d events delivered | %s |\n",
-			c, ms(f.bg.lagP50), ms(f.bg.lagP99), f.bg.delivered, f.bg.events, verdict(all && f.bg.lagP99 < 2*time.Second))
-		p("| backlog of staged jobs, pending deliveries and unsent receipts bounded at %d clients | first %d, last %d over %d samples | %s |\n",
+		p("| backlog of staged jobs, pending deliveries and unsent receipts bounded (last sample ≤ 2 × first) at %d clients | first %d, last %d over %d samples | %s |\n",
 			c, f.bg.backlogEdge[0], f.bg.backlogEdge[1], len(f.bg.backlog), verdict(f.bg.bounded()))
+		p("| merchant-webhook delivery lag p99 < 1 s at %d clients | p50 %s ms, p99 %s ms; %d of %d events delivered | %s |\n",
+			c, ms(f.bg.lagP50), ms(f.bg.lagP99), f.bg.delivered, f.bg.events, verdict(all && f.bg.events > 0 && f.bg.lagP99 < time.Second))
 	}
 }
 

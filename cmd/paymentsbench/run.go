@@ -233,6 +233,11 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 	retriesBefore := db.SerializationRetries()
 
 	profiling := b.o.profileCell == fmt.Sprintf("%s:%d", name, clients)
+	if profiling && sc.background != nil && sc.background.deferred {
+		// G's window is B's request (B's profile shows it): G's profile
+		// is of its drain, the background work alone (measureAlone).
+		sc.background.profileOut, profiling = b.o.profileOut, false
+	}
 	windows := 0
 	var windowEdges [2]time.Time
 	onWindow := func() {

@@ -272,14 +272,16 @@ func TestRedeliver_restartsTheEventsDeliveriesOnceAndIsReplayed(t *testing.T) {
 	require.Equal(t, "pending", d["status"])
 	require.EqualValues(t, 1, d["attempts"])
 	require.InDelta(t, time.Now().Unix(), d["next_attempt"], 60)
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM staged_jobs WHERE kind = 'webhook_delivery'
-		AND args = jsonb_build_object('event_id', 'evt_1', 'endpoint_id', $1::text, 'cycle', 1)`, all.ID))
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_deliveries WHERE event_id = 'evt_1' AND endpoint_id = $1
+		AND cycle = 1 AND cycle_attempts = 0 AND status = 'pending' AND next_attempt_at <= now()`, all.ID),
+		"a new cycle, due at once for the webhook dispatcher")
 
 	again, againData := b.post(t, aliceKey, "/v1/events/evt_1/redeliver", "re-1", "")
 	require.Equal(t, http.StatusOK, again.StatusCode)
 	require.Equal(t, "true", again.Header.Get("Idempotent-Replayed"))
 	require.JSONEq(t, string(data), string(againData))
-	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM staged_jobs WHERE kind = 'webhook_delivery'`), "a replay stages nothing")
+	require.Equal(t, 1, b.count(t, `SELECT count(*) FROM webhook_deliveries WHERE event_id = 'evt_1' AND endpoint_id = $1
+		AND cycle = 1`, all.ID), "a replay starts no other cycle")
 
 	resp, data = b.do(t, http.MethodGet, "/v1/events/evt_1/deliveries", aliceKey, nil, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(data))

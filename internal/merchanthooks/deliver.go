@@ -3,24 +3,19 @@ package merchanthooks
 import (
 	"bytes"
 	"context"
-	"errors"
 	"fmt"
 	"io"
-	"log/slog"
 	"net/http"
 	"strconv"
 	"time"
 	"unicode/utf8"
 
-	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/riverqueue/river"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
-	"github.com/example/payments/internal/db/dbsqlc"
-	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/stagedjobs"
 )
 
@@ -41,132 +36,16 @@ const maxErrorBody = 4 << 10
 // recordTimeout bounds the write of an attempt's outcome.
 const recordTimeout = 5 * time.Second
 
-// DeliveryConfig configures the DeliveryWorker.
-type DeliveryConfig struct {
-	Pool *pgxpool.Pool
-	// Client makes the attempts. It must time out (AttemptTimeout), follow
-	// no redirects and, in production, refuse non-public addresses when it
-	// connects (internal/safehttp).
-	Client *http.Client
-	// RetrySchedule is the delay before each attempt after the first; its
-	// length is the number of retries. Default DefaultRetrySchedule.
-	RetrySchedule []time.Duration
-	Logger        *slog.Logger
-	// Registry, when set, receives the deliveries' metrics.
-	Registry prometheus.Registerer
-}
-
-// DeliveryWorker makes one attempt at a delivery per run of its job.
+// DeliveryWorker completes, without sending, the River webhook_delivery jobs
+// queued by a version before the Dispatcher: the Dispatcher sends every
+// pending delivery from its row, theirs included. It is registered so that
+// such jobs finish instead of waiting for a worker that never comes.
 type DeliveryWorker struct {
 	river.WorkerDefaults[stagedjobs.DeliveryArgs]
-	pool     *pgxpool.Pool
-	client   *http.Client
-	schedule []time.Duration
-	log      *slog.Logger
-	metrics  deliveryMetrics
 }
 
-// NewDeliveryWorker returns the delivery worker, to be registered with River.
-func NewDeliveryWorker(cfg DeliveryConfig) *DeliveryWorker {
-	w := &DeliveryWorker{pool: cfg.Pool, client: cfg.Client, schedule: cfg.RetrySchedule, log: cfg.Logger}
-	if w.client == nil {
-		w.client = &http.Client{Timeout: AttemptTimeout, CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}
-	}
-	if len(w.schedule) == 0 {
-		w.schedule = DefaultRetrySchedule
-	}
-	if w.log == nil {
-		w.log = slog.New(slog.DiscardHandler)
-	}
-	w.metrics = newDeliveryMetrics(cfg.Registry, cfg.Pool)
-	return w
-}
-
-// Timeout is the job's: an attempt, and the writes around it. The client's
-// own timeout ends the attempt first.
-func (w *DeliveryWorker) Timeout(*river.Job[stagedjobs.DeliveryArgs]) time.Duration {
-	return AttemptTimeout + 3*recordTimeout
-}
-
-// NextRetry is when River runs a failed attempt's job again: after the
-// schedule's delay for the attempt that failed (the first failure waits
-// schedule[0]).
-func (w *DeliveryWorker) NextRetry(job *river.Job[stagedjobs.DeliveryArgs]) time.Time {
-	return time.Now().Add(w.delayAfter(job.Attempt))
-}
-
-func (w *DeliveryWorker) delayAfter(attempt int) time.Duration {
-	return w.schedule[min(max(attempt, 1), len(w.schedule))-1]
-}
-
-// Work makes one attempt at the delivery of job.Args: read, send, record,
-// with nothing held while the endpoint has the request.
-func (w *DeliveryWorker) Work(ctx context.Context, job *river.Job[stagedjobs.DeliveryArgs]) error {
-	a := job.Args
-	d, err := queries.GetDeliveryToSend(ctx, w.pool, dbsqlc.GetDeliveryToSendParams{EventID: a.EventID, EndpointID: a.EndpointID})
-	if errors.Is(err, pgx.ErrNoRows) {
-		return river.JobCancel(fmt.Errorf("no delivery of %s to %s", a.EventID, a.EndpointID))
-	}
-	if err != nil {
-		return fmt.Errorf("reading the delivery: %w", err)
-	}
-	// A redelivery started a later cycle (this job's is over), or the
-	// cycle is finished: nothing to send.
-	if d.Cycle != a.Cycle || d.Status != StatusPending {
-		return nil
-	}
-	if d.EndpointDeletedAt.Valid {
-		recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-		defer cancel()
-		return queries.FailDeliveryOfDeletedEndpoint(recordCtx, w.pool, dbsqlc.FailDeliveryOfDeletedEndpointParams{
-			EventID: a.EventID, EndpointID: a.EndpointID, Cycle: a.Cycle,
-		})
-	}
-
-	body, err := events.Event{ID: d.EventID, Type: d.EventType, Object: d.EventData, Created: d.EventCreatedAt}.MarshalJSON()
-	if err != nil {
-		return river.JobCancel(fmt.Errorf("rendering event %s: %w", d.EventID, err))
-	}
-	started := time.Now()
-	result := w.send(ctx, d.Url, d.Secret, d.EventID, body, started)
-	elapsed := time.Since(started)
-	w.metrics.attemptDuration.Observe(elapsed.Seconds())
-
-	outcome := StatusSucceeded
-	var next pgtype.Timestamptz
-	if result.err != nil {
-		if job.Attempt > len(w.schedule) {
-			outcome = StatusFailed
-		} else {
-			outcome = StatusPending
-			next = pgtype.Timestamptz{Time: started.Add(elapsed).Add(w.delayAfter(job.Attempt)), Valid: true}
-		}
-	}
-	recordCtx, cancel := context.WithTimeout(context.WithoutCancel(ctx), recordTimeout)
-	defer cancel()
-	if _, err := queries.RecordWebhookAttempt(recordCtx, w.pool, dbsqlc.RecordWebhookAttemptParams{
-		EventID: a.EventID, EndpointID: a.EndpointID, Cycle: a.Cycle, Status: outcome,
-		AttemptedAt: started, DurationMs: int32(elapsed.Milliseconds()),
-		StatusCode: result.statusCode, Error: result.errorText(), NextAttemptAt: next,
-	}); err != nil {
-		// The attempt happened but is not recorded: a success is sent again
-		// (the merchant deduplicates by webhook-id), a failure retried.
-		return fmt.Errorf("recording the attempt at %s to %s: %w", a.EventID, a.EndpointID, err)
-	}
-	switch outcome {
-	case StatusSucceeded:
-		w.metrics.deliveries.WithLabelValues("succeeded").Inc()
-		return nil
-	case StatusFailed:
-		w.metrics.deliveries.WithLabelValues("failed").Inc()
-		w.log.WarnContext(ctx, "webhook delivery failed for good", slog.String("event", a.EventID),
-			slog.String("endpoint", a.EndpointID), slog.Int("attempts", job.Attempt), slog.String("error", result.err.Error()))
-		return river.JobCancel(result.err)
-	default:
-		w.metrics.deliveries.WithLabelValues("retrying").Inc()
-		return result.err
-	}
-}
+// Work completes the job: the delivery's row is the Dispatcher's.
+func (*DeliveryWorker) Work(context.Context, *river.Job[stagedjobs.DeliveryArgs]) error { return nil }
 
 // attemptResult is what one POST came to: a status code (when the endpoint
 // answered), and an error unless it answered 2xx in time.
@@ -182,9 +61,9 @@ func (r attemptResult) errorText() pgtype.Text {
 	return pgtype.Text{String: r.err.Error(), Valid: true}
 }
 
-// send POSTs the event, signed for the attempt's time, and reads at most
-// maxErrorBody of a failed answer.
-func (w *DeliveryWorker) send(ctx context.Context, url, secret, eventID string, body []byte, at time.Time) attemptResult {
+// send POSTs the event with client, signed for the attempt's time, and
+// reads at most maxErrorBody of a failed answer.
+func send(ctx context.Context, client *http.Client, url, secret, eventID string, body []byte, at time.Time) attemptResult {
 	signer, err := standardwebhooks.NewWebhook(secret)
 	if err != nil {
 		return attemptResult{err: fmt.Errorf("the endpoint's secret: %w", err)}
@@ -201,7 +80,7 @@ func (w *DeliveryWorker) send(ctx context.Context, url, secret, eventID string, 
 	req.Header.Set(standardwebhooks.HeaderWebhookID, eventID)
 	req.Header.Set(standardwebhooks.HeaderWebhookTimestamp, strconv.FormatInt(at.Unix(), 10))
 	req.Header.Set(standardwebhooks.HeaderWebhookSignature, signature)
-	resp, err := w.client.Do(req)
+	resp, err := client.Do(req)
 	if err != nil {
 		return attemptResult{err: err}
 	}

@@ -6,11 +6,14 @@ import (
 	"fmt"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgtype"
+
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/telemetry"
 )
 
 // Delivery is one event's delivery to one endpoint.
@@ -133,25 +136,19 @@ func (s *Service) restartDeliveries(ctx context.Context, tx *db.Tx, k *recovery.
 	}); err != nil {
 		return recovery.Outcome{}, fmt.Errorf("adding the endpoints made since event %s: %w", event.ID, err)
 	}
+	tp := telemetry.TraceParent(ctx)
 	rows, err := queries.RestartWebhookDeliveries(ctx, tx, dbsqlc.RestartWebhookDeliveriesParams{
 		EventID: event.ID, UserID: k.UserID, Patterns: stagedjobs.SubscriptionPatterns(event.Type), IdempotencyKeyID: &k.ID,
+		TraceParent: pgtype.Text{String: tp, Valid: tp != ""}, // the attempts carry on this request's trace
 	})
 	if err != nil {
 		return recovery.Outcome{}, fmt.Errorf("restarting the deliveries of %s: %w", event.ID, err)
 	}
-	jobs := make([]stagedjobs.Job, len(rows))
+	// Each delivery is due now: the webhook dispatcher (Dispatcher) claims
+	// it once this commits. The rows carry the key that restarted them.
 	deliveries := make([]Delivery, len(rows))
 	for i, r := range rows {
-		jobs[i] = stagedjobs.Job{Kind: stagedjobs.WebhookDelivery, Args: stagedjobs.DeliveryArgs{
-			EventID: r.EventID, EndpointID: r.EndpointID, Cycle: r.Cycle,
-		}}
 		deliveries[i] = toDelivery(r)
-	}
-	// One job per endpoint, and staged_jobs holds one job of a kind per
-	// idempotency key (a flow's marker of its own work): the jobs are staged
-	// unkeyed, and the delivery rows carry the key that restarted them.
-	if err := stagedjobs.StageUnkeyedTx(ctx, tx, jobs...); err != nil {
-		return recovery.Outcome{}, err
 	}
 	body, err := json.Marshal(struct {
 		Object  string     `json:"object"`

@@ -4,24 +4,24 @@
 //
 // The shape is the outbox again, as for receipts. The enqueuer (package
 // stagedjobs) writes an event, drained from its staged job, and in the same
-// transaction one delivery row and one River job per endpoint that
-// subscribes to it, so a delivery exists if and only if its event does. The
-// jobs wait on a queue of their own (stagedjobs.WebhookQueue), and
-// DeliveryWorker makes the attempts:
+// transaction one delivery row per endpoint that subscribes to it, so a
+// delivery exists if and only if its event does. The row is the delivery's
+// job: due at once, and the Dispatcher (dispatch.go) makes the attempts, in
+// batches:
 //
-//  1. a short read of the delivery, its endpoint and its event, with no
-//     transaction kept open;
-//  2. the POST, signed as the Standard Webhooks specification says
+//  1. a claim of due deliveries with their endpoints and events, in one
+//     short statement that leases them, with no transaction kept open;
+//  2. the POSTs, signed as the Standard Webhooks specification says
 //     (webhook-id is the event's id, the same on every attempt and every
 //     redelivery, so the merchant deduplicates by it), with nothing held;
-//  3. the attempt recorded in a short statement of its own, on a context
-//     detached from the job's, so an attempt that happened is recorded even
-//     if the job's context ended meanwhile.
+//  3. the attempts recorded in one statement per batch, on a context of
+//     their own, so an attempt that happened is recorded even if the
+//     dispatcher's context ended meanwhile.
 //
-// A failed attempt returns an error, and River runs the job again after the
-// next delay of the retry schedule (DeliveryWorker.NextRetry); after the
-// last one the delivery is failed. A redelivery starts a new cycle of
-// attempts with a job of its own; a job of an earlier cycle stops unsent.
+// A failed attempt makes its delivery due again after the next delay of
+// the retry schedule; after the last one the delivery is failed. A
+// redelivery starts a new cycle of attempts, due at once; an attempt of an
+// earlier cycle still in flight is only logged.
 //
 // Endpoint creation and redelivery are flows on the idempotency engine,
 // like payments: one local phase each, whose commit writes the rows and

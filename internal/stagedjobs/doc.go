@@ -5,7 +5,8 @@
 // once, into the job queue (River), and the workers here apply them. Events
 // are the exception: the enqueuer writes them itself, with their webhook
 // deliveries, in the transaction that deletes their staged rows, and queues
-// only the deliveries (Enqueuer.writeEventsInline says why).
+// nothing for them: a delivery row is due at once for the webhook
+// dispatcher (Enqueuer.writeEventsInline says why).
 //
 // # Receipts and the mail server
 //

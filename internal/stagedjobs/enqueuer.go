@@ -147,13 +147,14 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 // job's state, and the job's deliveries then needed a second trip through
 // staged_jobs and the drain. Measured with make bench, scenario F at 16
 // clients: see docs/BENCHMARKS.md and docs/architecture.md ("Events are
-// written by the drain").
+// written by the drain"). The deliveries get no River job either: a
+// delivery row is due at once, and the webhook dispatcher
+// (merchanthooks.Dispatcher) claims it from there.
 //
-// The guarantee is the staged job's own: the event, its deliveries, their
-// River jobs and the staged row's deletion commit together, so an event is
-// written once and each of its deliveries is queued once. It returns what
-// to insert into River: the batch's other jobs as they were staged, and a
-// job per new delivery.
+// The guarantee is the staged job's own: the event, its deliveries and the
+// staged row's deletion commit together, so an event is written once and
+// each of its deliveries exists once. It returns what to insert into
+// River: the batch's other jobs as they were staged.
 //
 // Should the batch's events fail to be written (a staged event the code
 // cannot apply: a bug, not an outage, which would fail the whole
@@ -177,7 +178,7 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 	}
 	traced := tracedEvents(jobs) // trace.go
 	endSpans := traceEventWrites(ctx, traced, len(eventIDs))
-	deliveries, err := writeStagedEvents(ctx, tx, eventIDs)
+	err := writeStagedEvents(ctx, tx, eventIDs)
 	endSpans(err)
 	if err != nil {
 		if ctx.Err() != nil {
@@ -192,12 +193,6 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 		}
 		return params, nil
 	}
-	for _, d := range deliveries {
-		params = append(params, river.InsertManyParams{
-			Args:       DeliveryArgs{EventID: d.EventID, EndpointID: d.EndpointID, Cycle: d.Cycle},
-			InsertOpts: tracedInsertOpts(traced[d.EventID].traceParent), // the event's request's trace
-		})
-	}
 	return params, nil
 }
 
@@ -210,22 +205,21 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 // of their users' endpoints (LockEndpointsOfStagedEvents, queued too: it
 // runs, and so waits for an endpoint being created, before the statement
 // that reads the endpoints takes its snapshot).
-func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) ([]dbsqlc.WriteStagedEventsRow, error) {
+func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) error {
 	if _, err := tx.Queued().Exec(ctx, "SAVEPOINT write_staged_events"); err != nil {
-		return nil, err
+		return err
 	}
 	if err := queries.LockEndpointsOfStagedEvents(ctx, tx.Queued(), ids); err != nil {
-		return nil, err
+		return err
 	}
-	deliveries, err := queries.WriteStagedEvents(ctx, tx, ids)
-	if err != nil {
+	if _, err := queries.WriteStagedEvents(ctx, tx, ids); err != nil {
 		if _, rollbackErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT write_staged_events"); rollbackErr != nil {
-			return nil, errors.Join(err, rollbackErr)
+			return errors.Join(err, rollbackErr)
 		}
-		return nil, err
+		return err
 	}
-	_, err = tx.Queued().Exec(ctx, "RELEASE SAVEPOINT write_staged_events")
-	return deliveries, err
+	_, err := tx.Queued().Exec(ctx, "RELEASE SAVEPOINT write_staged_events")
+	return err
 }
 
 // withCreated sets an event's arguments' created to its staged row's

@@ -53,10 +53,11 @@ func (b *testBundle) count(t *testing.T, query string, args ...any) int {
 }
 
 // The drain writes an event itself, with one delivery per endpoint that
-// subscribed when the event was created, and queues a River job per
-// delivery: no River job for the event, no second trip through staged_jobs.
-// A crash before its commit writes nothing; the next drain writes it once.
-func TestEnqueuer_writesEventsAndQueuesTheirDeliveries(t *testing.T) {
+// subscribed when the event was created, each due at once for the webhook
+// dispatcher: no River job for the event nor for its deliveries, no second
+// trip through staged_jobs. A crash before its commit writes nothing; the
+// next drain writes it once.
+func TestEnqueuer_writesEventsAndTheirDeliveriesDueAtOnce(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
@@ -102,12 +103,12 @@ func TestEnqueuer_writesEventsAndQueuesTheirDeliveries(t *testing.T) {
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM webhook_deliveries"))
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM webhook_deliveries WHERE event_id = $1 AND endpoint_id IN ('we_all', 'we_prefix') AND status = 'pending'", event.EventID))
 
+	require.Equal(t, 2, b.count(t, `SELECT count(*) FROM webhook_deliveries WHERE event_id = $1
+		AND cycle = 0 AND cycle_attempts = 0 AND next_attempt_at <= now()`, event.EventID), "both due at once, in their first cycle")
+
 	jobs := b.riverJobs(t)
-	require.Len(t, jobs, 3, "the receipt and two deliveries: %v", jobs)
-	require.Contains(t, jobs, `webhook_delivery {"cycle": 0, "event_id": "`+event.EventID+`", "endpoint_id": "we_all"}`)
-	require.Contains(t, jobs, `webhook_delivery {"cycle": 0, "event_id": "`+event.EventID+`", "endpoint_id": "we_prefix"}`)
+	require.Len(t, jobs, 1, "the receipt alone: %v", jobs)
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND queue = $1", stagedjobs.ReceiptQueue))
-	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM river_job WHERE kind = 'webhook_delivery' AND queue = $1", stagedjobs.WebhookQueue))
 }
 
 // A staged event the drain cannot write (here one whose arguments are not an

@@ -23,16 +23,15 @@ import (
 //     request's phase, a Stripe webhook's request, a completer's attempt)
 //     in staged_jobs.trace_parent: NULL when it is not traced.
 //  2. The drain copies it into the River job's metadata (not its
-//     arguments: a delivery's job is unique by its arguments, and two
-//     stagings of one delivery must stay one job whatever their traces),
-//     and gives each delivery of an event the traceparent of the event's
-//     staged job. The events it writes itself get a span each in their
-//     request's trace ("stagedjobs write event").
+//     arguments, which River may index and compare), and gives each
+//     delivery of an event the traceparent of the event's staged job
+//     (webhook_deliveries.trace_parent). The events it writes itself get a
+//     span each in their request's trace ("stagedjobs write event").
 //  3. TraceJobs, River middleware, starts each job's span ("job
-//     receipt_email", "job webhook_delivery", ...) as a child of that
-//     traceparent, so the receipt, and every attempt at a delivery with
-//     its HTTP client span, are in the trace of the request that caused
-//     them.
+//     receipt_email", ...) as a child of that traceparent, and the webhook
+//     dispatcher each attempt's ("webhook delivery", with its HTTP client
+//     span), so the receipt and every attempt at a delivery are in the
+//     trace of the request that caused them.
 //
 // Child, not link: the job is the request's work, done later, and a reader
 // of the request's trace wants to see that its receipt went out and its

@@ -75,8 +75,8 @@ type EventWorker struct {
 func NewEventWorker(pool *pgxpool.Pool) *EventWorker { return &EventWorker{pool: pool} }
 
 // Work writes the event, unless it is already there, and in the same
-// transaction, the first time only, its webhook deliveries: one row and
-// one staged WebhookDelivery job per enabled endpoint of the user that
+// transaction, the first time only, its webhook deliveries: one row, due
+// at once for the webhook dispatcher, per enabled endpoint of the user that
 // subscribes to the event's type, existed when the event was created (the
 // change's commit, maybe a while before this job runs) and still exists.
 // So a delivery exists if and only if its event does, and an endpoint made
@@ -103,17 +103,13 @@ func (w *EventWorker) Work(ctx context.Context, job *river.Job[EventArgs]) error
 		if err != nil {
 			return err
 		}
-		deliveries, err := queries.InsertWebhookDeliveries(ctx, tx, dbsqlc.InsertWebhookDeliveriesParams{
+		if _, err := queries.InsertWebhookDeliveries(ctx, tx, dbsqlc.InsertWebhookDeliveriesParams{
 			EventID: a.EventID, UserID: a.UserID, Patterns: SubscriptionPatterns(a.Type), EventCreated: eventCreated,
-		})
-		if err != nil {
-			return fmt.Errorf("staging the deliveries of event %s: %w", a.EventID, err)
+			TraceParent: traceParentOf(ctx), // the job's span, in its request's trace (TraceJobs)
+		}); err != nil {
+			return fmt.Errorf("writing the deliveries of event %s: %w", a.EventID, err)
 		}
-		jobs := make([]Job, len(deliveries))
-		for i, d := range deliveries {
-			jobs[i] = Job{Kind: WebhookDelivery, Args: DeliveryArgs{EventID: a.EventID, EndpointID: d.EndpointID, Cycle: d.Cycle}}
-		}
-		return StageUnkeyedTx(ctx, tx, jobs...)
+		return nil
 	})
 }
 

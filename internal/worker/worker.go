@@ -8,8 +8,10 @@
 // Receipts run on a queue of their own (stagedjobs.ReceiptQueue) with
 // workers of their own, so a slow or hung mail server cannot take the
 // workers of the other jobs nor, since a receipt holds no connection while
-// it sends, the connections of anything else. Webhook deliveries do the
-// same on theirs (stagedjobs.WebhookQueue), for slow or hung merchants.
+// it sends, the connections of anything else. Webhook deliveries are not
+// River jobs: the webhook dispatcher (merchanthooks.Dispatcher) claims
+// them in batches from their own table, with slots of its own and a share
+// per endpoint, for slow or hung merchants.
 //
 // How many jobs a queue runs per second is bounded by its workers and
 // River's fetch cooldown: a queue fetches at most as many jobs as it has
@@ -17,8 +19,8 @@
 // River's defaults (100 ms) and the 4 receipt and 10 delivery workers this
 // package had, receipts could not pass 40 a second nor deliveries 100, far
 // below the payments an instance takes (make bench, scenario F, found it:
-// docs/BENCHMARKS.md). The workers and the cooldown below lift those
-// ceilings to 800 receipts and 2,000 deliveries a second per process.
+// docs/BENCHMARKS.md). The workers and the cooldown below lift the
+// receipts' ceiling to 800 a second per process.
 package worker
 
 import (
@@ -60,10 +62,12 @@ type Config struct {
 	// WebhookRetrySchedule is the delays between a delivery's attempts.
 	// Default merchanthooks.DefaultRetrySchedule.
 	WebhookRetrySchedule []time.Duration
-	// WebhookWorkers is how many deliveries are attempted at once, on
-	// their own queue (stagedjobs.WebhookQueue). Default 50: an attempt
-	// holds no connection while the merchant has it, so slow merchants
-	// take only this queue's workers (goroutines waiting on sockets).
+	// WebhookWorkers is how many deliveries are attempted at once, by the
+	// webhook dispatcher (merchanthooks.Dispatcher), at most
+	// merchanthooks.DefaultPerEndpoint of them to one endpoint. Default 50:
+	// an attempt holds no connection while the merchant has it, so slow
+	// merchants take only the dispatcher's slots (goroutines waiting on
+	// sockets).
 	WebhookWorkers int
 
 	// CompleterInterval is how often the completer runs. Default 10s.
@@ -129,10 +133,14 @@ func Run(ctx context.Context, cfg Config) error {
 		Pool: cfg.Pool, Mailer: cfg.Mailer, SendTimeout: cfg.ReceiptSendTimeout,
 		Logger: cfg.Logger.With(slog.String("component", "receipts")),
 	})
-	river.AddWorker(workers, merchanthooks.NewDeliveryWorker(merchanthooks.DeliveryConfig{
+	// Deliveries are the dispatcher's (below); River keeps a worker only to
+	// finish the delivery jobs an earlier version queued.
+	river.AddWorker(workers, &merchanthooks.DeliveryWorker{})
+	dispatcher := merchanthooks.NewDispatcher(merchanthooks.DispatcherConfig{
 		Pool: cfg.Pool, Client: cfg.WebhookClient, RetrySchedule: cfg.WebhookRetrySchedule,
+		Concurrency: cfg.WebhookWorkers, ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger: cfg.Logger.With(slog.String("component", "webhook_deliveries")), Registry: cfg.Registry,
-	}))
+	})
 	river.AddWorker(workers, &completerWorker{completer: completer, log: cfg.Logger})
 	river.AddWorker(workers, &reaperWorker{reaper: reaper, log: cfg.Logger})
 	periodicJobs := []*river.PeriodicJob{
@@ -153,7 +161,7 @@ func Run(ctx context.Context, cfg Config) error {
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault:      {MaxWorkers: cfg.MaxWorkers},
 			stagedjobs.ReceiptQueue: {MaxWorkers: cfg.ReceiptWorkers},
-			stagedjobs.WebhookQueue: {MaxWorkers: cfg.WebhookWorkers},
+			stagedjobs.WebhookQueue: {MaxWorkers: 1}, // an earlier version's jobs only
 		},
 		Workers: workers,
 		// A job staged by a traced request carries on its trace
@@ -189,8 +197,10 @@ func Run(ctx context.Context, cfg Config) error {
 		slog.String("reconcile_interval", cfg.ReconcileInterval.String()),
 		slog.String("reconcile_after", cfg.ReconcileAfter.String()),
 		slog.Int("receipt_workers", cfg.ReceiptWorkers))
+	dispatched := make(chan error, 1)
+	go func() { dispatched <- dispatcher.Run(ctx) }()
 	runErr := enqueuer.Run(ctx)
-	return errors.Join(runErr, stop(ctx, client, cfg.ShutdownTimeout, cfg.Logger))
+	return errors.Join(runErr, stop(ctx, client, cfg.ShutdownTimeout, cfg.Logger), <-dispatched)
 }
 
 // stop lets River's running jobs finish for timeout, then cancels those

@@ -13,7 +13,7 @@ import (
 )
 
 const getEvent = `-- name: GetEvent :one
-SELECT id, user_id, type, data, created_at FROM events WHERE id = $1 AND user_id = $2
+SELECT id, user_id, type, data, created_at, trace_parent FROM events WHERE id = $1 AND user_id = $2
 `
 
 type GetEventParams struct {
@@ -30,6 +30,7 @@ func (q *Queries) GetEvent(ctx context.Context, db DBTX, arg GetEventParams) (Ev
 		&i.Type,
 		&i.Data,
 		&i.CreatedAt,
+		&i.TraceParent,
 	)
 	return i, err
 }
@@ -67,7 +68,7 @@ func (q *Queries) InsertEvent(ctx context.Context, db DBTX, arg InsertEventParam
 }
 
 const listEvents = `-- name: ListEvents :many
-SELECT id, user_id, type, data, created_at FROM events
+SELECT id, user_id, type, data, created_at, trace_parent FROM events
 WHERE user_id = $1
   AND ($2::text IS NULL OR type = $2)
   AND (created_at, id) < ($3::timestamptz, $4::text)
@@ -106,6 +107,7 @@ func (q *Queries) ListEvents(ctx context.Context, db DBTX, arg ListEventsParams)
 			&i.Type,
 			&i.Data,
 			&i.CreatedAt,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}

@@ -39,11 +39,12 @@ type ChildKeyGeneration struct {
 }
 
 type Event struct {
-	ID        string
-	UserID    int64
-	Type      string
-	Data      []byte
-	CreatedAt time.Time
+	ID          string
+	UserID      int64
+	Type        string
+	Data        []byte
+	CreatedAt   time.Time
+	TraceParent pgtype.Text
 }
 
 type IdempotencyKey struct {
@@ -182,6 +183,8 @@ type WebhookDelivery struct {
 	CreatedAt        time.Time
 	UpdatedAt        time.Time
 	IdempotencyKeyID *uuid.UUID
+	CycleAttempts    int32
+	TraceParent      pgtype.Text
 }
 
 type WebhookEndpoint struct {

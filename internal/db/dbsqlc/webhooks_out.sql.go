@@ -13,6 +13,125 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const claimDueDeliveries = `-- name: ClaimDueDeliveries :many
+WITH due AS (
+    SELECT r.event_id, r.endpoint_id
+    FROM (
+        SELECT c.event_id, c.endpoint_id, c.next_attempt_at,
+               row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.next_attempt_at) AS nth
+        FROM (
+            SELECT d.event_id, d.endpoint_id, d.next_attempt_at
+            FROM webhook_deliveries d
+            WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+              AND NOT (d.endpoint_id = ANY($2::text[]))
+            ORDER BY d.next_attempt_at
+            LIMIT $3
+        ) c
+    ) r
+    LEFT JOIN (
+        SELECT unnest($4::text[]) AS endpoint_id, unnest($5::int[]) AS n
+    ) f ON f.endpoint_id = r.endpoint_id
+    WHERE r.nth + coalesce(f.n, 0) <= $6::int
+    ORDER BY r.next_attempt_at
+    LIMIT $7
+), claimed AS (
+    -- Each chosen row by its key (LATERAL: a lookup each, never a scan of
+    -- every due row, however long the backlog), locked unless another
+    -- dispatcher has it, and still due once locked.
+    SELECT l.event_id, l.endpoint_id
+    FROM due, LATERAL (
+        SELECT d.event_id, d.endpoint_id
+        FROM webhook_deliveries d
+        WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
+          AND d.status = 'pending' AND d.next_attempt_at <= now()
+        FOR UPDATE SKIP LOCKED
+    ) l
+)
+UPDATE webhook_deliveries d
+SET next_attempt_at = now() + make_interval(0, 0, 0, 0, 0, 0, $1::float8), cycle_attempts = d.cycle_attempts + 1
+FROM claimed c, webhook_endpoints e, events ev
+WHERE d.event_id = c.event_id AND d.endpoint_id = c.endpoint_id
+  AND e.id = d.endpoint_id AND ev.id = d.event_id
+RETURNING d.event_id, d.endpoint_id, d.cycle, d.cycle_attempts, d.trace_parent,
+          e.url, e.secret, e.deleted_at AS endpoint_deleted_at,
+          ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
+`
+
+type ClaimDueDeliveriesParams struct {
+	LeaseSeconds      float64
+	Busy              []string
+	ScanSize          int32
+	InflightEndpoints []string
+	InflightCounts    []int32
+	PerEndpoint       int32
+	BatchSize         int32
+}
+
+type ClaimDueDeliveriesRow struct {
+	EventID           string
+	EndpointID        string
+	Cycle             int32
+	CycleAttempts     int32
+	TraceParent       pgtype.Text
+	Url               string
+	Secret            string
+	EndpointDeletedAt pgtype.Timestamptz
+	EventType         string
+	EventData         []byte
+	EventCreatedAt    time.Time
+}
+
+// The webhook dispatcher's claim (merchanthooks.Dispatcher): up to
+// batch_size pending deliveries that are due, oldest due first, with what
+// their attempts need (the endpoint and the event), so that no endpoint has
+// more than per_endpoint attempts in flight from this dispatcher: the
+// endpoints in inflight_endpoints have inflight_counts already (those at
+// per_endpoint are left out of the scan). Each is leased:
+// next_attempt_at moves lease_seconds ahead, so no other dispatcher claims it
+// while its attempt runs, and a dispatcher that dies mid-attempt leaves it
+// due again when the lease lapses. cycle_attempts counts the claim: it is
+// the attempt's number in its cycle, the retry schedule's position.
+// SKIP LOCKED lets dispatchers claim side by side.
+func (q *Queries) ClaimDueDeliveries(ctx context.Context, db DBTX, arg ClaimDueDeliveriesParams) ([]ClaimDueDeliveriesRow, error) {
+	rows, err := db.Query(ctx, claimDueDeliveries,
+		arg.LeaseSeconds,
+		arg.Busy,
+		arg.ScanSize,
+		arg.InflightEndpoints,
+		arg.InflightCounts,
+		arg.PerEndpoint,
+		arg.BatchSize,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimDueDeliveriesRow
+	for rows.Next() {
+		var i ClaimDueDeliveriesRow
+		if err := rows.Scan(
+			&i.EventID,
+			&i.EndpointID,
+			&i.Cycle,
+			&i.CycleAttempts,
+			&i.TraceParent,
+			&i.Url,
+			&i.Secret,
+			&i.EndpointDeletedAt,
+			&i.EventType,
+			&i.EventData,
+			&i.EventCreatedAt,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deleteWebhookEndpoint = `-- name: DeleteWebhookEndpoint :execrows
 UPDATE webhook_endpoints SET deleted_at = now()
 WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
@@ -50,51 +169,6 @@ func (q *Queries) FailDeliveryOfDeletedEndpoint(ctx context.Context, db DBTX, ar
 	return err
 }
 
-const getDeliveryToSend = `-- name: GetDeliveryToSend :one
-SELECT d.status, d.cycle, e.url, e.secret, e.deleted_at AS endpoint_deleted_at,
-       ev.id AS event_id, ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
-FROM webhook_deliveries d
-JOIN webhook_endpoints e ON e.id = d.endpoint_id
-JOIN events ev ON ev.id = d.event_id
-WHERE d.event_id = $1 AND d.endpoint_id = $2
-`
-
-type GetDeliveryToSendParams struct {
-	EventID    string
-	EndpointID string
-}
-
-type GetDeliveryToSendRow struct {
-	Status            string
-	Cycle             int32
-	Url               string
-	Secret            string
-	EndpointDeletedAt pgtype.Timestamptz
-	EventID           string
-	EventType         string
-	EventData         []byte
-	EventCreatedAt    time.Time
-}
-
-// What a delivery job needs, in one short read: the delivery, its
-// endpoint and its event.
-func (q *Queries) GetDeliveryToSend(ctx context.Context, db DBTX, arg GetDeliveryToSendParams) (GetDeliveryToSendRow, error) {
-	row := db.QueryRow(ctx, getDeliveryToSend, arg.EventID, arg.EndpointID)
-	var i GetDeliveryToSendRow
-	err := row.Scan(
-		&i.Status,
-		&i.Cycle,
-		&i.Url,
-		&i.Secret,
-		&i.EndpointDeletedAt,
-		&i.EventID,
-		&i.EventType,
-		&i.EventData,
-		&i.EventCreatedAt,
-	)
-	return i, err
-}
-
 const getWebhookEndpoint = `-- name: GetWebhookEndpoint :one
 SELECT id, user_id, url, enabled_events, description, secret, status, created_at, deleted_at, idempotency_key_id FROM webhook_endpoints WHERE id = $1 AND user_id = $2 AND deleted_at IS NULL
 `
@@ -123,18 +197,19 @@ func (q *Queries) GetWebhookEndpoint(ctx context.Context, db DBTX, arg GetWebhoo
 }
 
 const insertWebhookDeliveries = `-- name: InsertWebhookDeliveries :many
-INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id)
-SELECT $1, e.id, e.user_id
+INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id, trace_parent)
+SELECT $1, e.id, e.user_id, $2::text
 FROM webhook_endpoints e
-WHERE e.user_id = $2 AND e.deleted_at IS NULL AND e.status = 'enabled'
-  AND e.created_at <= $3::timestamptz
-  AND e.enabled_events && $4::text[]
+WHERE e.user_id = $3 AND e.deleted_at IS NULL AND e.status = 'enabled'
+  AND e.created_at <= $4::timestamptz
+  AND e.enabled_events && $5::text[]
 ON CONFLICT (event_id, endpoint_id) DO NOTHING
 RETURNING endpoint_id, cycle
 `
 
 type InsertWebhookDeliveriesParams struct {
 	EventID      string
+	TraceParent  pgtype.Text
 	UserID       int64
 	EventCreated time.Time
 	Patterns     []string
@@ -154,6 +229,7 @@ type InsertWebhookDeliveriesRow struct {
 func (q *Queries) InsertWebhookDeliveries(ctx context.Context, db DBTX, arg InsertWebhookDeliveriesParams) ([]InsertWebhookDeliveriesRow, error) {
 	rows, err := db.Query(ctx, insertWebhookDeliveries,
 		arg.EventID,
+		arg.TraceParent,
 		arg.UserID,
 		arg.EventCreated,
 		arg.Patterns,
@@ -262,7 +338,7 @@ func (q *Queries) ListWebhookAttempts(ctx context.Context, db DBTX, arg ListWebh
 }
 
 const listWebhookDeliveries = `-- name: ListWebhookDeliveries :many
-SELECT event_id, endpoint_id, user_id, status, cycle, attempts, last_status_code, last_error, next_attempt_at, pending_since, created_at, updated_at, idempotency_key_id FROM webhook_deliveries
+SELECT event_id, endpoint_id, user_id, status, cycle, attempts, last_status_code, last_error, next_attempt_at, pending_since, created_at, updated_at, idempotency_key_id, cycle_attempts, trace_parent FROM webhook_deliveries
 WHERE event_id = $1 AND user_id = $2
 ORDER BY created_at, endpoint_id
 `
@@ -295,6 +371,8 @@ func (q *Queries) ListWebhookDeliveries(ctx context.Context, db DBTX, arg ListWe
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.IdempotencyKeyID,
+			&i.CycleAttempts,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}
@@ -438,43 +516,56 @@ func (q *Queries) OldestPendingDeliveryAge(ctx context.Context, db DBTX) (float6
 	return age_seconds, err
 }
 
-const recordWebhookAttempt = `-- name: RecordWebhookAttempt :execrows
-WITH attempt AS (
+const recordWebhookAttempts = `-- name: RecordWebhookAttempts :execrows
+WITH outcome AS (
+    SELECT unnest($1::text[]) AS event_id, unnest($2::text[]) AS endpoint_id,
+           unnest($3::int[]) AS cycle, unnest($4::text[]) AS status,
+           unnest($5::timestamptz[]) AS attempted_at, unnest($6::int[]) AS duration_ms,
+           unnest($7::int[]) AS status_code, unnest($8::text[]) AS error,
+           unnest($9::timestamptz[]) AS next_attempt_at
+), attempt AS (
     INSERT INTO webhook_attempts (event_id, endpoint_id, cycle, attempted_at, duration_ms, status_code, error, succeeded)
-    VALUES ($5, $6, $7, $8, $9, $2, $3, $1 = 'succeeded')
+    SELECT o.event_id, o.endpoint_id, o.cycle, o.attempted_at, o.duration_ms, nullif(o.status_code, 0), nullif(o.error, ''),
+           o.status = 'succeeded'
+    FROM outcome o
+    ORDER BY o.attempted_at
 )
 UPDATE webhook_deliveries d
-SET attempts = d.attempts + 1, status = $1, last_status_code = $2,
-    last_error = $3, next_attempt_at = $4, updated_at = now()
-WHERE d.event_id = $5 AND d.endpoint_id = $6 AND d.cycle = $7 AND d.status = 'pending'
+SET attempts = d.attempts + 1, status = o.status, last_status_code = nullif(o.status_code, 0),
+    last_error = nullif(o.error, ''), updated_at = now(),
+    next_attempt_at = CASE WHEN o.status = 'pending' THEN o.next_attempt_at END
+FROM outcome o
+WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id AND d.cycle = o.cycle AND d.status = 'pending'
 `
 
-type RecordWebhookAttemptParams struct {
-	Status        string
-	StatusCode    pgtype.Int4
-	Error         pgtype.Text
-	NextAttemptAt pgtype.Timestamptz
-	EventID       string
-	EndpointID    string
-	Cycle         int32
-	AttemptedAt   time.Time
-	DurationMs    int32
+type RecordWebhookAttemptsParams struct {
+	EventIds     []string
+	EndpointIds  []string
+	Cycles       []int32
+	Statuses     []string
+	AttemptTimes []time.Time
+	DurationMs   []int32
+	StatusCodes  []int32
+	Errors       []string
+	NextAttempts []time.Time
 }
 
-// Records one attempt of the delivery's cycle: the attempt in the log, and
-// its outcome on the delivery, unless a redelivery started another cycle
-// meanwhile (then only the log keeps it).
-func (q *Queries) RecordWebhookAttempt(ctx context.Context, db DBTX, arg RecordWebhookAttemptParams) (int64, error) {
-	result, err := db.Exec(ctx, recordWebhookAttempt,
-		arg.Status,
-		arg.StatusCode,
-		arg.Error,
-		arg.NextAttemptAt,
-		arg.EventID,
-		arg.EndpointID,
-		arg.Cycle,
-		arg.AttemptedAt,
+// Records a batch of attempts (the arrays are parallel, one entry per
+// attempt): each in the log, and its outcome on its delivery, unless a
+// redelivery started another cycle meanwhile (then only the log keeps it).
+// A status_code of 0 is none (no answer), an empty error none (success);
+// next_attempt_at counts only for a delivery left pending.
+func (q *Queries) RecordWebhookAttempts(ctx context.Context, db DBTX, arg RecordWebhookAttemptsParams) (int64, error) {
+	result, err := db.Exec(ctx, recordWebhookAttempts,
+		arg.EventIds,
+		arg.EndpointIds,
+		arg.Cycles,
+		arg.Statuses,
+		arg.AttemptTimes,
 		arg.DurationMs,
+		arg.StatusCodes,
+		arg.Errors,
+		arg.NextAttempts,
 	)
 	if err != nil {
 		return 0, err
@@ -484,17 +575,18 @@ func (q *Queries) RecordWebhookAttempt(ctx context.Context, db DBTX, arg RecordW
 
 const restartWebhookDeliveries = `-- name: RestartWebhookDeliveries :many
 UPDATE webhook_deliveries d
-SET status = 'pending', cycle = d.cycle + 1, next_attempt_at = now(), pending_since = now(),
-    updated_at = now(), idempotency_key_id = $1
+SET status = 'pending', cycle = d.cycle + 1, cycle_attempts = 0, next_attempt_at = now(), pending_since = now(),
+    updated_at = now(), idempotency_key_id = $1, trace_parent = $2::text
 FROM webhook_endpoints e
-WHERE d.event_id = $2 AND d.user_id = $3
+WHERE d.event_id = $3 AND d.user_id = $4
   AND e.id = d.endpoint_id AND e.deleted_at IS NULL AND e.status = 'enabled'
-  AND e.enabled_events && $4::text[]
-RETURNING d.event_id, d.endpoint_id, d.user_id, d.status, d.cycle, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.pending_since, d.created_at, d.updated_at, d.idempotency_key_id
+  AND e.enabled_events && $5::text[]
+RETURNING d.event_id, d.endpoint_id, d.user_id, d.status, d.cycle, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.pending_since, d.created_at, d.updated_at, d.idempotency_key_id, d.cycle_attempts, d.trace_parent
 `
 
 type RestartWebhookDeliveriesParams struct {
 	IdempotencyKeyID *uuid.UUID
+	TraceParent      pgtype.Text
 	EventID          string
 	UserID           int64
 	Patterns         []string
@@ -505,6 +597,7 @@ type RestartWebhookDeliveriesParams struct {
 func (q *Queries) RestartWebhookDeliveries(ctx context.Context, db DBTX, arg RestartWebhookDeliveriesParams) ([]WebhookDelivery, error) {
 	rows, err := db.Query(ctx, restartWebhookDeliveries,
 		arg.IdempotencyKeyID,
+		arg.TraceParent,
 		arg.EventID,
 		arg.UserID,
 		arg.Patterns,
@@ -530,6 +623,8 @@ func (q *Queries) RestartWebhookDeliveries(ctx context.Context, db DBTX, arg Res
 			&i.CreatedAt,
 			&i.UpdatedAt,
 			&i.IdempotencyKeyID,
+			&i.CycleAttempts,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}

@@ -74,8 +74,8 @@ WHERE id = @id AND user_id = @user_id AND deleted_at IS NULL;
 -- even one the event worker writes after it was made), still exists, and
 -- subscribes to the event: its enabled_events hold one of
 -- patterns (the type, its prefix "refund.*", "*").
-INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id)
-SELECT @event_id, e.id, e.user_id
+INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id, trace_parent)
+SELECT @event_id, e.id, e.user_id, sqlc.narg('trace_parent')::text
 FROM webhook_endpoints e
 WHERE e.user_id = @user_id AND e.deleted_at IS NULL AND e.status = 'enabled'
   AND e.created_at <= @event_created::timestamptz
@@ -87,8 +87,8 @@ RETURNING endpoint_id, cycle;
 -- A redelivery: every delivery of the event whose endpoint still exists,
 -- is enabled and subscribes to it starts a new cycle of attempts, due now.
 UPDATE webhook_deliveries d
-SET status = 'pending', cycle = d.cycle + 1, next_attempt_at = now(), pending_since = now(),
-    updated_at = now(), idempotency_key_id = @idempotency_key_id
+SET status = 'pending', cycle = d.cycle + 1, cycle_attempts = 0, next_attempt_at = now(), pending_since = now(),
+    updated_at = now(), idempotency_key_id = @idempotency_key_id, trace_parent = sqlc.narg('trace_parent')::text
 FROM webhook_endpoints e
 WHERE d.event_id = @event_id AND d.user_id = @user_id
   AND e.id = d.endpoint_id AND e.deleted_at IS NULL AND e.status = 'enabled'
@@ -100,28 +100,85 @@ SELECT * FROM webhook_deliveries
 WHERE event_id = @event_id AND user_id = @user_id
 ORDER BY created_at, endpoint_id;
 
--- name: GetDeliveryToSend :one
--- What a delivery job needs, in one short read: the delivery, its
--- endpoint and its event.
-SELECT d.status, d.cycle, e.url, e.secret, e.deleted_at AS endpoint_deleted_at,
-       ev.id AS event_id, ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at
-FROM webhook_deliveries d
-JOIN webhook_endpoints e ON e.id = d.endpoint_id
-JOIN events ev ON ev.id = d.event_id
-WHERE d.event_id = @event_id AND d.endpoint_id = @endpoint_id;
-
--- name: RecordWebhookAttempt :execrows
--- Records one attempt of the delivery's cycle: the attempt in the log, and
--- its outcome on the delivery, unless a redelivery started another cycle
--- meanwhile (then only the log keeps it).
-WITH attempt AS (
-    INSERT INTO webhook_attempts (event_id, endpoint_id, cycle, attempted_at, duration_ms, status_code, error, succeeded)
-    VALUES (@event_id, @endpoint_id, @cycle, @attempted_at, @duration_ms, sqlc.narg('status_code'), sqlc.narg('error'), @status = 'succeeded')
+-- name: ClaimDueDeliveries :many
+-- The webhook dispatcher's claim (merchanthooks.Dispatcher): up to
+-- batch_size pending deliveries that are due, oldest due first, with what
+-- their attempts need (the endpoint and the event), so that no endpoint has
+-- more than per_endpoint attempts in flight from this dispatcher: the
+-- endpoints in inflight_endpoints have inflight_counts already (those at
+-- per_endpoint are left out of the scan). Each is leased:
+-- next_attempt_at moves lease_seconds ahead, so no other dispatcher claims it
+-- while its attempt runs, and a dispatcher that dies mid-attempt leaves it
+-- due again when the lease lapses. cycle_attempts counts the claim: it is
+-- the attempt's number in its cycle, the retry schedule's position.
+-- SKIP LOCKED lets dispatchers claim side by side.
+WITH due AS (
+    SELECT r.event_id, r.endpoint_id
+    FROM (
+        SELECT c.event_id, c.endpoint_id, c.next_attempt_at,
+               row_number() OVER (PARTITION BY c.endpoint_id ORDER BY c.next_attempt_at) AS nth
+        FROM (
+            SELECT d.event_id, d.endpoint_id, d.next_attempt_at
+            FROM webhook_deliveries d
+            WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+              AND NOT (d.endpoint_id = ANY(@busy::text[]))
+            ORDER BY d.next_attempt_at
+            LIMIT @scan_size
+        ) c
+    ) r
+    LEFT JOIN (
+        SELECT unnest(@inflight_endpoints::text[]) AS endpoint_id, unnest(@inflight_counts::int[]) AS n
+    ) f ON f.endpoint_id = r.endpoint_id
+    WHERE r.nth + coalesce(f.n, 0) <= @per_endpoint::int
+    ORDER BY r.next_attempt_at
+    LIMIT @batch_size
+), claimed AS (
+    -- Each chosen row by its key (LATERAL: a lookup each, never a scan of
+    -- every due row, however long the backlog), locked unless another
+    -- dispatcher has it, and still due once locked.
+    SELECT l.event_id, l.endpoint_id
+    FROM due, LATERAL (
+        SELECT d.event_id, d.endpoint_id
+        FROM webhook_deliveries d
+        WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
+          AND d.status = 'pending' AND d.next_attempt_at <= now()
+        FOR UPDATE SKIP LOCKED
+    ) l
 )
 UPDATE webhook_deliveries d
-SET attempts = d.attempts + 1, status = @status, last_status_code = sqlc.narg('status_code'),
-    last_error = sqlc.narg('error'), next_attempt_at = sqlc.narg('next_attempt_at'), updated_at = now()
-WHERE d.event_id = @event_id AND d.endpoint_id = @endpoint_id AND d.cycle = @cycle AND d.status = 'pending';
+SET next_attempt_at = now() + make_interval(0, 0, 0, 0, 0, 0, @lease_seconds::float8), cycle_attempts = d.cycle_attempts + 1
+FROM claimed c, webhook_endpoints e, events ev
+WHERE d.event_id = c.event_id AND d.endpoint_id = c.endpoint_id
+  AND e.id = d.endpoint_id AND ev.id = d.event_id
+RETURNING d.event_id, d.endpoint_id, d.cycle, d.cycle_attempts, d.trace_parent,
+          e.url, e.secret, e.deleted_at AS endpoint_deleted_at,
+          ev.type AS event_type, ev.data AS event_data, ev.created_at AS event_created_at;
+
+-- name: RecordWebhookAttempts :execrows
+-- Records a batch of attempts (the arrays are parallel, one entry per
+-- attempt): each in the log, and its outcome on its delivery, unless a
+-- redelivery started another cycle meanwhile (then only the log keeps it).
+-- A status_code of 0 is none (no answer), an empty error none (success);
+-- next_attempt_at counts only for a delivery left pending.
+WITH outcome AS (
+    SELECT unnest(@event_ids::text[]) AS event_id, unnest(@endpoint_ids::text[]) AS endpoint_id,
+           unnest(@cycles::int[]) AS cycle, unnest(@statuses::text[]) AS status,
+           unnest(@attempt_times::timestamptz[]) AS attempted_at, unnest(@duration_ms::int[]) AS duration_ms,
+           unnest(@status_codes::int[]) AS status_code, unnest(@errors::text[]) AS error,
+           unnest(@next_attempts::timestamptz[]) AS next_attempt_at
+), attempt AS (
+    INSERT INTO webhook_attempts (event_id, endpoint_id, cycle, attempted_at, duration_ms, status_code, error, succeeded)
+    SELECT o.event_id, o.endpoint_id, o.cycle, o.attempted_at, o.duration_ms, nullif(o.status_code, 0), nullif(o.error, ''),
+           o.status = 'succeeded'
+    FROM outcome o
+    ORDER BY o.attempted_at
+)
+UPDATE webhook_deliveries d
+SET attempts = d.attempts + 1, status = o.status, last_status_code = nullif(o.status_code, 0),
+    last_error = nullif(o.error, ''), updated_at = now(),
+    next_attempt_at = CASE WHEN o.status = 'pending' THEN o.next_attempt_at END
+FROM outcome o
+WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id AND d.cycle = o.cycle AND d.status = 'pending';
 
 -- name: FailDeliveryOfDeletedEndpoint :exec
 -- The endpoint was deleted before the attempt: nothing is sent, and the

@@ -33,14 +33,17 @@ const consoleToken = "console_test_token_0123456789"
 
 // env is the service as `payments serve` runs it, with the console on: the
 // API and the console on one server, Stripe's simulator over HTTP, and,
-// when asked, the worker (completer, webhook deliveries) in a second
-// process's parts on the same database, without the API's failpoints.
+// when asked, the worker (completer, webhook deliveries). With failpoints,
+// a second instance on the same database serves the API with them
+// (crashURL): the request that fails there is left for this one.
 type env struct {
 	t      *testing.T
 	app    *app.App
 	server *httptest.Server
-	apiKey string
-	email  string
+	// crashURL is the instance with the failpoints ("" without).
+	crashURL string
+	apiKey   string
+	email    string
 	// hooks counts the webhook deliveries a merchant's endpoint received.
 	hooks    *httptest.Server
 	received atomic.Int64
@@ -59,37 +62,42 @@ func newEnv(t *testing.T, c envConfig) *env {
 	t.Cleanup(func() { simServer.Close(); sim.Close() })
 	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_console", APIBase: simServer.URL})
 	require.NoError(t, err)
-	fp, err := failpoint.Parse(c.failpoints)
-	require.NoError(t, err)
 	dbURL := dbtest.NewURL(t)
 	a, err := app.New(ctx, app.Config{DatabaseURL: dbURL, Pool: db.PoolConfig{MaxConns: 6}, KeyTTL: time.Hour,
-		Stripe: stripe, Failpoints: fp, ConsoleToken: consoleToken})
+		Stripe: stripe, ConsoleToken: consoleToken})
 	require.NoError(t, err)
 	t.Cleanup(a.Close)
 	require.NoError(t, users.SeedDemoUsers(ctx, a.Pool))
 	e := &env{t: t, app: a, apiKey: users.DemoUsers[0].APIKey, email: users.DemoUsers[0].Email}
 	e.server = httptest.NewServer(a.APIHandler(api.RateLimit{}, 0))
 	t.Cleanup(e.server.Close)
+	if c.failpoints != "" {
+		fp, err := failpoint.Parse(c.failpoints)
+		require.NoError(t, err)
+		crashing, err := app.New(ctx, app.Config{DatabaseURL: dbURL, Pool: db.PoolConfig{MaxConns: 4}, KeyTTL: time.Hour,
+			Stripe: stripe, Failpoints: fp})
+		require.NoError(t, err)
+		t.Cleanup(crashing.Close)
+		srv := httptest.NewServer(crashing.APIHandler(api.RateLimit{}, 0))
+		t.Cleanup(srv.Close)
+		e.crashURL = srv.URL
+	}
 	e.hooks = httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		e.received.Add(1)
 		w.WriteHeader(http.StatusOK)
 	}))
 	t.Cleanup(e.hooks.Close)
 	if c.worker {
-		e.startWorker(dbURL, stripe)
+		e.startWorker()
 	}
 	return e
 }
 
-// startWorker runs the background work as a second process would: its own
-// parts on the same database, without failpoints, the completer taking a
-// key one second after it was last touched.
-func (e *env) startWorker(dbURL string, stripe *stripeclient.Client) {
-	t := e.t
+// startWorker runs the background work, the completer taking a key one
+// second after it was last touched.
+func (e *env) startWorker() {
+	t, w := e.t, e.app
 	ctx := context.Background()
-	w, err := app.New(ctx, app.Config{DatabaseURL: dbURL, Pool: db.PoolConfig{MaxConns: 6}, KeyTTL: time.Hour, Stripe: stripe})
-	require.NoError(t, err)
-	t.Cleanup(w.Close)
 	runCtx, stop := context.WithCancel(ctx)
 	done := make(chan error, 1)
 	go func() {
@@ -115,7 +123,13 @@ func (e *env) startWorker(dbURL string, stripe *stripeclient.Client) {
 // apiPost sends a POST to the JSON API as the demo merchant.
 func (e *env) apiPost(path, key, body string) (int, string) {
 	e.t.Helper()
-	req, err := http.NewRequest(http.MethodPost, e.server.URL+path, strings.NewReader(body))
+	return e.apiPostTo(e.server.URL, path, key, body)
+}
+
+// apiPostTo sends it to the instance at base.
+func (e *env) apiPostTo(base, path, key, body string) (int, string) {
+	e.t.Helper()
+	req, err := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
 	require.NoError(e.t, err)
 	req.Header.Set("Authorization", "Bearer "+e.apiKey)
 	req.Header.Set("Content-Type", "application/json")

@@ -205,7 +205,12 @@ func TestConsole_everyPageHasAStrictCSPAndNoInlineScript(t *testing.T) {
 	check("303", anon.get("/console"))
 	check("401", anon.do(http.MethodPost, "/console/logout", url.Values{}))
 	check("wrong token", anon.do(http.MethodPost, "/console/login", url.Values{"token": {"nope"}}))
-	check("asset", anon.get("/console/assets/console.js"))
+	for asset, kind := range map[string]string{"console.js": "text/javascript", "console.css": "text/css"} {
+		a := anon.get("/console/assets/" + asset)
+		assert.Equal(t, http.StatusOK, a.status, asset)
+		assert.Contains(t, a.header.Get("Content-Type"), kind, asset)
+		check(asset, a)
+	}
 	for _, path := range []string{"/console", "/console/live", "/console/keys", "/console/payments", "/console/webhook_endpoints",
 		"/console/receipts", "/console/nothing-here", "/console/payments/pay_missing"} {
 		check(path, b.get(path))

@@ -143,7 +143,7 @@ func (h *handler) routes() chi.Router {
 		h.render(w, r, http.StatusMethodNotAllowed, "error", page{Title: "Method not allowed", Message: r.Method + " is not allowed here."})
 	})
 	assets, _ := fs.Sub(assetFS, "assets")
-	r.Handle("/assets/*", http.StripPrefix("/assets/", http.FileServerFS(assets)))
+	r.Handle("/assets/*", http.StripPrefix(Prefix+"/assets/", http.FileServerFS(assets)))
 	r.Get("/login", h.loginForm)
 	r.Post("/login", h.login)
 	r.Group(func(r chi.Router) {

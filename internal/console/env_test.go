@@ -1,6 +1,7 @@
 package console_test
 
 import (
+	"cmp"
 	"context"
 	"io"
 	"net/http"
@@ -27,7 +28,11 @@ import (
 	"github.com/example/payments/internal/worker"
 )
 
-func TestMain(m *testing.M) { os.Exit(dbtest.Main(m)) }
+func TestMain(m *testing.M) {
+	code := dbtest.Main(m)
+	stopChrome()
+	os.Exit(code)
+}
 
 const consoleToken = "console_test_token_0123456789"
 
@@ -52,6 +57,9 @@ type env struct {
 type envConfig struct {
 	failpoints string
 	worker     bool
+	// completerGrace is how long the completer leaves a key alone: 1s
+	// unless set.
+	completerGrace time.Duration
 }
 
 func newEnv(t *testing.T, c envConfig) *env {
@@ -88,14 +96,14 @@ func newEnv(t *testing.T, c envConfig) *env {
 	}))
 	t.Cleanup(e.hooks.Close)
 	if c.worker {
-		e.startWorker()
+		e.startWorker(cmp.Or(c.completerGrace, time.Second))
 	}
 	return e
 }
 
 // startWorker runs the background work, the completer taking a key one
 // second after it was last touched.
-func (e *env) startWorker() {
+func (e *env) startWorker(grace time.Duration) {
 	t, w := e.t, e.app
 	ctx := context.Background()
 	runCtx, stop := context.WithCancel(ctx)
@@ -105,7 +113,7 @@ func (e *env) startWorker() {
 			Pool: w.Pool, Logger: w.Log, Registry: w.Registry, Engine: w.Engine,
 			Flows: append(w.Payments.Flows(), w.Hooks.Flows()...), Payments: w.Payments,
 			EnqueuerPollInterval: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
-			CompleterInterval: 250 * time.Millisecond, CompleterGrace: time.Second,
+			CompleterInterval: 250 * time.Millisecond, CompleterGrace: grace,
 			WebhookRetrySchedule: []time.Duration{time.Hour}, WebhookClient: &http.Client{Timeout: 5 * time.Second},
 		})
 	}()

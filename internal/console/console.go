@@ -143,7 +143,8 @@ func (h *handler) routes() chi.Router {
 		h.render(w, r, http.StatusMethodNotAllowed, "error", page{Title: "Method not allowed", Message: r.Method + " is not allowed here."})
 	})
 	assets, _ := fs.Sub(assetFS, "assets")
-	r.Handle("/assets/*", http.StripPrefix(Prefix+"/assets/", http.FileServerFS(assets)))
+	// http.StripPrefix sees the path as mounted, with Prefix.
+	r.Get("/assets/*", http.StripPrefix(Prefix+"/assets/", http.FileServerFS(assets)).ServeHTTP)
 	r.Get("/login", h.loginForm)
 	r.Post("/login", h.login)
 	r.Group(func(r chi.Router) {

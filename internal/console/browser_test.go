@@ -115,7 +115,7 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	if !*screenshots {
 		return
 	}
-	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(90))
+	png, err := chromedp.Run(ctx, chromedp.FullScreenshot(100)) // 100: PNG (less is JPEG)
 	require.NoError(t, err)
 	require.NoError(t, os.MkdirAll("../../docs/console", 0o755))
 	require.NoError(t, os.WriteFile(filepath.Join("../../docs/console", name+".png"), png, 0o644))

@@ -365,7 +365,7 @@ FROM idempotency_keys k
 JOIN users u ON u.id = k.user_id
 WHERE ($1::bigint IS NULL OR k.user_id = $1)
   AND ($2::text IS NULL OR k.flow = $2)
-  AND k.created_at <= now() - make_interval(secs => $3::float8)
+  AND ($3::float8 <= 0 OR k.created_at <= now() - make_interval(secs => $3::float8))
   AND (k.created_at, k.id) < ($4::timestamptz, $5::uuid)
   AND CASE $6::text
       WHEN 'unfinished' THEN k.recovery_point <> 'finished'

@@ -99,7 +99,7 @@ FROM idempotency_keys k
 JOIN users u ON u.id = k.user_id
 WHERE (sqlc.narg('user_id')::bigint IS NULL OR k.user_id = sqlc.narg('user_id'))
   AND (sqlc.narg('flow')::text IS NULL OR k.flow = sqlc.narg('flow'))
-  AND k.created_at <= now() - make_interval(secs => @min_age_seconds::float8)
+  AND (@min_age_seconds::float8 <= 0 OR k.created_at <= now() - make_interval(secs => @min_age_seconds::float8))
   AND (k.created_at, k.id) < (@before_created::timestamptz, @before_id::uuid)
   AND CASE @state::text
       WHEN 'unfinished' THEN k.recovery_point <> 'finished'

@@ -121,11 +121,27 @@ func screenshot(t *testing.T, ctx context.Context, name string) {
 	require.NoError(t, os.WriteFile(filepath.Join("../../docs/console", name+".png"), png, 0o644))
 }
 
+// ready waits until the page has loaded and selector is in it.
+func ready(t *testing.T, ctx context.Context, selector string) {
+	t.Helper()
+	waitFor(t, ctx, 20*time.Second, `document.readyState === "complete" && !!document.querySelector(`+strconv.Quote(selector)+`)`)
+}
+
+// click clicks the element once the page has loaded: a DOM click, which
+// follows a link or submits a form as a person's does.
+func click(t *testing.T, ctx context.Context, selector string) {
+	t.Helper()
+	ready(t, ctx, selector)
+	eval[bool](t, ctx, `document.querySelector(`+strconv.Quote(selector)+`).click(), true`)
+}
+
 func signInWithBrowser(t *testing.T, ctx context.Context, base, token string) {
 	t.Helper()
-	do(t, ctx, chromedp.Navigate(base+"/console"), chromedp.WaitVisible(chromedp.ID("token")))
+	do(t, ctx, chromedp.Navigate(base+"/console"))
+	ready(t, ctx, "#token")
 	require.Equal(t, base+"/console/login", eval[string](t, ctx, "location.href"), "sent to the sign-in")
-	do(t, ctx, chromedp.SendKeys(chromedp.ID("token"), token), chromedp.Submit(chromedp.ID("token")))
+	do(t, ctx, chromedp.SendKeys(chromedp.ID("token"), token))
+	click(t, ctx, `form button[type="submit"]`)
 }
 
 // The operator's tour: sign in, see a crashed request appear as unfinished
@@ -160,13 +176,15 @@ func TestBrowser_operatorsTour(t *testing.T) {
 	require.GreaterOrEqual(t, status, 500, body)
 	_, err := e.app.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET needs_attention_at = now() WHERE idempotency_key = 'needs-a-person'`)
 	require.NoError(t, err)
-	do(t, ctx, chromedp.Navigate(base+"/console/keys?state=needs_attention"), chromedp.WaitVisible(chromedp.CSS("a.key")))
+	do(t, ctx, chromedp.Navigate(base+"/console/keys?state=needs_attention"))
+	ready(t, ctx, "a.key")
 	screenshot(t, ctx, "keys")
-	do(t, ctx, chromedp.Click(chromedp.CSS("a.key")), chromedp.WaitVisible(chromedp.CSS("dl.facts")))
+	click(t, ctx, "a.key")
+	ready(t, ctx, "dl.facts")
 	require.Contains(t, text(t, ctx, "main"), "Needs attention since")
 	screenshot(t, ctx, "story")
-	do(t, ctx, chromedp.Click(chromedp.CSS(`main form button[type="submit"]`)), chromedp.WaitVisible(chromedp.ID("confirm-retry")))
-	do(t, ctx, chromedp.Click(chromedp.ID("confirm-retry")))
+	click(t, ctx, `main form button[type="submit"]`)
+	click(t, ctx, "#confirm-retry")
 	waitFor(t, ctx, 20*time.Second, `document.querySelector("main").textContent.includes("It is finished")`)
 	point, needs := e.keyState("needs-a-person")
 	require.Equal(t, "finished", point)
@@ -182,12 +200,15 @@ func TestBrowser_operatorsTour(t *testing.T) {
 	var pay struct{ ID string }
 	require.NoError(t, json.Unmarshal([]byte(body), &pay))
 	eventually(t, 20*time.Second, "the first delivery", func() bool { return e.received.Load() == 1 })
-	do(t, ctx, chromedp.Navigate(base+"/console/webhook_endpoints/"+ep.ID), chromedp.WaitVisible(chromedp.CSS("td.delivery-status")))
-	do(t, ctx, chromedp.Click(chromedp.CSS(`td form button[type="submit"]`)), chromedp.WaitVisible(chromedp.ID("redelivered")))
+	do(t, ctx, chromedp.Navigate(base+"/console/webhook_endpoints/"+ep.ID))
+	click(t, ctx, `td form button[type="submit"]`)
+	ready(t, ctx, "#redelivered")
 	eventually(t, 20*time.Second, "the redelivery", func() bool { return e.received.Load() == 2 })
-	do(t, ctx, chromedp.Navigate(base+"/console/webhook_endpoints/"+ep.ID), chromedp.WaitVisible(chromedp.CSS("td.delivery-status")))
+	do(t, ctx, chromedp.Navigate(base+"/console/webhook_endpoints/"+ep.ID))
+	ready(t, ctx, "td.delivery-status")
 	screenshot(t, ctx, "endpoint")
-	do(t, ctx, chromedp.Navigate(base+"/console/payments/"+pay.ID), chromedp.WaitVisible(chromedp.CSS("dl.facts")))
+	do(t, ctx, chromedp.Navigate(base+"/console/payments/"+pay.ID))
+	ready(t, ctx, "dl.facts")
 	screenshot(t, ctx, "payment")
 }
 
@@ -210,8 +231,9 @@ func TestBrowser_refusedWithoutTheCredentialOrTheCSRFValue(t *testing.T) {
 	waitFor(t, ctx, 10*time.Second, `location.pathname === "/console" && !!document.querySelector("#total-unfinished")`)
 	// A form whose CSRF value is gone, as a form another site made would
 	// be: refused.
+	ready(t, ctx, "form.logout button")
 	eval[bool](t, ctx, `document.querySelector('form.logout input[name="csrf"]').remove(), true`)
-	do(t, ctx, chromedp.Click(chromedp.CSS(`form.logout button`)))
+	click(t, ctx, "form.logout button")
 	waitFor(t, ctx, 10*time.Second, `document.title.startsWith("Refused")`)
 	// The session itself is intact: the console still opens.
 	do(t, ctx, chromedp.Navigate(base+"/console"))

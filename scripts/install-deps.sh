@@ -2,6 +2,7 @@
 # Installs what the project needs and the machine lacks, so that `make run` and
 # `make test` work on a fresh Debian or Ubuntu machine that has only Go:
 #   - PostgreSQL's server binaries (initdb, postgres), from Debian's packages;
+#   - Debian's chromium, which the console's browser tests drive;
 #   - the Go modules of go.mod.
 # It changes nothing when everything is already there. `make deps` runs it,
 # then installs sqlc (pinned by the Makefile's SQLC_VERSION) into TOOLS_DIR,
@@ -51,5 +52,17 @@ have_pg_server || install_pg_server
 if [ "$(id -u)" -eq 0 ] && ! id postgres >/dev/null 2>&1; then
   log "creating the postgres OS user"
   useradd --system --user-group --home-dir /var/lib/postgresql --shell /bin/bash postgres
+fi
+# The console's browser tests (internal/console) drive Debian's chromium
+# through chromedp; in CI (CI=true) they fail without it.
+if ! command -v chromium >/dev/null 2>&1; then
+  if [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
+    log "installing chromium for the console's browser tests (apt-get install chromium)"
+    export DEBIAN_FRONTEND=noninteractive
+    apt-get update -qq
+    apt-get install -y -qq chromium >/dev/null
+  else
+    log "chromium is missing: the console's browser tests need it (sudo apt-get install chromium)"
+  fi
 fi
 go mod download

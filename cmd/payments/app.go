@@ -52,6 +52,7 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 			ExpectedKeysPerSlice: uint(cfg.KeyFilterExpectedKeys), FalsePositiveRate: cfg.KeyFilterFPRate, Disabled: !cfg.KeyFilter,
 		},
 		Stripe: stripe, WebhookSecret: cfg.StripeWebhookSecret, Logger: log, WebhookURLCheck: webhookURLCheck(cfg, log),
+		ConsoleToken: cfg.ConsoleToken, ConsoleTraceURL: cfg.ConsoleTraceURL,
 	})
 	if errors.Is(err, app.ErrKeyFilterConfig) {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)

@@ -55,6 +55,14 @@ type config struct {
 	RateLimitBurst int
 	AuthCacheTTL   time.Duration
 
+	// ConsoleToken is the operator's console's credential: set, the
+	// console is served at /console (docs/API.md section 10); payments dev
+	// makes one up when it is not set.
+	ConsoleToken string
+	// ConsoleTraceURL links the console's keys to a trace UI: {trace_id}
+	// in it is replaced by the key's trace id.
+	ConsoleTraceURL string
+
 	SMTPURL              string
 	SMTPCommandTimeout   time.Duration
 	SMTPDataTimeout      time.Duration
@@ -175,6 +183,10 @@ func (c *config) commonFlags(f *flags) {
 	f.intVar(&c.RateLimitBurst, "rate-limit-burst", "PAYMENTS_RATE_LIMIT_BURST", 200, "requests per user in one burst")
 	f.durationVar(&c.AuthCacheTTL, "auth-cache-ttl", "PAYMENTS_AUTH_CACHE_TTL", 10*time.Second,
 		"how long a looked-up API key is answered from memory; a revoked key works this long (0: off)")
+	f.stringVar(&c.ConsoleToken, "console-token", "PAYMENTS_CONSOLE_TOKEN", "",
+		"the operator's console's sign-in token; set, the console is served at /console (payments dev makes one up)")
+	f.stringVar(&c.ConsoleTraceURL, "console-trace-url", "PAYMENTS_CONSOLE_TRACE_URL", "",
+		"a trace UI's address for one trace, with {trace_id} in it (such as http://localhost:16686/trace/{trace_id}): the console links each key to its trace")
 	c.stripeFlags(f)
 	c.engineFlags(f)
 	c.workerFlags(f)
@@ -279,6 +291,8 @@ func (c config) LogValue() slog.Value {
 		slog.Float64("rate_limit", c.RateLimit),
 		slog.Int("rate_limit_burst", c.RateLimitBurst),
 		slog.String("auth_cache_ttl", c.AuthCacheTTL.String()),
+		slog.String("console_token", maskSecret(c.ConsoleToken)),
+		slog.String("console_trace_url", c.ConsoleTraceURL),
 		slog.String("smtp_url", maskURL(c.SMTPURL)),
 		slog.String("smtp_command_timeout", c.SMTPCommandTimeout.String()),
 		slog.String("smtp_data_timeout", c.SMTPDataTimeout.String()),

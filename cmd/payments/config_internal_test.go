@@ -4,6 +4,7 @@ import (
 	"io"
 	"log/slog"
 	"os"
+	"strings"
 	"testing"
 	"time"
 
@@ -91,4 +92,23 @@ func TestConfig_logShowsTheEffectivePoolSize(t *testing.T) {
 		attrs[a.Key] = a.Value
 	}
 	require.Equal(t, int64(7), attrs["db_max_conns"].Int64())
+}
+
+// The console's token is a secret: the log masks it; dev prints it, with
+// the console's address, because the person who started dev needs it.
+func TestConfig_consoleTokenIsMaskedInTheLogAndPrintedByDev(t *testing.T) {
+	cfg := config{ConsoleToken: "console_0123456789abcdef0123456789abcdef", DatabaseURL: "postgres://x@localhost/db"}
+	for _, a := range cfg.LogValue().Group() {
+		if a.Key == "console_token" {
+			require.Equal(t, "console_****", a.Value.String())
+		}
+		require.NotContains(t, a.Value.String(), "0123456789abcdef0123456789abcdef", a.Key)
+	}
+	var out strings.Builder
+	printWelcome(&out, cfg, "127.0.0.1:8080")
+	require.Contains(t, out.String(), "Console:   http://127.0.0.1:8080/console  (token: console_0123456789abcdef0123456789abcdef)")
+
+	token := newConsoleToken()
+	require.Regexp(t, `^console_[0-9a-f]{32}$`, token)
+	require.NotEqual(t, token, newConsoleToken())
 }

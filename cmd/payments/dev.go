@@ -2,6 +2,8 @@ package main
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/hex"
 	"fmt"
 	"io"
 	"log/slog"
@@ -60,6 +62,9 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		}
 		defer sim.stop()
 		cfg.StripeAPIBase = sim.url
+	}
+	if cfg.ConsoleToken == "" {
+		cfg.ConsoleToken = newConsoleToken()
 	}
 	// Private webhook addresses or not, never the service's own.
 	cfg.webhookOwn = ownAddresses(ctx, ln.Addr().String(), cfg.StripeAPIBase, log)
@@ -160,6 +165,13 @@ func startLocalPostgres(ctx context.Context, dataDir string, log *slog.Logger) (
 	return pg, nil
 }
 
+// newConsoleToken makes up the console's token for dev: 128 random bits.
+func newConsoleToken() string {
+	b := make([]byte, 16)
+	_, _ = rand.Read(b)
+	return "console_" + hex.EncodeToString(b)
+}
+
 func printWelcome(w io.Writer, cfg config, addr string) {
 	base := "http://" + addr
 	fmt.Fprintf(w, "payments dev is up\n\n")
@@ -170,6 +182,9 @@ func printWelcome(w io.Writer, cfg config, addr string) {
 		stripe = "Stripe's API"
 	}
 	fmt.Fprintf(w, "  Stripe:    %s\n", stripe)
+	if cfg.ConsoleToken != "" {
+		fmt.Fprintf(w, "  Console:   %s/console  (token: %s)\n", base, cfg.ConsoleToken)
+	}
 	fmt.Fprintf(w, "\n  Demo API keys:\n")
 	for _, u := range users.DemoUsers {
 		fmt.Fprintf(w, "    %-20s %s\n", u.Email, u.APIKey)

@@ -19,6 +19,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/api"
+	"github.com/example/payments/internal/console"
 )
 
 // The API reference (docs/API.md), the OpenAPI document (openapi.json, served
@@ -35,13 +36,19 @@ const contractDocPath = "../../docs/API.md"
 // router serves.
 var routeTableSections = []int{2, 7}
 
+// consoleSections are the sections whose `| route |` tables are the
+// operator's console's routes (/console...): HTML pages for people, signed in
+// with their own token, which the OpenAPI document does not describe (it
+// describes the JSON API of sections 2, 5 and 7, docs/API.md section 8). They
+// are compared with the console's router (console.Routes), both ways.
+var consoleSections = []int{10}
+
 // routeTablesOutsideOpenAPI are the other sections with a `| route |` table,
 // each with why its routes are compared with neither the OpenAPI document nor
-// the router. A `| route |` table in a section listed in neither place fails
-// the test, so that a new table is a decision.
+// a router. A `| route |` table in a section listed in none of these places
+// fails the test, so that a new table is a decision.
 var routeTablesOutsideOpenAPI = map[int]string{
-	4:  "the Stripe simulator's control surface (/_sim/...): another server, internal/stripesim, not this API",
-	10: "the operator's console (/console...): HTML pages for people, signed in with their own token; the OpenAPI document describes the JSON API of sections 2, 5 and 7 (docs/API.md section 8)",
+	4: "the Stripe simulator's control surface (/_sim/...): another server, internal/stripesim, not this API",
 }
 
 // notYetImplemented lists the disagreements expected today, one line each:
@@ -57,6 +64,9 @@ func TestContractDoc_agreesWithOpenAPIAndRouter(t *testing.T) {
 
 	found, err := contractDisagreements(doc, api.OpenAPIDocument(), servedRoutes(t))
 	require.NoError(t, err)
+	consoleFound, err := consoleDisagreements(doc, consoleRoutes(t))
+	require.NoError(t, err)
+	found = append(found, consoleFound...)
 
 	var unexpected, stale []string
 	for _, d := range found {
@@ -88,7 +98,7 @@ func TestContractDoc_parsesTheReference(t *testing.T) {
 		sections = append(sections, s)
 	}
 	slices.Sort(sections)
-	want := slices.Concat(routeTableSections, slices.Collect(maps.Keys(routeTablesOutsideOpenAPI)))
+	want := slices.Concat(routeTableSections, consoleSections, slices.Collect(maps.Keys(routeTablesOutsideOpenAPI)))
 	slices.Sort(want)
 	require.Equal(t, want, sections, "the sections of docs/API.md with a `| route |` table")
 
@@ -154,6 +164,16 @@ func TestContractDoc_findsEachKindOfDisagreement(t *testing.T) {
 		added := doctor(t, "`refund_not_allowed`, `payment_not_capturable`,", "`payment_not_capturable`,")
 		require.Equal(t, []string{"code refund_not_allowed: in the OpenAPI document, not in docs/API.md"}, added)
 	})
+	t.Run("a console route documented and not served, and one served and not documented", func(t *testing.T) {
+		s := strings.Replace(string(doc), "`GET /console/receipts`", "`GET /console/receipt`", 1)
+		require.NotEqual(t, string(doc), s, "the text to doctor")
+		found, err := consoleDisagreements([]byte(s), consoleRoutes(t))
+		require.NoError(t, err)
+		require.ElementsMatch(t, []string{
+			"route GET /console/receipt: in docs/API.md section 10, not served by the console's router",
+			"route GET /console/receipts: served by the console's router, not in docs/API.md section 10",
+		}, found)
+	})
 	t.Run("a row the parser cannot read", func(t *testing.T) {
 		s := strings.Replace(string(doc), "| `POST /v1/refunds` | yes, key required | 201 Refund |",
 			"| `POST /v1/refunds` | yes, key required | a Refund |", 1)
@@ -172,6 +192,52 @@ func servedRoutes(t *testing.T) []string {
 		return nil
 	}))
 	return served
+}
+
+// consoleRoutes are the console's router's routes, as "METHOD /console/...".
+func consoleRoutes(t *testing.T) []string {
+	t.Helper()
+	routes, err := console.Routes()
+	require.NoError(t, err)
+	return routes
+}
+
+// pathParam is a parameter of a route's path; the reference names some for
+// people ({user email}), the router for code ({user}).
+var pathParam = regexp.MustCompile(`\{[^}]*\}`)
+
+// consoleDisagreements compares the console's sections of the reference
+// with the console's router, both ways, a parameter being a parameter
+// whatever its name.
+func consoleDisagreements(doc []byte, served []string) ([]string, error) {
+	ref, err := parseContractDoc(doc)
+	if err != nil {
+		return nil, err
+	}
+	shape := func(route string) string { return pathParam.ReplaceAllString(route, "{}") }
+	var servedShapes []string
+	for _, route := range served {
+		servedShapes = append(servedShapes, shape(route))
+	}
+	var found []string
+	for _, s := range consoleSections {
+		documented := map[string]bool{}
+		for route := range ref.routes[s] {
+			documented[shape(route)] = true
+		}
+		for _, route := range slices.Sorted(maps.Keys(ref.routes[s])) {
+			if !slices.Contains(servedShapes, shape(route)) {
+				found = append(found, fmt.Sprintf("route %s: in docs/API.md section %d, not served by the console's router", route, s))
+			}
+		}
+		for _, route := range served {
+			if !documented[shape(route)] {
+				found = append(found, fmt.Sprintf("route %s: served by the console's router, not in docs/API.md section %d", route, s))
+			}
+		}
+	}
+	slices.Sort(found)
+	return found, nil
 }
 
 // contractDisagreements compares the reference (docs/API.md) with the OpenAPI

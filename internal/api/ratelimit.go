@@ -233,6 +233,18 @@ func (l *addrLimiter) sweep(now time.Time) {
 	}
 }
 
+// FailedAuthGate is the limiter of failed authentications, for another
+// door into the service: the console's sign-in (internal/console) is
+// charged to the same allowance per client address as the API's keys.
+type FailedAuthGate struct{ l *addrLimiter }
+
+// Take admits one authentication of r's client before its credential is
+// checked: settle, to call with the outcome, or nil and how long until
+// the client may try again.
+func (g FailedAuthGate) Take(r *http.Request) (settle func(failed bool), wait time.Duration) {
+	return g.l.take(r.Context(), clientAddr(r))
+}
+
 // clientAddr is the client a failed authentication is charged to: the
 // connection's address, an IPv6 one by its /64 (the least a single
 // customer is given, RFC 6177, so one host cannot spread its guesses over

@@ -41,6 +41,10 @@ type Config struct {
 	Logger          *slog.Logger
 	// Registry collects the API's metrics and is served at /metrics.
 	Registry *prometheus.Registry
+	// Console, when set, is the operator's console (docs/API.md section
+	// 10), mounted at /console: given the limiter of failed
+	// authentications, it returns its handler. Nil: /console is 404.
+	Console func(FailedAuthGate) http.Handler
 	// AuthCacheTTL is how long an API key, once looked up, is answered from
 	// memory (users.Authenticator): 0 means users.DefaultAuthCacheTTL (10s),
 	// negative turns the cache off. A revoked key keeps working for up to
@@ -104,6 +108,11 @@ func NewHandler(cfg Config) http.Handler {
 	r.Get("/readyz", s.readyz)
 	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", serveOpenAPI)
+	if cfg.Console != nil {
+		console := cfg.Console(FailedAuthGate{l: s.failedAuth})
+		r.Handle("/console", console)
+		r.Handle("/console/*", console)
+	}
 
 	// Stripe signs its deliveries instead of sending an API key.
 	r.Post("/v1/stripe/webhooks", s.handle(s.receiveStripeWebhook))

@@ -23,6 +23,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 
 	"github.com/example/payments/internal/api"
+	"github.com/example/payments/internal/console"
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/failpoint"
 	"github.com/example/payments/internal/keyadmin"
@@ -54,6 +55,11 @@ type Config struct {
 	// (api.Config.WebhookURLCheck); nil checks the syntax only.
 	WebhookURLCheck api.URLCheck
 	Logger          *slog.Logger
+	// ConsoleToken, when set, serves the operator's console at /console
+	// (docs/API.md section 10) with this credential; ConsoleTraceURL links
+	// its keys to their traces ({trace_id} replaced).
+	ConsoleToken    string
+	ConsoleTraceURL string
 }
 
 // App is the service's parts, wired together.
@@ -70,6 +76,7 @@ type App struct {
 	Registry *prometheus.Registry
 
 	checkURL api.URLCheck
+	console  console.Config // Token "": no console
 }
 
 // ErrKeyFilterConfig wraps a key filter configuration that keyfilter refused.
@@ -106,14 +113,25 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SpentKeyGrace: cfg.StripeSpentKeyGrace,
 		Failpoints: cfg.Failpoints, KeyFilter: filter,
 	})
-	return &App{
+	a := &App{
 		Log: log, Pool: pool, Engine: engine, Registry: reg,
 		Payments: payments.NewService(pool, engine, cfg.Stripe),
 		Hooks:    merchanthooks.NewService(pool, engine), checkURL: cfg.WebhookURLCheck,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{
 			Pool: pool, Secret: cfg.WebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
 		}),
-	}, nil
+	}
+	if cfg.ConsoleToken != "" {
+		// The console re-drives keys as `payments keys retry` does: through
+		// keyadmin, with a completer of its own that only RetryNow uses.
+		flows := append(a.Payments.Flows(), a.Hooks.Flows()...)
+		completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Flows: flows})
+		a.console = console.Config{
+			Token: cfg.ConsoleToken, TraceURL: cfg.ConsoleTraceURL, Pool: pool, Hooks: a.Hooks,
+			Keys: keyadmin.New(pool, flows, completer), Logger: log.With(slog.String("component", "console")),
+		}
+	}
+	return a, nil
 }
 
 // Close closes the pool.
@@ -125,8 +143,24 @@ func (a *App) APIHandler(limit api.RateLimit, authCacheTTL time.Duration) http.H
 	return api.NewHandler(api.Config{
 		Pool: a.Pool, Engine: a.Engine, Payments: a.Payments, Webhooks: a.Webhooks, Logger: a.Log, Registry: a.Registry,
 		Hooks: a.Hooks, WebhookURLCheck: a.checkURL,
-		RateLimit: limit, AuthCacheTTL: authCacheTTL,
+		RateLimit: limit, AuthCacheTTL: authCacheTTL, Console: a.consoleHandler(),
 	})
+}
+
+// consoleHandler mounts the console when a token is configured.
+func (a *App) consoleHandler() func(api.FailedAuthGate) http.Handler {
+	if a.console.Token == "" {
+		return nil
+	}
+	return func(gate api.FailedAuthGate) http.Handler {
+		cfg := a.console
+		cfg.Gate = gate
+		h, err := console.New(cfg)
+		if err != nil { // only a missing token fails, and it is not missing
+			panic(err)
+		}
+		return h
+	}
 }
 
 // NewServer is an HTTP server for handler with the service's timeouts:

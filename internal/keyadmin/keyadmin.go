@@ -14,6 +14,7 @@ import (
 	"errors"
 	"fmt"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/google/uuid"
@@ -162,6 +163,9 @@ type Story struct {
 	Response *StoredResponse `json:"response"`
 	// ExpiresAt is when a finished key is forgotten; nil while unfinished.
 	ExpiresAt *time.Time `json:"expires_at"`
+	// TraceID is the W3C trace id of the request's trace, when it was
+	// traced ("" otherwise): the console links it to a trace UI.
+	TraceID string `json:"-"`
 }
 
 // Phase is one record of the audit trail: a phase's work, committed at At
@@ -218,7 +222,7 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 	s := &Story{
 		Summary: toSummary(k, row.Email, row.AgeSeconds, row.LockLive, row.LockOverdue, spent),
 		Params:  masked(k.RequestParams), Phases: []Phase{}, StripeKeys: a.stripeKeys(k, children),
-		ExpiresAt: timePtr(k.ExpiresAt),
+		ExpiresAt: timePtr(k.ExpiresAt), TraceID: traceID(k.TraceParent),
 	}
 	if k.ResponseCode.Valid {
 		s.Response = &StoredResponse{Status: int(k.ResponseCode.Int32), Body: MaskSecrets(k.ResponseBody)}
@@ -339,6 +343,16 @@ func lastError(s Summary) *string {
 		return nil
 	}
 	return &msg
+}
+
+// traceID is the trace id of a W3C traceparent (version-traceid-spanid-flags),
+// or "".
+func traceID(tp pgtype.Text) string {
+	parts := strings.Split(tp.String, "-")
+	if !tp.Valid || len(parts) != 4 || len(parts[1]) != 32 {
+		return ""
+	}
+	return parts[1]
 }
 
 func timePtr(t pgtype.Timestamptz) *time.Time {

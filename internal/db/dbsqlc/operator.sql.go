@@ -7,6 +7,7 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -76,6 +77,52 @@ func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParam
 		&i.PastExternalWindow,
 	)
 	return i, err
+}
+
+const countKeysByFlowAndPoint = `-- name: CountKeysByFlowAndPoint :many
+SELECT flow, recovery_point,
+    count(*)::bigint AS keys,
+    count(*) FILTER (WHERE coalesce(lock_expires_at > now(), false))::bigint AS locked,
+    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention
+FROM idempotency_keys
+GROUP BY flow, recovery_point
+ORDER BY flow, recovery_point
+`
+
+type CountKeysByFlowAndPointRow struct {
+	Flow             string
+	RecoveryPoint    string
+	Keys             int64
+	Locked           int64
+	NeedingAttention int64
+}
+
+// The console's live counts: the keys of each flow at each recovery point,
+// and of those how many are locked now and how many need attention.
+func (q *Queries) CountKeysByFlowAndPoint(ctx context.Context, db DBTX) ([]CountKeysByFlowAndPointRow, error) {
+	rows, err := db.Query(ctx, countKeysByFlowAndPoint)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CountKeysByFlowAndPointRow
+	for rows.Next() {
+		var i CountKeysByFlowAndPointRow
+		if err := rows.Scan(
+			&i.Flow,
+			&i.RecoveryPoint,
+			&i.Keys,
+			&i.Locked,
+			&i.NeedingAttention,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const getKeyForOperator = `-- name: GetKeyForOperator :one
@@ -270,6 +317,108 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 	var items []ListKeysForOperatorRow
 	for rows.Next() {
 		var i ListKeysForOperatorRow
+		if err := rows.Scan(
+			&i.IdempotencyKey.ID,
+			&i.IdempotencyKey.UserID,
+			&i.IdempotencyKey.IdempotencyKey,
+			&i.IdempotencyKey.Flow,
+			&i.IdempotencyKey.RequestMethod,
+			&i.IdempotencyKey.RequestPath,
+			&i.IdempotencyKey.RequestParams,
+			&i.IdempotencyKey.RequestFingerprint,
+			&i.IdempotencyKey.RecoveryPoint,
+			&i.IdempotencyKey.LockedAt,
+			&i.IdempotencyKey.LockToken,
+			&i.IdempotencyKey.LastRunAt,
+			&i.IdempotencyKey.ResponseCode,
+			&i.IdempotencyKey.ResponseBody,
+			&i.IdempotencyKey.CreatedAt,
+			&i.IdempotencyKey.ExpiresAt,
+			&i.IdempotencyKey.CompleterAttempts,
+			&i.IdempotencyKey.NeedsAttentionAt,
+			&i.IdempotencyKey.LockExpiresAt,
+			&i.IdempotencyKey.TraceParent,
+			&i.Email,
+			&i.AgeSeconds,
+			&i.LockLive,
+			&i.LockOverdue,
+			&i.SpentSteps,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listKeysPageForOperator = `-- name: ListKeysPageForOperator :many
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
+    extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
+    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
+    coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
+              WHERE g.idempotency_key_id = k.id AND g.spent_at IS NOT NULL), '{}')::text[] AS spent_steps
+FROM idempotency_keys k
+JOIN users u ON u.id = k.user_id
+WHERE ($1::bigint IS NULL OR k.user_id = $1)
+  AND ($2::text IS NULL OR k.flow = $2)
+  AND ($3::float8 <= 0 OR k.created_at <= now() - make_interval(secs => $3::float8))
+  AND (k.created_at, k.id) < ($4::timestamptz, $5::uuid)
+  AND CASE $6::text
+      WHEN 'unfinished' THEN k.recovery_point <> 'finished'
+      WHEN 'needs_attention' THEN k.needs_attention_at IS NOT NULL
+      WHEN 'locked' THEN coalesce(k.lock_expires_at > now(), false)
+      WHEN 'finished' THEN k.recovery_point = 'finished'
+      WHEN '' THEN true
+      ELSE false
+  END
+ORDER BY k.created_at DESC, k.id DESC
+LIMIT $7
+`
+
+type ListKeysPageForOperatorParams struct {
+	UserID        pgtype.Int8
+	Flow          pgtype.Text
+	MinAgeSeconds float64
+	BeforeCreated time.Time
+	BeforeID      uuid.UUID
+	State         string
+	RowLimit      int32
+}
+
+type ListKeysPageForOperatorRow struct {
+	IdempotencyKey IdempotencyKey
+	Email          string
+	AgeSeconds     float64
+	LockLive       bool
+	LockOverdue    bool
+	SpentSteps     []string
+}
+
+// The console's key list (docs/API.md section 10): keys in one state
+// ('unfinished', 'needs_attention', 'locked', 'finished', or ” for all),
+// optionally one user's and one flow's, at least min_age_seconds old,
+// newest first, keyset-paged before (before_created, before_id).
+func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg ListKeysPageForOperatorParams) ([]ListKeysPageForOperatorRow, error) {
+	rows, err := db.Query(ctx, listKeysPageForOperator,
+		arg.UserID,
+		arg.Flow,
+		arg.MinAgeSeconds,
+		arg.BeforeCreated,
+		arg.BeforeID,
+		arg.State,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListKeysPageForOperatorRow
+	for rows.Next() {
+		var i ListKeysPageForOperatorRow
 		if err := rows.Scan(
 			&i.IdempotencyKey.ID,
 			&i.IdempotencyKey.UserID,

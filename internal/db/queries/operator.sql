@@ -83,3 +83,42 @@ SELECT
     coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
 FROM idempotency_keys
 WHERE recovery_point <> 'finished';
+
+-- name: ListKeysPageForOperator :many
+-- The console's key list (docs/API.md section 10): keys in one state
+-- ('unfinished', 'needs_attention', 'locked', 'finished', or '' for all),
+-- optionally one user's and one flow's, at least min_age_seconds old,
+-- newest first, keyset-paged before (before_created, before_id).
+SELECT sqlc.embed(k), u.email,
+    extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
+    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
+    coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
+              WHERE g.idempotency_key_id = k.id AND g.spent_at IS NOT NULL), '{}')::text[] AS spent_steps
+FROM idempotency_keys k
+JOIN users u ON u.id = k.user_id
+WHERE (sqlc.narg('user_id')::bigint IS NULL OR k.user_id = sqlc.narg('user_id'))
+  AND (sqlc.narg('flow')::text IS NULL OR k.flow = sqlc.narg('flow'))
+  AND (@min_age_seconds::float8 <= 0 OR k.created_at <= now() - make_interval(secs => @min_age_seconds::float8))
+  AND (k.created_at, k.id) < (@before_created::timestamptz, @before_id::uuid)
+  AND CASE @state::text
+      WHEN 'unfinished' THEN k.recovery_point <> 'finished'
+      WHEN 'needs_attention' THEN k.needs_attention_at IS NOT NULL
+      WHEN 'locked' THEN coalesce(k.lock_expires_at > now(), false)
+      WHEN 'finished' THEN k.recovery_point = 'finished'
+      WHEN '' THEN true
+      ELSE false
+  END
+ORDER BY k.created_at DESC, k.id DESC
+LIMIT @row_limit;
+
+-- name: CountKeysByFlowAndPoint :many
+-- The console's live counts: the keys of each flow at each recovery point,
+-- and of those how many are locked now and how many need attention.
+SELECT flow, recovery_point,
+    count(*)::bigint AS keys,
+    count(*) FILTER (WHERE coalesce(lock_expires_at > now(), false))::bigint AS locked,
+    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention
+FROM idempotency_keys
+GROUP BY flow, recovery_point
+ORDER BY flow, recovery_point;

@@ -122,7 +122,7 @@ func TestCrash_createPaymentRecoversAtEveryFailpoint(t *testing.T) {
 	failpoints := []string{
 		"before_commit:started", "after_commit:started",
 		"before_commit:payment_created", "after_commit:payment_created",
-		"after_stripe:payment_intent",
+		"after_call:payment_intent",
 		"before_commit:payment_intent_created", "after_commit:payment_intent_created",
 		"before_commit:finished", "after_commit:finished",
 	}

@@ -107,7 +107,7 @@ func TestKeys_crashedRequestIsListedExplainedAndRetried(t *testing.T) {
 	const key = "crash-after-stripe"
 
 	// Stripe made the PaymentIntent; the process died before recording it.
-	dev, base := startDevWith("after_stripe:payment_intent=crash")
+	dev, base := startDevWith("after_call:payment_intent=crash")
 	pg := postmasterPID(t, dataDir)
 	_, _, err := createPayment(t, base, key)
 	require.Error(t, err, "the process dies before it can answer")

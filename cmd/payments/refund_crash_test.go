@@ -47,7 +47,7 @@ func TestCrash_refundRecoversAtEveryFailpoint(t *testing.T) {
 	failpoints := []string{
 		"before_commit:started", "after_commit:started",
 		"before_commit:refund_created", "after_commit:refund_created",
-		"after_stripe:refund",
+		"after_call:refund",
 		"before_commit:stripe_refund_created", "after_commit:stripe_refund_created",
 		"before_commit:finished", "after_commit:finished",
 	}

@@ -164,7 +164,7 @@ func TestTracing_aRequestIsOneTraceFromTheServerSpanToItsWebhookDelivery(t *test
 }
 
 // crashedTrace is what the trace of a request crashed at
-// after_stripe:payment_intent shows at the collector.
+// after_call:payment_intent shows at the collector.
 type crashedTrace struct {
 	traceID   string
 	claim     otlptest.Span // the span that claimed the key
@@ -173,12 +173,12 @@ type crashedTrace struct {
 }
 
 // crashTracedRequest sends a traced payment to a serve that crashes after
-// Stripe answered (failpoint after_stripe:payment_intent) and returns what
+// Stripe answered (failpoint after_call:payment_intent) and returns what
 // its trace shows: what the request did before it died was exported (the
 // failpoint flushes the spans that had ended), its claim and its Stripe call.
 func crashTracedRequest(t *testing.T, receiver *otlptest.Receiver, dbURL, simURL, key string) crashedTrace {
 	t.Helper()
-	doomed, base := startServe(t, dbURL, simURL, append(tracingEnv(receiver), "PAYMENTS_FAILPOINTS=after_stripe:payment_intent=crash")...)
+	doomed, base := startServe(t, dbURL, simURL, append(tracingEnv(receiver), "PAYMENTS_FAILPOINTS=after_call:payment_intent=crash")...)
 	traceParent, traceID, _ := newTraceParent()
 	_, _, err := postTraced(t, base, key, traceParent)
 	require.Error(t, err, "the process dies before it can answer")

@@ -3,7 +3,7 @@
 // external call answered but before anything is recorded.
 //
 // PAYMENTS_FAILPOINTS is a comma-separated list of name=action, for example
-// "after_stripe:payment_intent=crash,before_commit:finished=sleep:500".
+// "after_call:payment_intent=crash,before_commit:finished=sleep:500".
 // Actions: crash (the process dies at once, as by SIGKILL), error (the step
 // fails with an internal error), sleep:<ms>. A nil or empty *Set costs one
 // nil check per point.

@@ -152,7 +152,7 @@ func TestAdmin_retryClearsTheMarkAndFinishesAKeyWhoseCauseIsFixed(t *testing.T) 
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	b.abandon(t, "after_stripe:payment_intent", "found-later") // Stripe made the PaymentIntent
+	b.abandon(t, "after_call:payment_intent", "found-later") // Stripe made the PaymentIntent
 	admin, _, _ := b.admin(t, "")
 	// The mark the completer would have set had Stripe's search lagged.
 	_, err := b.pool.Exec(ctx, "UPDATE idempotency_keys SET needs_attention_at = now() WHERE idempotency_key = 'found-later'")

@@ -107,9 +107,10 @@ type RedeliverParams struct {
 // a finished one: its next attempt is due at once, and the job of its
 // earlier cycle, when it runs, stops unsent.
 func (s *Service) redeliverFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "redeliver_event", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.restartDeliveries),
-	}}
+	return recovery.NewFlow("redeliver_event",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.restartDeliveries),
+			recovery.Finished),
+	)
 }
 
 // Redeliver runs the redeliver flow for req (whose Params and Flow it

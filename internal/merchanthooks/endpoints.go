@@ -167,9 +167,10 @@ func isSubscription(pattern string) bool {
 // again (a serialization failure, a retry after a crash before the commit)
 // draws another, and only the committed one is in the stored answer.
 func (s *Service) createFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "create_webhook_endpoint", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.insertEndpoint),
-	}}
+	return recovery.NewFlow("create_webhook_endpoint",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.insertEndpoint),
+			recovery.Finished),
+	)
 }
 
 // CreateEndpoint runs the create flow for req (whose Params and Flow it sets).

@@ -181,7 +181,7 @@ func TestCompleter_pastStripesWindowReconcilesInsteadOfCharging(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	// Stripe charged, and the process died before recording it.
-	b.abandon(t, "after_stripe:payment_intent")
+	b.abandon(t, "after_call:payment_intent")
 	require.Equal(t, 1, b.paymentIntentCreations())
 	svc, engine := b.service(t, "")
 

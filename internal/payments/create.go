@@ -83,17 +83,18 @@ func (s *Service) EngineFloorCreateFlow(createIntent CreatePaymentIntentFunc) *r
 
 // createFlowCalling is the create-payment flow, whose Stripe call is createIntent.
 func (s *Service) createFlowCalling(createIntent CreatePaymentIntentFunc) *recovery.Flow {
-	return &recovery.Flow{Name: "create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.insertPayment),
-		PaymentCreated: recovery.WithReconcile(
-			recovery.ExternalPhase(stepPaymentIntent,
-				func(ctx context.Context, k *recovery.Key) (intentResult, error) {
-					return s.createPaymentIntent(ctx, k, createIntent)
-				},
-				s.recordPaymentIntent),
-			s.findPaymentIntent),
-		PaymentIntentCreated: recovery.LocalPhase(s.finishCreate),
-	}}
+	createPaymentIntent := func(ctx context.Context, k *recovery.Key) (intentResult, error) {
+		return s.createPaymentIntent(ctx, k, createIntent)
+	}
+	return s.flow("create_payment",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.insertPayment),
+			PaymentCreated),
+		recovery.From(PaymentCreated, recovery.WithReconcile(
+			recovery.ExternalPhase(stepPaymentIntent, createPaymentIntent, s.recordPaymentIntent), s.findPaymentIntent),
+			PaymentIntentCreated, recovery.Finished), // Finished: a decline, stored
+		recovery.From(PaymentIntentCreated, recovery.LocalPhase(s.finishCreate),
+			recovery.Finished),
+	)
 }
 
 // The payment, handed from phase to phase within an attempt (see

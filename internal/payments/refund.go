@@ -68,13 +68,15 @@ func (s *Service) Refund(ctx context.Context, req Idempotent, p RefundParams) (r
 }
 
 func (s *Service) refundFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "refund_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.insertRefund),
-		RefundCreated: recovery.WithReconcile(
-			recovery.ExternalPhase(stepRefund, s.createStripeRefund, s.recordStripeRefund),
-			s.findStripeRefund),
-		StripeRefundCreated: recovery.LocalPhase(s.finishRefund),
-	}}
+	return s.flow("refund_payment",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.insertRefund),
+			RefundCreated, recovery.Finished), // Finished: refund_not_allowed, stored
+		recovery.From(RefundCreated, recovery.WithReconcile(
+			recovery.ExternalPhase(stepRefund, s.createStripeRefund, s.recordStripeRefund), s.findStripeRefund),
+			StripeRefundCreated, recovery.Finished), // Finished: a refusal, stored
+		recovery.From(StripeRefundCreated, recovery.LocalPhase(s.finishRefund),
+			recovery.Finished),
+	)
 }
 
 // insertRefund: started -> refund_created, or finished when the payment's

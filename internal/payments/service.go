@@ -35,6 +35,17 @@ func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclien
 	return s
 }
 
+// ChildKeyPrefix begins the child key of every Stripe call of the payment
+// flows: "payments-<key id>-<step>". Keys in flight carry it: it never changes.
+const ChildKeyPrefix = "payments-"
+
+// flow declares one of the service's flows, with its child keys' prefix.
+func (s *Service) flow(name string, steps ...recovery.Step) *recovery.Flow {
+	f := recovery.NewFlow(name, steps...)
+	f.ChildKeyPrefix = ChildKeyPrefix
+	return f
+}
+
 // Flows lists every flow, for the completer to resume any of them by name.
 func (s *Service) Flows() []*recovery.Flow {
 	return []*recovery.Flow{s.create, s.capture, s.cancel, s.refund}

@@ -109,7 +109,7 @@ func TestStored500_everyProcessUsesTheNewChildKey(t *testing.T) {
 	require.True(t, recovery.IsTransient(err))
 
 	b.now = b.now.Add(recovery.DefaultSpentKeyGrace)
-	dying, _ := b.service(t, "after_stripe:payment_intent=error")
+	dying, _ := b.service(t, "after_call:payment_intent=error")
 	require.Error(t, b.createVisa(t, dying), "found spent, renewed, charged with the new key, died before recording")
 	g, _ := b.generation(t)
 	require.Equal(t, 1, g)

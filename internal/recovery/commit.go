@@ -75,12 +75,15 @@ func (e *Engine) runLocalPhases(ctx context.Context, tx *db.Tx, a *attempt, c co
 		if at == "" {
 			at = a.key.RecoveryPoint // nothing ran yet: the claim left the key here
 		}
-		phase, ok := a.flow.Phases[at]
-		if !ok || phase.call != nil {
+		step, ok := a.flow.step(at)
+		if !ok || step.Phase.call != nil {
 			break
 		}
-		phaseCtx, endSpan := a.tracePhase(ctx, at, phase) // trace.go
-		out, err := phase.commit(phaseCtx, tx, a.key, nil)
+		phaseCtx, endSpan := a.tracePhase(ctx, at, step.Phase) // trace.go
+		out, err := step.Phase.commit(phaseCtx, tx, a.key, nil)
+		if err == nil {
+			err = checkMove(a.flow, step, out)
+		}
 		endSpan(err)
 		if err != nil {
 			return c, err
@@ -94,7 +97,7 @@ func (e *Engine) runLocalPhases(ctx context.Context, tx *db.Tx, a *attempt, c co
 		}
 	}
 	for _, p := range c.reached {
-		if err := e.cfg.Failpoints.Fire("before_commit:" + string(p)); err != nil {
+		if err := e.cfg.Failpoints.Fire(FailpointBeforeCommit + string(p)); err != nil {
 			return c, err
 		}
 	}
@@ -140,7 +143,7 @@ func (e *Engine) applyCommit(a *attempt, c committed) error {
 		}
 	}
 	for _, p := range c.reached {
-		if err := e.cfg.Failpoints.Fire("after_commit:" + string(p)); err != nil {
+		if err := e.cfg.Failpoints.Fire(FailpointAfterCommit + string(p)); err != nil {
 			return err
 		}
 	}

@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +63,9 @@ type Config struct {
 type Engine struct {
 	cfg Config
 	log *slog.Logger
+
+	flowsMu sync.RWMutex
+	flows   map[string]*Flow // Register
 }
 
 // New returns an Engine.
@@ -100,6 +106,61 @@ type Request struct {
 	Flow   *Flow
 }
 
+// Register declares flows to the engine: each is validated (Flow.Validate),
+// and a flow named like one registered before is refused. Execute runs only
+// registered flows, and the completer resumes a key by its flow's name
+// among them: a flow cannot be run and then missed by the completer.
+// Register flows at start-up, before serving.
+func (e *Engine) Register(flows ...*Flow) error {
+	e.flowsMu.Lock()
+	defer e.flowsMu.Unlock()
+	for _, f := range flows {
+		if err := f.Validate(); err != nil {
+			return err
+		}
+		if _, dup := e.flows[f.Name]; dup {
+			return fmt.Errorf("%w: flow %q is registered twice", ErrBadFlow, f.Name)
+		}
+		if e.flows == nil {
+			e.flows = map[string]*Flow{}
+		}
+		e.flows[f.Name] = f
+	}
+	return nil
+}
+
+// Flow is the registered flow named name.
+func (e *Engine) Flow(name string) (*Flow, bool) {
+	e.flowsMu.RLock()
+	defer e.flowsMu.RUnlock()
+	f, ok := e.flows[name]
+	return f, ok
+}
+
+// Flows are the registered flows, in name order.
+func (e *Engine) Flows() []*Flow {
+	e.flowsMu.RLock()
+	defer e.flowsMu.RUnlock()
+	out := make([]*Flow, 0, len(e.flows))
+	for _, f := range e.flows {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b *Flow) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// checkMove refuses an outcome that step did not declare.
+func checkMove(f *Flow, step *Step, out Outcome) error {
+	if step.allows(out) {
+		return nil
+	}
+	to := out.next
+	if out.response != nil {
+		to = Finished
+	}
+	return fmt.Errorf("%w: flow %s, from %s to %q (declared: %v)", ErrUndeclaredMove, f.Name, step.At, to, step.To)
+}
+
 // Execute runs req to its final response, or as far as it can get. It
 // reads as the pattern does:
 //
@@ -136,6 +197,7 @@ type attempt struct {
 }
 
 func (e *Engine) newAttempt(flow *Flow, k *Key) *attempt {
+	k.childKeyPrefix = flow.ChildKeyPrefix
 	return &attempt{flow: flow, key: k,
 		log: e.log.With(slog.String("idempotency_key_id", k.ID.String()), slog.String("flow", k.Flow))}
 }
@@ -144,14 +206,14 @@ func (e *Engine) newAttempt(flow *Flow, k *Key) *attempt {
 // and returns the stored answer.
 func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 	for a.key.RecoveryPoint != Finished {
-		phase, ok := a.flow.Phases[a.key.RecoveryPoint]
+		step, ok := a.flow.step(a.key.RecoveryPoint)
 		if !ok {
 			e.unlock(ctx, a)
 			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, a.flow.Name, a.key.RecoveryPoint)
 		}
 		from := a.key.RecoveryPoint
-		phaseCtx, endSpan := a.tracePhase(ctx, from, phase) // trace.go
-		err := e.runPhase(phaseCtx, a, phase)
+		phaseCtx, endSpan := a.tracePhase(ctx, from, step.Phase) // trace.go
+		err := e.runPhase(phaseCtx, a, step)
 		endSpan(err)
 		if err != nil {
 			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
@@ -169,7 +231,8 @@ func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 // runPhase runs one phase: its external call, if it has one, outside any
 // transaction, then its transaction, which records the phase's work and
 // moves the key on (with the local phases that follow: see commit.go).
-func (e *Engine) runPhase(ctx context.Context, a *attempt, phase Phase) error {
+func (e *Engine) runPhase(ctx context.Context, a *attempt, step *Step) error {
+	phase := step.Phase
 	var called any
 	switch {
 	case phase.call != nil && a.key.pastExternalWindow:
@@ -182,12 +245,16 @@ func (e *Engine) runPhase(ctx context.Context, a *attempt, phase Phase) error {
 		if called, err = e.callExternal(ctx, a.key, phase); err != nil {
 			return err
 		}
-		if err := e.cfg.Failpoints.Fire("after_stripe:" + phase.step); err != nil {
+		if err := e.cfg.Failpoints.Fire(FailpointAfterCall + phase.step); err != nil {
 			return err
 		}
 	}
 	return e.commit(ctx, a, func(ctx context.Context, tx *db.Tx) (Outcome, error) {
-		return phase.commit(ctx, tx, a.key, called)
+		out, err := phase.commit(ctx, tx, a.key, called)
+		if err == nil {
+			err = checkMove(a.flow, step, out)
+		}
+		return out, err
 	})
 }
 

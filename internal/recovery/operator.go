@@ -46,8 +46,8 @@ func (c *Completer) RetryNow(ctx context.Context, id uuid.UUID) (Response, error
 // child key (Key.ChildKey).
 func (f *Flow) ExternalSteps() []string {
 	var steps []string
-	for _, p := range f.Phases {
-		if p.step != "" && !slices.Contains(steps, p.step) {
+	for _, s := range f.Steps {
+		if p := s.Phase; p.step != "" && !slices.Contains(steps, p.step) {
 			steps = append(steps, p.step)
 		}
 	}
@@ -55,11 +55,11 @@ func (f *Flow) ExternalSteps() []string {
 	return steps
 }
 
-// ChildKeyAt is the child key that key id sends for step at a recorded
-// generation (child_key_generations; 0 when none is recorded), exactly as
-// Key.ChildKey derives it.
-func ChildKeyAt(id uuid.UUID, step string, generation int32) string {
-	k := &Key{ID: id}
+// ChildKeyAt is the child key that key id of the flow sends for step at a
+// recorded generation (child_key_generations; 0 when none is recorded),
+// exactly as Key.ChildKey derives it.
+func (f *Flow) ChildKeyAt(id uuid.UUID, step string, generation int32) string {
+	k := &Key{ID: id, childKeyPrefix: f.ChildKeyPrefix}
 	k.setGeneration(step, generation)
 	return k.ChildKey(step)
 }

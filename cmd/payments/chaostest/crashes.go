@@ -18,14 +18,14 @@ import (
 var failpointNames = []string{
 	"before_commit:started", "after_commit:started",
 	// create payment
-	"before_commit:payment_created", "after_commit:payment_created", "after_stripe:payment_intent",
+	"before_commit:payment_created", "after_commit:payment_created", "after_call:payment_intent",
 	"before_commit:payment_intent_created", "after_commit:payment_intent_created",
 	// capture
-	"after_stripe:capture_payment", "before_commit:payment_captured", "after_commit:payment_captured",
+	"after_call:capture_payment", "before_commit:payment_captured", "after_commit:payment_captured",
 	// cancel
-	"after_stripe:cancel_payment", "before_commit:payment_canceled", "after_commit:payment_canceled",
+	"after_call:cancel_payment", "before_commit:payment_canceled", "after_commit:payment_canceled",
 	// refund
-	"before_commit:refund_created", "after_commit:refund_created", "after_stripe:refund",
+	"before_commit:refund_created", "after_commit:refund_created", "after_call:refund",
 	"before_commit:stripe_refund_created", "after_commit:stripe_refund_created",
 	// every flow
 	"before_commit:finished", "after_commit:finished",

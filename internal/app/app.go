@@ -106,14 +106,43 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SpentKeyGrace: cfg.StripeSpentKeyGrace,
 		Failpoints: cfg.Failpoints, KeyFilter: filter,
 	})
-	return &App{
-		Log: log, Pool: pool, Engine: engine, Registry: reg,
-		Payments: payments.NewService(pool, engine, cfg.Stripe),
-		Hooks:    merchanthooks.NewService(pool, engine), checkURL: cfg.WebhookURLCheck,
+	a := &App{
+		Log: log, Pool: pool, Engine: engine, Registry: reg, checkURL: cfg.WebhookURLCheck,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{
 			Pool: pool, Secret: cfg.WebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
 		}),
-	}, nil
+	}
+	if err := a.registerFlows(cfg.Stripe); err != nil {
+		pool.Close()
+		return nil, err
+	}
+	return a, nil
+}
+
+// registerFlows builds the services, which register every flow with the
+// engine, here and once: the engine refuses a flow declared wrong or a
+// name taken twice, and then a failpoint that no registered flow fires (a
+// misspelt one would never fire).
+func (a *App) registerFlows(stripe *stripeclient.Client) (err error) {
+	if a.Payments, err = payments.NewService(a.Pool, a.Engine, stripe); err != nil {
+		return err
+	}
+	if a.Hooks, err = merchanthooks.NewService(a.Pool, a.Engine); err != nil {
+		return err
+	}
+	return a.Engine.CheckFailpoints()
+}
+
+// DeclaredFlows are every flow the service runs, as declared, in name
+// order, built without a database: for what is derived from the
+// declarations (the README's table of recovery points and failpoints, the
+// chaos suite's failpoints).
+func DeclaredFlows() ([]*recovery.Flow, error) {
+	a := &App{Engine: recovery.New(recovery.Config{})}
+	if err := a.registerFlows(nil); err != nil {
+		return nil, err
+	}
+	return a.Engine.Flows(), nil
 }
 
 // Close closes the pool.

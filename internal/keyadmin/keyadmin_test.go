@@ -57,9 +57,10 @@ func (b *bundle) admin(t *testing.T, failpoints string) (*keyadmin.Admin, *payme
 	fp, err := failpoint.Parse(failpoints)
 	require.NoError(t, err)
 	engine := recovery.New(recovery.Config{Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now }})
-	svc := payments.NewService(b.pool, engine, b.stripe)
-	c := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Flows: svc.Flows(), Grace: time.Second})
-	return keyadmin.New(b.pool, svc.Flows(), c), svc, c
+	svc, err := payments.NewService(b.pool, engine, b.stripe)
+	require.NoError(t, err)
+	c := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Grace: time.Second})
+	return keyadmin.New(b.pool, engine.Flows(), c), svc, c
 }
 
 // abandon runs a create request that fails at the failpoint and leaves its

@@ -39,16 +39,14 @@ type Service struct {
 	create, redeliver *recovery.Flow
 }
 
-// NewService wires the flows to their engine.
-func NewService(pool *pgxpool.Pool, engine *recovery.Engine) *Service {
+// NewService declares the flows and registers them with their engine,
+// which refuses a flow declared wrong or one whose name is taken.
+func NewService(pool *pgxpool.Pool, engine *recovery.Engine) (*Service, error) {
 	s := &Service{pool: pool, engine: engine}
 	s.create = s.createFlow()
 	s.redeliver = s.redeliverFlow()
-	return s
+	return s, engine.Register(s.create, s.redeliver)
 }
-
-// Flows lists the flows, for the completer to resume any of them by name.
-func (s *Service) Flows() []*recovery.Flow { return []*recovery.Flow{s.create, s.redeliver} }
 
 var queries = dbsqlc.New()
 

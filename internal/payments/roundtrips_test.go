@@ -85,7 +85,7 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 	engine := recovery.New(recovery.Config{Pool: pool, KeyFilter: filter})
 	_, err = engine.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
-	svc := payments.NewService(pool, engine, b.stripe)
+	svc := mustService(payments.NewService(pool, engine, b.stripe))
 
 	create := func(key string) recovery.Response {
 		body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)

@@ -25,14 +25,16 @@ type Service struct {
 	create, capture, cancel, refund *recovery.Flow
 }
 
-// NewService wires the flows to their engine and Stripe client.
-func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client) *Service {
+// NewService declares the flows, with their Stripe client, and registers
+// them with their engine, which refuses a flow declared wrong or one whose
+// name is taken.
+func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client) (*Service, error) {
 	s := &Service{pool: pool, engine: engine, stripe: stripe}
 	s.create = s.createFlow()
 	s.capture = s.captureFlow()
 	s.cancel = s.cancelFlow()
 	s.refund = s.refundFlow()
-	return s
+	return s, engine.Register(s.create, s.capture, s.cancel, s.refund)
 }
 
 // ChildKeyPrefix begins the child key of every Stripe call of the payment
@@ -44,11 +46,6 @@ func (s *Service) flow(name string, steps ...recovery.Step) *recovery.Flow {
 	f := recovery.NewFlow(name, steps...)
 	f.ChildKeyPrefix = ChildKeyPrefix
 	return f
-}
-
-// Flows lists every flow, for the completer to resume any of them by name.
-func (s *Service) Flows() []*recovery.Flow {
-	return []*recovery.Flow{s.create, s.capture, s.cancel, s.refund}
 }
 
 // Idempotent is what every mutating request brings besides its parameters:

@@ -165,7 +165,7 @@ func (b *testBundle) serviceWithGrace(t *testing.T, grace time.Duration) *paymen
 	engine := recovery.New(recovery.Config{
 		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: grace,
 	})
-	return payments.NewService(b.pool, engine, b.stripe)
+	return mustService(payments.NewService(b.pool, engine, b.stripe))
 }
 
 // chargingIntents are the PaymentIntents at the simulator that took money

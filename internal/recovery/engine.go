@@ -149,6 +149,17 @@ func (e *Engine) Flows() []*Flow {
 	return out
 }
 
+// CheckFailpoints refuses failpoints that no registered flow fires
+// (Flow.Failpoints): a misspelt name would never fire, and a crash test
+// armed with it would prove nothing. Call it once every flow is registered.
+func (e *Engine) CheckFailpoints() error {
+	var known []string
+	for _, f := range e.Flows() {
+		known = append(known, f.Failpoints()...)
+	}
+	return e.cfg.Failpoints.CheckNames(known)
+}
+
 // checkMove refuses an outcome that step did not declare.
 func checkMove(f *Flow, step *Step, out Outcome) error {
 	if step.allows(out) {
@@ -175,6 +186,10 @@ func checkMove(f *Flow, step *Step, out Outcome) error {
 // retry resumes), or another error (the key is left unlocked at its last
 // recovery point; a retry resumes).
 func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
+	if f, ok := e.Flow(req.Flow.Name); !ok || f != req.Flow {
+		// Run, it could be left unfinished where the completer cannot find it.
+		return Response{}, fmt.Errorf("%w: %q", ErrUnregisteredFlow, req.Flow.Name)
+	}
 	a, replay, err := e.traceClaim(ctx, req) // claim, in a span of its own: trace.go
 	switch {
 	case replay != nil:

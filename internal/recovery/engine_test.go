@@ -117,8 +117,17 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, cfg recovery.Config) *testBundle 
 		}), recovery.Finished),
 	)
 	cfg.Pool = pool
-	b.engine = recovery.New(cfg)
+	b.engine = b.newEngine(t, cfg)
 	return b
+}
+
+// newEngine is an engine on b's database (another instance, say), running b's flow.
+func (b *testBundle) newEngine(t *testing.T, cfg recovery.Config) *recovery.Engine {
+	t.Helper()
+	cfg.Pool = b.pool
+	e := recovery.New(cfg)
+	require.NoError(t, e.Register(b.flow))
+	return e
 }
 
 func (b *testBundle) request(userID int64, key, body string) recovery.Request {

@@ -22,6 +22,9 @@ var (
 	ErrUnknownRecoveryPoint = errors.New("no phase for the key's recovery point")
 	// ErrBadFlow: a flow's declaration is refused (Flow.Validate, Register).
 	ErrBadFlow = errors.New("flow declaration refused")
+	// ErrUnregisteredFlow: Execute was given a flow not registered with the
+	// engine (Register), which the completer could not resume (a bug).
+	ErrUnregisteredFlow = errors.New("flow not registered with the engine")
 	// ErrUndeclaredMove: a phase moved the key to a recovery point its step
 	// did not declare (a bug in the flow): nothing it did is committed.
 	ErrUndeclaredMove = errors.New("phase moved to a recovery point its step did not declare")

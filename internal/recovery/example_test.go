@@ -90,7 +90,11 @@ func setupTutorial() tutorial {
 		panic(err)
 	}
 	m := &mailer{sent: map[string]string{}}
-	return tutorial{pool: pool, engine: recovery.New(recovery.Config{Pool: pool}), mailer: m, flow: signupFlow(m), drop: drop}
+	t := tutorial{pool: pool, engine: recovery.New(recovery.Config{Pool: pool}), mailer: m, flow: signupFlow(m), drop: drop}
+	if err := t.engine.Register(t.flow); err != nil { // refused if declared wrong
+		panic(err)
+	}
+	return t
 }
 
 func signupRequest(flow *recovery.Flow) recovery.Request {
@@ -120,7 +124,8 @@ func Example() {
 }
 
 // A process dies after the mailer sent the email and before the answer was
-// recorded. (The failpoint after_call:welcome stands in for the crash:
+// recorded. (The failpoint after_call:welcome, one of those the
+// flow's declaration names (Flow.Failpoints), stands in for the crash:
 // with the action "error" the attempt stops there, as a crash would stop
 // it; "crash" would kill this example's process.) The key stays at its
 // last committed recovery point, and the retry resumes there: it calls
@@ -133,6 +138,7 @@ func Example_resumeAfterACrash() {
 
 	crashes, _ := failpoint.Parse("after_call:welcome=error")
 	dying := recovery.New(recovery.Config{Pool: tut.pool, Failpoints: crashes})
+	_ = dying.Register(flow)
 	_, err := dying.Execute(ctx, signupRequest(flow))
 	fmt.Println("first attempt stopped:", errors.Is(err, failpoint.ErrInjected))
 

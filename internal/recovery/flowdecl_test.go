@@ -7,6 +7,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/failpoint"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -100,4 +101,38 @@ func TestFlow_failpointsAreDerivedFromTheDeclaration(t *testing.T) {
 		"after_call:remote", "before_commit:remote_called", "after_commit:remote_called",
 		"before_commit:finished", "after_commit:finished",
 	}, b.flow.Failpoints())
+}
+
+// An engine runs only the flows registered with it, so the completer can
+// resume every key it made.
+func TestExecute_refusesAFlowNotRegistered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	req := b.request(1, "k", `{"name":"lamp"}`)
+	req.Flow = recovery.NewFlow("stray", recovery.From(recovery.Started, answer, recovery.Finished))
+	_, err := b.engine.Execute(context.Background(), req)
+	require.ErrorIs(t, err, recovery.ErrUnregisteredFlow)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM idempotency_keys"))
+}
+
+// A failpoint no registered flow fires is refused, where the failpoints
+// are armed: a misspelt name would never fire.
+func TestCheckFailpoints_refusesANameNoFlowFires(t *testing.T) {
+	t.Parallel()
+	for spec, known := range map[string]bool{
+		"after_call:remote=crash,before_commit:remote_called=error": true,
+		"after_stripe:remote=crash":                                 false,
+		"after_call:remot=crash":                                    false,
+		"after_commit:thing_createde=sleep:5":                       false,
+	} {
+		set, err := failpoint.Parse(spec)
+		require.NoError(t, err)
+		e := recovery.New(recovery.Config{Failpoints: set})
+		require.NoError(t, e.Register(setup(t, recovery.Config{}).flow))
+		if known {
+			require.NoError(t, e.CheckFailpoints(), spec)
+		} else {
+			require.ErrorIs(t, e.CheckFailpoints(), failpoint.ErrUnknown, spec)
+		}
+	}
 }

@@ -56,6 +56,7 @@ func TestHandoff_reachesLaterPhasesOfTheAttemptAndNeverARetriedTransaction(t *te
 			}), recovery.Finished),
 	)
 	engine := recovery.New(recovery.Config{Pool: pool})
+	require.NoError(t, engine.Register(flow))
 	req := recovery.Request{UserID: 1, Key: "k", Method: "POST", Path: "/v1/x", Body: []byte(`{}`), Params: struct{}{}, Flow: flow}
 
 	_, err = engine.Execute(ctx, req) // the call fails: the attempt ends after the claim's commit

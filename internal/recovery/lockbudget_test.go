@@ -35,6 +35,7 @@ func TestExecute_retriesASerializationFailureOnlyWhileItsLockHolds(t *testing.T)
 	)
 	req := b.request(1, "conflicts", `{"name":"lamp"}`)
 	req.Flow = conflicts
+	require.NoError(t, b.engine.Register(conflicts))
 
 	start := time.Now()
 	_, err := b.engine.Execute(context.Background(), req)

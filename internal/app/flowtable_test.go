@@ -1,0 +1,52 @@
+package app_test
+
+import (
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/app"
+	"github.com/example/payments/internal/recovery"
+)
+
+// The README's table of recovery points, external calls and failpoints is
+// the one the flows' declarations give (recovery.FlowTable), between its
+// two markers. UPDATE_README=1 writes it.
+func TestREADME_flowTableIsTheDeclarations(t *testing.T) {
+	t.Parallel()
+	const (
+		begin = "<!-- flow table: generated from the flows' declarations, checked by internal/app's TestREADME_flowTableIsTheDeclarations (UPDATE_README=1 writes it) -->\n"
+		end   = "<!-- end of flow table -->\n"
+	)
+	flows, err := app.DeclaredFlows()
+	require.NoError(t, err)
+	want := recovery.FlowTable(flows)
+
+	const path = "../../README.md"
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	readme := string(raw)
+	before, rest, ok := strings.Cut(readme, begin)
+	require.True(t, ok, "README.md has no flow table marker")
+	got, after, ok := strings.Cut(rest, end)
+	require.True(t, ok, "README.md's flow table has no end marker")
+	if os.Getenv("UPDATE_README") != "" {
+		require.NoError(t, os.WriteFile(path, []byte(before+begin+want+end+after), 0o644))
+		return
+	}
+	require.Equal(t, want, got, "README.md's flow table differs from the declarations: run UPDATE_README=1 go test ./internal/app -run TestREADME")
+}
+
+// Every flow the service runs is registered once, under its own name.
+func TestDeclaredFlows_everyFlowOnce(t *testing.T) {
+	t.Parallel()
+	flows, err := app.DeclaredFlows()
+	require.NoError(t, err)
+	var names []string
+	for _, f := range flows {
+		names = append(names, f.Name)
+	}
+	require.Equal(t, []string{"cancel_payment", "capture_payment", "create_payment", "create_webhook_endpoint", "redeliver_event", "refund_payment"}, names)
+}

@@ -47,9 +47,12 @@ type Config struct {
 	Failpoints          *failpoint.Set
 	// KeyFilter sizes the key filter, or turns it off (Disabled). Its TTL
 	// and Registry are the app's.
-	KeyFilter     keyfilter.Config
-	Stripe        *stripeclient.Client
-	WebhookSecret string
+	KeyFilter keyfilter.Config
+	Stripe    *stripeclient.Client
+	// PaymentsOptions change how the payments service is built (the
+	// benchmark's engine floor injects its create flow's Stripe call).
+	PaymentsOptions []payments.Option
+	WebhookSecret   string
 	// WebhookURLCheck vets a new webhook endpoint's URL beyond its syntax
 	// (api.Config.WebhookURLCheck); nil checks the syntax only.
 	WebhookURLCheck api.URLCheck
@@ -112,7 +115,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 			Pool: pool, Secret: cfg.WebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
 		}),
 	}
-	if err := a.registerFlows(cfg.Stripe); err != nil {
+	if err := a.registerFlows(cfg.Stripe, cfg.PaymentsOptions...); err != nil {
 		pool.Close()
 		return nil, err
 	}
@@ -123,8 +126,8 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 // engine, here and once: the engine refuses a flow declared wrong or a
 // name taken twice, and then a failpoint that no registered flow fires (a
 // misspelt one would never fire).
-func (a *App) registerFlows(stripe *stripeclient.Client) (err error) {
-	if a.Payments, err = payments.NewService(a.Pool, a.Engine, stripe); err != nil {
+func (a *App) registerFlows(stripe *stripeclient.Client, opts ...payments.Option) (err error) {
+	if a.Payments, err = payments.NewService(a.Pool, a.Engine, stripe, opts...); err != nil {
 		return err
 	}
 	if a.Hooks, err = merchanthooks.NewService(a.Pool, a.Engine); err != nil {

@@ -154,13 +154,9 @@ func (s *Service) restartDeliveries(ctx context.Context, tx *db.Tx, k *recovery.
 	if err := stagedjobs.StageUnkeyedTx(ctx, tx, jobs...); err != nil {
 		return recovery.Outcome{}, err
 	}
-	body, err := json.Marshal(struct {
+	return recovery.RespondJSON(200, struct {
 		Object  string     `json:"object"`
 		Data    []Delivery `json:"data"`
 		HasMore bool       `json:"has_more"`
 	}{"list", deliveries, false})
-	if err != nil {
-		return recovery.Outcome{}, err
-	}
-	return recovery.Respond(200, body), nil
 }

@@ -186,11 +186,7 @@ func (s *Service) insertEndpoint(ctx context.Context, tx *db.Tx, k *recovery.Key
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	body, err := json.Marshal(e)
-	if err != nil {
-		return recovery.Outcome{}, err
-	}
-	return recovery.Respond(201, body), nil
+	return recovery.RespondJSON(201, e)
 }
 
 // InsertEndpointTx inserts a new endpoint of userID's in tx, with a new id

@@ -159,9 +159,9 @@ func (s *Service) createStripeRefund(ctx context.Context, k *recovery.Key) (refu
 	case err == nil:
 		return refundResult{refund: sr}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return refundResult{}, unfinishedCall(err)
+		return refundResult{}, UnfinishedStripeCall(err)
 	default:
-		return refundResult{refusal: stripeMessage(err)}, nil
+		return refundResult{refusal: StripeMessage(err)}, nil
 	}
 }
 
@@ -244,11 +244,7 @@ func (s *Service) finishRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	body, err := json.Marshal(re)
-	if err != nil {
-		return recovery.Outcome{}, fmt.Errorf("rendering refund %s: %w", re.ID, err)
-	}
-	return recovery.Respond(http.StatusCreated, body), nil
+	return recovery.RespondJSON(http.StatusCreated, re)
 }
 
 // refundNotAllowed is the final answer to a refund the payment's state, or

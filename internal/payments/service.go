@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,13 +22,31 @@ type Service struct {
 	stripe *stripeclient.Client
 
 	create, capture, cancel, refund *recovery.Flow
+	// createIntent is the create flow's Stripe call (WithCreatePaymentIntent).
+	createIntent CreatePaymentIntentFunc
+}
+
+// Option changes how NewService builds the service.
+type Option func(*Service)
+
+// WithCreatePaymentIntent has the create flow make its one Stripe call with
+// createIntent instead of the Stripe client's CreatePaymentIntent. Its one
+// user is the benchmark's engine floor (cmd/paymentsbench, scenario A-own:
+// the engine and the flow's SQL without HTTP or Stripe), which builds the
+// service with it and then runs Create as any caller does. Tests never use
+// it: they run the flow against the simulator, over HTTP.
+func WithCreatePaymentIntent(createIntent CreatePaymentIntentFunc) Option {
+	return func(s *Service) { s.createIntent = createIntent }
 }
 
 // NewService declares the flows, with their Stripe client, and registers
 // them with their engine, which refuses a flow declared wrong or one whose
 // name is taken.
-func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client) (*Service, error) {
-	s := &Service{pool: pool, engine: engine, stripe: stripe}
+func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client, opts ...Option) (*Service, error) {
+	s := &Service{pool: pool, engine: engine, stripe: stripe, createIntent: stripe.CreatePaymentIntent}
+	for _, o := range opts {
+		o(s)
+	}
 	s.create = s.createFlow()
 	s.capture = s.captureFlow()
 	s.cancel = s.cancelFlow()
@@ -83,15 +100,6 @@ func audit(ctx context.Context, tx *db.Tx, k *recovery.Key, action, paymentID st
 	return queries.InsertAuditRecord(ctx, tx.Queued(), dbsqlc.InsertAuditRecordParams{
 		UserID: k.UserID, Action: action, ResourceType: "payment", ResourceID: paymentID, Data: raw, IdempotencyKeyID: &k.ID,
 	})
-}
-
-// respond finishes a request with the payment as its body.
-func respond(status int, p Payment) (recovery.Outcome, error) {
-	body, err := json.Marshal(p)
-	if err != nil {
-		return recovery.Outcome{}, fmt.Errorf("rendering payment %s: %w", p.ID, err)
-	}
-	return recovery.Respond(status, body), nil
 }
 
 func keyID(k *recovery.Key) *uuid.UUID { return &k.ID }

@@ -263,6 +263,17 @@ func Respond(status int, body []byte) Outcome {
 	return Outcome{next: Finished, response: &Response{Status: status, Body: body}}
 }
 
+// RespondJSON finishes the key with v, rendered as JSON, as its final
+// answer (Respond). If v cannot be rendered, the phase fails and nothing
+// is stored.
+func RespondJSON(status int, v any) (Outcome, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("rendering the answer (%T): %w", v, err)
+	}
+	return Respond(status, body), nil
+}
+
 // Response is a request's final answer.
 type Response struct {
 	Status int

@@ -136,3 +136,12 @@ func TestCheckFailpoints_refusesANameNoFlowFires(t *testing.T) {
 		}
 	}
 }
+
+// RespondJSON renders the answer, or fails the phase when it cannot.
+func TestRespondJSON(t *testing.T) {
+	t.Parallel()
+	_, err := recovery.RespondJSON(201, map[string]string{"id": "x"})
+	require.NoError(t, err)
+	_, err = recovery.RespondJSON(201, make(chan int))
+	require.Error(t, err)
+}

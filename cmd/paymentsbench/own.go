@@ -39,7 +39,7 @@ func stripeSaysYes(_ context.Context, _ string, r stripeclient.PaymentIntentRequ
 // ownRequest runs one new request with a new key through the service's create flow.
 func ownRequest(ctx context.Context, svc *payments.Service, users []benchUser, rng *rand.Rand) (string, error) {
 	u := users[rng.IntN(len(users))]
-	resp, err := svc.Create(ctx, payments.Idempotent{
+	resp, err := svc.Create(ctx, payments.KeyedRequest{
 		UserID: u.id, Key: uuid.NewString(), Method: http.MethodPost, Path: "/v1/payments", Body: []byte(createBody),
 	}, ownParams)
 	if err != nil {

@@ -68,7 +68,7 @@ func (b *bundle) admin(t *testing.T, failpoints string) (*keyadmin.Admin, *payme
 func (b *bundle) abandon(t *testing.T, where, key string) {
 	t.Helper()
 	_, svc, _ := b.admin(t, where+"=error")
-	_, err := svc.Create(context.Background(), payments.Idempotent{
+	_, err := svc.Create(context.Background(), payments.KeyedRequest{
 		UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments",
 		Body: []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`),
 	}, payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})

@@ -28,7 +28,7 @@ const (
 )
 
 // Cancel runs the cancel flow for req.
-func (s *Service) Cancel(ctx context.Context, req Idempotent, p ActionParams) (recovery.Response, error) {
+func (s *Service) Cancel(ctx context.Context, req KeyedRequest, p ActionParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.cancel, p)
 }
 

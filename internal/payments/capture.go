@@ -29,7 +29,7 @@ const (
 )
 
 // Capture runs the capture flow for req.
-func (s *Service) Capture(ctx context.Context, req Idempotent, p ActionParams) (recovery.Response, error) {
+func (s *Service) Capture(ctx context.Context, req KeyedRequest, p ActionParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.capture, p)
 }
 

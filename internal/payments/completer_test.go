@@ -86,7 +86,7 @@ func (b *testBundle) abandonKey(t *testing.T, where, key string) {
 	t.Helper()
 	svc, _ := b.service(t, where+"=error")
 	body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
-	_, err := svc.Create(context.Background(), payments.Idempotent{
+	_, err := svc.Create(context.Background(), payments.KeyedRequest{
 		UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments", Body: body,
 	}, payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
 	require.ErrorIs(t, err, failpoint.ErrInjected)

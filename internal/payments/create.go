@@ -59,7 +59,7 @@ type CreateParams struct {
 }
 
 // Create runs the create-payment flow for req.
-func (s *Service) Create(ctx context.Context, req Idempotent, p CreateParams) (recovery.Response, error) {
+func (s *Service) Create(ctx context.Context, req KeyedRequest, p CreateParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.create, p)
 }
 

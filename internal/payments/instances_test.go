@@ -43,7 +43,7 @@ func (b *testBundle) create(ctx context.Context, svc *payments.Service, key, bod
 		return recovery.Response{}, err
 	}
 	p.Capture = true
-	return svc.Create(ctx, payments.Idempotent{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments", Body: []byte(body)}, p)
+	return svc.Create(ctx, payments.KeyedRequest{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments", Body: []byte(body)}, p)
 }
 
 func (b *testBundle) refund(ctx context.Context, svc *payments.Service, key string, p payments.RefundParams) (recovery.Response, error) {
@@ -51,7 +51,7 @@ func (b *testBundle) refund(ctx context.Context, svc *payments.Service, key stri
 	if err != nil {
 		return recovery.Response{}, err
 	}
-	return svc.Refund(ctx, payments.Idempotent{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/refunds", Body: body}, p)
+	return svc.Refund(ctx, payments.KeyedRequest{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/refunds", Body: body}, p)
 }
 
 // Issue 20, item 8: each process judged a lock's age by its own

@@ -61,7 +61,7 @@ func (b *testBundle) proofRequest(path string, params any) recovery.Request {
 // proofPayment makes a payment, captured or authorised, for a flow to act on.
 func (b *testBundle) proofPayment(t *testing.T, svc *payments.Service, capture bool) string {
 	body := fmt.Sprintf(`{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","capture":%t}`, capture)
-	resp, err := svc.Create(context.Background(), payments.Idempotent{
+	resp, err := svc.Create(context.Background(), payments.KeyedRequest{
 		UserID: b.userID, Key: uuid.NewString(), Method: "POST", Path: "/v1/payments", Body: []byte(body),
 	}, payments.CreateParams{Amount: 4200, Currency: "eur", PaymentMethod: "pm_card_visa", Capture: capture})
 	require.NoError(t, err)

@@ -63,7 +63,7 @@ type RefundParams struct {
 }
 
 // Refund runs the refund flow for req.
-func (s *Service) Refund(ctx context.Context, req Idempotent, p RefundParams) (recovery.Response, error) {
+func (s *Service) Refund(ctx context.Context, req KeyedRequest, p RefundParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.refund, p)
 }
 

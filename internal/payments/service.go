@@ -65,9 +65,9 @@ func (s *Service) flow(name string, steps ...recovery.Step) *recovery.Flow {
 	return f
 }
 
-// Idempotent is what every mutating request brings besides its parameters:
+// KeyedRequest is what every mutating request brings besides its parameters:
 // who asks, with which key, and the request as received.
-type Idempotent struct {
+type KeyedRequest struct {
 	UserID int64
 	Key    string
 	Method string
@@ -75,7 +75,7 @@ type Idempotent struct {
 	Body   []byte
 }
 
-func (s *Service) execute(ctx context.Context, req Idempotent, flow *recovery.Flow, params any) (recovery.Response, error) {
+func (s *Service) execute(ctx context.Context, req KeyedRequest, flow *recovery.Flow, params any) (recovery.Response, error) {
 	return s.engine.Execute(ctx, recovery.Request{
 		UserID: req.UserID, Key: req.Key, Method: req.Method, Path: req.Path, Body: req.Body,
 		Params: params, Flow: flow,

@@ -122,7 +122,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 	e := c.cfg.Engine
 	rows, err := queries.ClaimAbandonedKeys(ctx, e.cfg.Pool, dbsqlc.ClaimAbandonedKeysParams{
-		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), GraceSeconds: c.cfg.Grace.Seconds(),
+		Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(), GraceSeconds: c.cfg.Grace.Seconds(),
 		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1, ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	if err != nil || len(rows) == 0 {

@@ -265,7 +265,7 @@ func (e *Engine) runPhase(ctx context.Context, a *attempt, step *Step) error {
 		}
 	}
 	return e.commit(ctx, a, func(ctx context.Context, tx *db.Tx) (Outcome, error) {
-		out, err := phase.commit(ctx, tx, a.key, called)
+		out, err := phase.work(ctx, tx, a.key, called)
 		if err == nil {
 			err = checkMove(a.flow, step, out)
 		}
@@ -289,7 +289,7 @@ func (e *Engine) callWithHeartbeat(ctx context.Context, k *Key, call func(contex
 				return
 			case <-tick.C:
 				n, err := queries.HeartbeatIdempotencyKey(callCtx, e.cfg.Pool, dbsqlc.HeartbeatIdempotencyKeyParams{
-					ID: k.ID, LockToken: k.lockToken, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+					ID: k.ID, LockToken: k.lockToken, Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(),
 				})
 				if err == nil && n == 0 {
 					cancel(ErrLockLost)
@@ -331,11 +331,11 @@ func (e *Engine) txOptions() db.TxOptions {
 // seconds: its holder's own LockTimeout, written with the lock.
 func (e *Engine) lockLifetime() float64 { return e.cfg.LockTimeout.Seconds() }
 
-// clock is the injected clock, or the process's. It only stamps a new
+// wallClock is the injected clock, or the process's. It only stamps a new
 // key's Created, for the flow to use (its row's created_at is the
 // database's); the engine never compares it with a time the database
 // wrote: such comparisons are made in SQL, on the one clock (now).
-func (e *Engine) clock() time.Time {
+func (e *Engine) wallClock() time.Time {
 	if e.cfg.Now != nil {
 		return e.cfg.Now()
 	}
@@ -354,15 +354,15 @@ func (e *Engine) reconcile(ctx context.Context, k *Key, phase Phase) (any, error
 	e.log.WarnContext(ctx, "key needs attention: too old to repeat its external call, and nothing found to reconcile",
 		slog.String("idempotency_key_id", k.ID.String()), slog.String("step", phase.step))
 	if _, err := queries.MarkNeedsAttention(ctx, e.cfg.Pool, dbsqlc.MarkNeedsAttentionParams{
-		ID: k.ID, LockToken: k.lockToken, Now: e.now(),
+		ID: k.ID, LockToken: k.lockToken, Now: e.queryNow(),
 	}); err != nil {
 		return nil, err
 	}
 	return nil, ErrNeedsAttention
 }
 
-// now is the injected clock as a query parameter, or NULL for the database's now().
-func (e *Engine) now() pgtype.Timestamptz {
+// queryNow is the injected clock as a query parameter, or NULL for the database's now().
+func (e *Engine) queryNow() pgtype.Timestamptz {
 	if e.cfg.Now == nil {
 		return pgtype.Timestamptz{}
 	}
@@ -389,7 +389,7 @@ var ErrKeyNotFound = errors.New("idempotency key not found")
 // only while the lock is live.
 func (e *Engine) Lookup(ctx context.Context, userID int64, key string) (*Key, error) {
 	row, err := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
-		UserID: userID, IdempotencyKey: key, Now: e.now(),
+		UserID: userID, IdempotencyKey: key, Now: e.queryNow(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrKeyNotFound

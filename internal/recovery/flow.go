@@ -110,7 +110,7 @@ func (f *Flow) Validate() error {
 		switch {
 		case s.At == Finished:
 			return bad("a step at %s", Finished)
-		case s.Phase.commit == nil:
+		case s.Phase.work == nil:
 			return bad("the step at %s has no phase (LocalPhase, ExternalPhase)", s.At)
 		case len(s.To) == 0:
 			return bad("the step at %s declares no move", s.At)
@@ -197,9 +197,12 @@ func (p Phase) Step() string { return p.step }
 // LocalPhase or ExternalPhase.
 type Phase struct {
 	// step names the external call, for its child key and failpoint; "" for a local phase.
-	step   string
-	call   func(ctx context.Context, k *Key) (any, error)
-	commit func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error)
+	step string
+	call func(ctx context.Context, k *Key) (any, error)
+	// work is what the phase does in its transaction: a local phase's
+	// work, or an external phase's record of what its call answered
+	// (called; nil for a local phase). It returns where the key goes next.
+	work func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error)
 	// reconcile finds the result of an earlier call without calling again,
 	// for keys older than the remote side's idempotency window, and for a
 	// child key the remote side reports spent.
@@ -209,7 +212,7 @@ type Phase struct {
 // LocalPhase is a phase that only commits local work: commit runs in one
 // SERIALIZABLE transaction and returns where the key goes next.
 func LocalPhase(commit func(ctx context.Context, tx *db.Tx, k *Key) (Outcome, error)) Phase {
-	return Phase{commit: func(ctx context.Context, tx *db.Tx, k *Key, _ any) (Outcome, error) {
+	return Phase{work: func(ctx context.Context, tx *db.Tx, k *Key, _ any) (Outcome, error) {
 		return commit(ctx, tx, k)
 	}}
 }
@@ -223,7 +226,7 @@ func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T
 	return Phase{
 		step: step,
 		call: func(ctx context.Context, k *Key) (any, error) { return call(ctx, k) },
-		commit: func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error) {
+		work: func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error) {
 			return record(ctx, tx, k, called.(T))
 		},
 	}
@@ -300,10 +303,10 @@ type Key struct {
 
 	lockToken    int64
 	responseBody []byte
-	// made tells that this attempt's claim inserted the key's row: it has
-	// no history (no child key generations to read), and its commit
-	// creates it at Started.
-	made bool
+	// insertedByThisClaim tells that this attempt's claim inserted the
+	// key's row: it has no history (no child key generations to read), and
+	// its commit creates it at Started.
+	insertedByThisClaim bool
 	// handoffs are the values phases of this attempt handed on (Handoff),
 	// as committed; pending are those given in the transaction running now.
 	handoffs, pending map[any]any

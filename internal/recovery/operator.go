@@ -31,7 +31,7 @@ func (c *Completer) RetryNow(ctx context.Context, id uuid.UUID) (Response, error
 	e := c.cfg.Engine
 	claimStarted := time.Now()
 	row, err := queries.ClaimKeyNow(ctx, e.cfg.Pool, dbsqlc.ClaimKeyNowParams{
-		ID: id, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
+		ID: id, Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Response{}, ErrNotRetryable

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"context"
 	"os"
 	"strings"
 	"testing"
@@ -8,6 +9,8 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/app"
+	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/failpoint"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -49,4 +52,26 @@ func TestDeclaredFlows_everyFlowOnce(t *testing.T) {
 		names = append(names, f.Name)
 	}
 	require.Equal(t, []string{"cancel_payment", "capture_payment", "create_payment", "create_webhook_endpoint", "redeliver_event", "refund_payment"}, names)
+}
+
+// A failpoint that no flow declares is refused at start-up: the old
+// after_stripe: names, or a typo, would never fire.
+func TestNew_refusesAFailpointNoFlowDeclares(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewURL(t)
+	for spec, known := range map[string]bool{
+		"after_call:payment_intent=crash":    true,
+		"after_stripe:payment_intent=crash":  false,
+		"before_commit:payment_creatd=error": false,
+	} {
+		fp, err := failpoint.Parse(spec)
+		require.NoError(t, err)
+		a, err := app.New(context.Background(), app.Config{DatabaseURL: url, Failpoints: fp})
+		if known {
+			require.NoError(t, err, spec)
+			a.Close()
+		} else {
+			require.ErrorIs(t, err, failpoint.ErrUnknown, spec)
+		}
+	}
 }

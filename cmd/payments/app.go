@@ -159,7 +159,6 @@ func (p *process) runWorker(ctx context.Context) error {
 	}
 	return worker.Run(ctx, worker.Config{
 		Pool: p.Pool, Logger: p.Log, Registry: p.Registry, Engine: p.Engine, Mailer: mailer,
-		Flows:                append(p.Payments.Flows(), p.Hooks.Flows()...),
 		WebhookRetrySchedule: schedule, WebhookClient: webhookClient(p.cfg, p.Log),
 		Payments: p.Payments, CompleterInterval: p.cfg.CompleterInterval, CompleterGrace: p.cfg.CompleterGrace,
 		ReaperInterval: p.cfg.ReaperInterval, EnqueuerPollInterval: p.cfg.EnqueuerPollInterval,

@@ -214,12 +214,11 @@ func newKeyAdmin(ctx context.Context, cfg config, dbURL string, retry bool, log 
 	if err != nil {
 		return nil, nil, err
 	}
-	flows := append(a.Payments.Flows(), a.Hooks.Flows()...)
 	var completer *recovery.Completer
 	if retry {
-		completer = recovery.NewCompleter(recovery.CompleterConfig{Engine: a.Engine, Flows: flows})
+		completer = recovery.NewCompleter(recovery.CompleterConfig{Engine: a.Engine})
 	}
-	return keyadmin.New(a.Pool, flows, completer), a.Close, nil
+	return keyadmin.New(a.Pool, a.Engine.Flows(), completer), a.Close, nil
 }
 
 func retryKey(ctx context.Context, stdout io.Writer, admin *keyadmin.Admin, email, key string) error {

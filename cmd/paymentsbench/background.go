@@ -147,7 +147,7 @@ func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, 
 		go func() {
 			bg.done <- worker.Run(workerCtx, worker.Config{
 				Pool: a.Pool, Logger: log, Registry: a.Registry, Engine: a.Engine, Payments: a.Payments,
-				Flows: append(a.Payments.Flows(), a.Hooks.Flows()...), Mailer: stagedjobs.LogMailer{Log: log},
+				Mailer: stagedjobs.LogMailer{Log: log},
 				// payments worker's own client (private addresses allowed: the receiver is on loopback)
 				WebhookClient: safehttp.NewClient(safehttp.Config{AllowPrivate: true}), ShutdownTimeout: 5 * time.Second,
 			})

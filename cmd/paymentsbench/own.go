@@ -10,14 +10,13 @@ import (
 	"github.com/stripe/stripe-go/v76"
 
 	"github.com/example/payments/internal/payments"
-	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
 )
 
-// The A-own floor: recovery.Engine.Execute running the real create-payment
-// flow (payments.Service.EngineFloorCreateFlow: the same phases, the same
-// SQL), whose Stripe call answers at once with a succeeded PaymentIntent
-// and calls nobody. This no-op is for this benchmark only, a floor with no
+// The A-own floor: payments.Service.Create, the real create-payment flow
+// on the engine (the same phases, the same SQL), in a service built with
+// payments.WithCreatePaymentIntent: its Stripe call answers at once with a
+// succeeded PaymentIntent and calls nobody. This no-op is for this benchmark only, a floor with no
 // HTTP and no Stripe; tests never replace Stripe with it. A-own and B
 // therefore show the same statements and round trips per request in the
 // report (12 and 2, the figures internal/payments/roundtrips_test.go pins;
@@ -28,23 +27,21 @@ const createBody = `{"amount":2000,"currency":"usd","payment_method":"pm_card_vi
 
 var ownParams = payments.CreateParams{Amount: 2000, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true}
 
-// ownFlow is the create flow of svc with a Stripe that says yes at once.
-func ownFlow(svc *payments.Service) *recovery.Flow {
-	return svc.EngineFloorCreateFlow(func(_ context.Context, _ string, r stripeclient.PaymentIntentRequest) (*stripe.PaymentIntent, error) {
-		return &stripe.PaymentIntent{
-			ID: "pi_" + randomHex(), Status: stripe.PaymentIntentStatusSucceeded,
-			Amount: r.Amount, AmountReceived: r.Amount, Currency: stripe.Currency(r.Currency),
-		}, nil
-	})
+// stripeSaysYes is the create flow's Stripe call in the floor: a
+// succeeded PaymentIntent, at once.
+func stripeSaysYes(_ context.Context, _ string, r stripeclient.PaymentIntentRequest) (*stripe.PaymentIntent, error) {
+	return &stripe.PaymentIntent{
+		ID: "pi_" + randomHex(), Status: stripe.PaymentIntentStatusSucceeded,
+		Amount: r.Amount, AmountReceived: r.Amount, Currency: stripe.Currency(r.Currency),
+	}, nil
 }
 
-// ownRequest runs one new request with a new key through the engine.
-func ownRequest(ctx context.Context, engine *recovery.Engine, flow *recovery.Flow, users []benchUser, rng *rand.Rand) (string, error) {
+// ownRequest runs one new request with a new key through the service's create flow.
+func ownRequest(ctx context.Context, svc *payments.Service, users []benchUser, rng *rand.Rand) (string, error) {
 	u := users[rng.IntN(len(users))]
-	resp, err := engine.Execute(ctx, recovery.Request{
-		UserID: u.id, Key: uuid.NewString(), Method: http.MethodPost, Path: "/v1/payments",
-		Body: []byte(createBody), Params: ownParams, Flow: flow,
-	})
+	resp, err := svc.Create(ctx, payments.KeyedRequest{
+		UserID: u.id, Key: uuid.NewString(), Method: http.MethodPost, Path: "/v1/payments", Body: []byte(createBody),
+	}, ownParams)
 	if err != nil {
 		return "", err
 	}

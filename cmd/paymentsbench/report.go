@@ -170,7 +170,7 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 		"on its own and BEGIN alone, as pgbench sends them. Each transaction "+
 		"is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n", floorConnsText(o.floorConns))
 	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and "+
-		"%s, running the real create-payment flow (`payments.Service.EngineFloorCreateFlow`: its phases and its SQL) "+
+		"%s, running the real create-payment flow (`payments.Service.Create` built `WithCreatePaymentIntent`: its phases and its SQL) "+
 		"whose Stripe call answers at once with a succeeded PaymentIntent (it calls nobody). No HTTP, no Stripe: the engine's floor.\n",
 		floorConnsText(o.floorConns))
 	p("- **B**: `POST /v1/payments` with a new key, over HTTP, against the service as `payments serve` runs it, "+

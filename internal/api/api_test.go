@@ -92,13 +92,16 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 
 	o.engine.Pool = pool
 	engine := recovery.New(o.engine)
-	svc := payments.NewService(pool, engine, stripe)
+	svc, err := payments.NewService(pool, engine, stripe)
+	require.NoError(t, err)
+	hooks, err := merchanthooks.NewService(pool, engine)
+	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	handler = api.NewHandler(api.Config{
 		Pool: pool, Engine: engine, Payments: svc,
 		Logger: slog.New(slog.DiscardHandler), Registry: reg, RateLimit: o.rateLimit,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
-		Hooks:    merchanthooks.NewService(pool, engine), WebhookURLCheck: o.checkURL,
+		Hooks:    hooks, WebhookURLCheck: o.checkURL,
 	})
 	return &testBundle{pool: pool, server: server, sim: sim, payments: svc, handler: handler}
 }

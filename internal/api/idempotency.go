@@ -92,19 +92,19 @@ func unquoteSFString(s string) (string, bool) {
 // readIdempotent reads what every idempotent route starts with, in this
 // order: the Idempotency-Key, then the JSON body, decoded into dst (an empty
 // body only when allowEmpty). It returns what the route passes to its flow.
-func readIdempotent(r *http.Request, dst any, allowEmpty bool) (payments.Idempotent, error) {
+func readIdempotent(r *http.Request, dst any, allowEmpty bool) (payments.KeyedRequest, error) {
 	key, err := idempotencyKey(r)
 	if err != nil {
-		return payments.Idempotent{}, err
+		return payments.KeyedRequest{}, err
 	}
 	body, err := readBody(r)
 	if err != nil {
-		return payments.Idempotent{}, err
+		return payments.KeyedRequest{}, err
 	}
 	if err := decodeJSON(body, dst, allowEmpty); err != nil {
-		return payments.Idempotent{}, err
+		return payments.KeyedRequest{}, err
 	}
-	return payments.Idempotent{
+	return payments.KeyedRequest{
 		UserID: userFrom(r.Context()).ID, Key: key, Method: r.Method, Path: r.URL.Path, Body: body,
 	}, nil
 }

@@ -121,7 +121,7 @@ func (s *Server) cancelPayment(w http.ResponseWriter, r *http.Request) error {
 // payment_processing while its creation is unfinished), then the flow.
 func (s *Server) paymentAction(w http.ResponseWriter, r *http.Request, req any,
 	params func(payments.Payment) (payments.ActionParams, error),
-	run func(context.Context, payments.Idempotent, payments.ActionParams) (recovery.Response, error)) error {
+	run func(context.Context, payments.KeyedRequest, payments.ActionParams) (recovery.Response, error)) error {
 	idem, err := readIdempotent(r, req, true)
 	if err != nil {
 		return err

@@ -106,7 +106,7 @@ func (s *Server) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 }
 
 // engineRequest is the engine's request for an idempotent call to a flow
-// outside package payments (which takes payments.Idempotent itself).
-func engineRequest(req payments.Idempotent) recovery.Request {
+// outside package payments (which takes payments.KeyedRequest itself).
+func engineRequest(req payments.KeyedRequest) recovery.Request {
 	return recovery.Request{UserID: req.UserID, Key: req.Key, Method: req.Method, Path: req.Path, Body: req.Body}
 }

@@ -48,9 +48,12 @@ type Config struct {
 	Failpoints          *failpoint.Set
 	// KeyFilter sizes the key filter, or turns it off (Disabled). Its TTL
 	// and Registry are the app's.
-	KeyFilter     keyfilter.Config
-	Stripe        *stripeclient.Client
-	WebhookSecret string
+	KeyFilter keyfilter.Config
+	Stripe    *stripeclient.Client
+	// PaymentsOptions change how the payments service is built (the
+	// benchmark's engine floor injects its create flow's Stripe call).
+	PaymentsOptions []payments.Option
+	WebhookSecret   string
 	// WebhookURLCheck vets a new webhook endpoint's URL beyond its syntax
 	// (api.Config.WebhookURLCheck); nil checks the syntax only.
 	WebhookURLCheck api.URLCheck
@@ -114,24 +117,51 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Failpoints: cfg.Failpoints, KeyFilter: filter,
 	})
 	a := &App{
-		Log: log, Pool: pool, Engine: engine, Registry: reg,
-		Payments: payments.NewService(pool, engine, cfg.Stripe),
-		Hooks:    merchanthooks.NewService(pool, engine), checkURL: cfg.WebhookURLCheck,
+		Log: log, Pool: pool, Engine: engine, Registry: reg, checkURL: cfg.WebhookURLCheck,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{
 			Pool: pool, Secret: cfg.WebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
 		}),
 	}
+	if err := a.registerFlows(cfg.Stripe, cfg.PaymentsOptions...); err != nil {
+		pool.Close()
+		return nil, err
+	}
 	if cfg.ConsoleToken != "" {
 		// The console re-drives keys as `payments keys retry` does: through
 		// keyadmin, with a completer of its own that only RetryNow uses.
-		flows := append(a.Payments.Flows(), a.Hooks.Flows()...)
-		completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Flows: flows})
+		completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine})
 		a.console = console.Config{
 			Token: cfg.ConsoleToken, TraceURL: cfg.ConsoleTraceURL, Pool: pool, Hooks: a.Hooks,
-			Keys: keyadmin.New(pool, flows, completer), Logger: log.With(slog.String("component", "console")),
+			Keys: keyadmin.New(pool, engine.Flows(), completer), Logger: log.With(slog.String("component", "console")),
 		}
 	}
 	return a, nil
+}
+
+// registerFlows builds the services, which register every flow with the
+// engine, here and once: the engine refuses a flow declared wrong or a
+// name taken twice, and then a failpoint that no registered flow fires (a
+// misspelt one would never fire).
+func (a *App) registerFlows(stripe *stripeclient.Client, opts ...payments.Option) (err error) {
+	if a.Payments, err = payments.NewService(a.Pool, a.Engine, stripe, opts...); err != nil {
+		return err
+	}
+	if a.Hooks, err = merchanthooks.NewService(a.Pool, a.Engine); err != nil {
+		return err
+	}
+	return a.Engine.CheckFailpoints()
+}
+
+// DeclaredFlows are every flow the service runs, as declared, in name
+// order, built without a database: for what is derived from the
+// declarations (the README's table of recovery points and failpoints, the
+// chaos suite's failpoints).
+func DeclaredFlows() ([]*recovery.Flow, error) {
+	a := &App{Engine: recovery.New(recovery.Config{})}
+	if err := a.registerFlows(nil); err != nil {
+		return nil, err
+	}
+	return a.Engine.Flows(), nil
 }
 
 // Close closes the pool.

@@ -111,7 +111,7 @@ func (e *env) startWorker(grace time.Duration) {
 	go func() {
 		done <- worker.Run(runCtx, worker.Config{
 			Pool: w.Pool, Logger: w.Log, Registry: w.Registry, Engine: w.Engine,
-			Flows: append(w.Payments.Flows(), w.Hooks.Flows()...), Payments: w.Payments,
+			Payments:             w.Payments,
 			EnqueuerPollInterval: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 			CompleterInterval: 250 * time.Millisecond, CompleterGrace: grace,
 			WebhookRetrySchedule: []time.Duration{time.Hour}, WebhookClient: &http.Client{Timeout: 5 * time.Second},

@@ -4,6 +4,8 @@
 //
 // PAYMENTS_FAILPOINTS is a comma-separated list of name=action, for example
 // "after_stripe:payment_intent=crash,before_commit:finished=sleep:500".
+// The names are those the flows' declarations give (recovery.Flow.Failpoints);
+// the service refuses, at start-up, a set naming any other (CheckNames).
 // Actions: crash (the process dies at once, as by SIGKILL), error (the step
 // fails with an internal error), sleep:<ms>. A nil or empty *Set costs one
 // nil check per point.
@@ -12,6 +14,7 @@ package failpoint
 import (
 	"errors"
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -79,6 +82,29 @@ func parseAction(act string) (action, error) {
 	default:
 		return action{}, fmt.Errorf("unknown action %q (crash, error or sleep:<ms>)", act)
 	}
+}
+
+// ErrUnknown wraps the names CheckNames refuses.
+var ErrUnknown = errors.New("unknown failpoint")
+
+// CheckNames refuses a set that names a failpoint not among known (those
+// the flows declare: recovery.Engine.CheckFailpoints), since it would
+// never fire. A nil set names none.
+func (s *Set) CheckNames(known []string) error {
+	if s == nil {
+		return nil
+	}
+	var unknown []string
+	for name := range s.actions {
+		if !slices.Contains(known, name) {
+			unknown = append(unknown, name)
+		}
+	}
+	if len(unknown) == 0 {
+		return nil
+	}
+	slices.Sort(unknown)
+	return fmt.Errorf("%w: %s (known: %s)", ErrUnknown, strings.Join(unknown, ", "), strings.Join(known, ", "))
 }
 
 // Fire runs the action of failpoint name, if one is set: it kills the

@@ -18,7 +18,7 @@ func TestParseAndFire(t *testing.T) {
 	start := time.Now()
 	require.NoError(t, s.Fire("after_commit:finished"))
 	require.GreaterOrEqual(t, time.Since(start), 30*time.Millisecond)
-	require.NoError(t, s.Fire("after_stripe:payment_intent"), "points not listed do nothing")
+	require.NoError(t, s.Fire("after_call:payment_intent"), "points not listed do nothing")
 
 	var none *failpoint.Set
 	require.NoError(t, none.Fire("anything"))

@@ -247,8 +247,11 @@ func (a *Admin) stripeKeys(k dbsqlc.IdempotencyKey, children []dbsqlc.ListChildK
 		recorded[c.Step] = c
 	}
 	var steps []string
-	if f, ok := a.flows[k.Flow]; ok {
+	f, ok := a.flows[k.Flow]
+	if ok {
 		steps = f.ExternalSteps()
+	} else {
+		f = &recovery.Flow{Name: k.Flow} // a flow this build does not know: no prefix to show
 	}
 	for _, c := range children { // a step the flow no longer names, if any
 		if !slices.Contains(steps, c.Step) {
@@ -259,7 +262,7 @@ func (a *Admin) stripeKeys(k dbsqlc.IdempotencyKey, children []dbsqlc.ListChildK
 	for _, step := range steps {
 		c := recorded[step]
 		out = append(out, StripeKey{
-			Step: step, Generation: c.Generation, Key: recovery.ChildKeyAt(k.ID, step, c.Generation), SpentSince: timePtr(c.SpentAt),
+			Step: step, Generation: c.Generation, Key: f.ChildKeyAt(k.ID, step, c.Generation), SpentSince: timePtr(c.SpentAt),
 		})
 	}
 	return out

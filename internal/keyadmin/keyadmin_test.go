@@ -57,9 +57,10 @@ func (b *bundle) admin(t *testing.T, failpoints string) (*keyadmin.Admin, *payme
 	fp, err := failpoint.Parse(failpoints)
 	require.NoError(t, err)
 	engine := recovery.New(recovery.Config{Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now }})
-	svc := payments.NewService(b.pool, engine, b.stripe)
-	c := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Flows: svc.Flows(), Grace: time.Second})
-	return keyadmin.New(b.pool, svc.Flows(), c), svc, c
+	svc, err := payments.NewService(b.pool, engine, b.stripe)
+	require.NoError(t, err)
+	c := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Grace: time.Second})
+	return keyadmin.New(b.pool, engine.Flows(), c), svc, c
 }
 
 // abandon runs a create request that fails at the failpoint and leaves its
@@ -67,7 +68,7 @@ func (b *bundle) admin(t *testing.T, failpoints string) (*keyadmin.Admin, *payme
 func (b *bundle) abandon(t *testing.T, where, key string) {
 	t.Helper()
 	_, svc, _ := b.admin(t, where+"=error")
-	_, err := svc.Create(context.Background(), payments.Idempotent{
+	_, err := svc.Create(context.Background(), payments.KeyedRequest{
 		UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments",
 		Body: []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`),
 	}, payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})

@@ -21,7 +21,8 @@ func TestAdmin_showMasksTheSecretsInTheStoredAnswer(t *testing.T) {
 	b := setup(t)
 	ctx := context.Background()
 	engine := recovery.New(recovery.Config{Pool: b.pool})
-	hooks := merchanthooks.NewService(b.pool, engine)
+	hooks, err := merchanthooks.NewService(b.pool, engine)
+	require.NoError(t, err)
 	body := `{"url":"https://example.com/hooks"}`
 	resp, err := hooks.CreateEndpoint(ctx, recovery.Request{UserID: b.userID, Key: "endpoint-1", Method: "POST",
 		Path: "/v1/webhook_endpoints", Body: []byte(body)}, merchanthooks.CreateParams{URL: "https://example.com/hooks", EnabledEvents: []string{"*"}})
@@ -30,7 +31,7 @@ func TestAdmin_showMasksTheSecretsInTheStoredAnswer(t *testing.T) {
 	require.NoError(t, json.Unmarshal(resp.Body, &created))
 	require.Regexp(t, `^whsec_.{20,}$`, created.Secret)
 
-	admin := keyadmin.New(b.pool, hooks.Flows(), nil)
+	admin := keyadmin.New(b.pool, engine.Flows(), nil)
 	story, err := admin.Show(ctx, alice, "endpoint-1")
 	require.NoError(t, err)
 	out, err := json.Marshal(story)

@@ -21,7 +21,7 @@ func TestAdmin_pageListsNewestFirstByStateFlowAndAgeAndCountsByPoint(t *testing.
 	admin, svc, _ := b.admin(t, "")
 	for _, key := range []string{"done-1", "done-2"} {
 		b.now = b.now.Add(time.Second) // the engine's clock: each key newer than the last
-		_, err := svc.Create(ctx, payments.Idempotent{
+		_, err := svc.Create(ctx, payments.KeyedRequest{
 			UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments",
 			Body: []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`),
 		}, payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})

@@ -110,9 +110,10 @@ type RedeliverParams struct {
 // a finished one: its next attempt is due at once, and the job of its
 // earlier cycle, when it runs, stops unsent.
 func (s *Service) redeliverFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "redeliver_event", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.restartDeliveries),
-	}}
+	return recovery.NewFlow("redeliver_event",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.restartDeliveries),
+			recovery.Finished),
+	)
 }
 
 // Redeliver runs the redeliver flow for req (whose Params and Flow it
@@ -150,13 +151,9 @@ func (s *Service) restartDeliveries(ctx context.Context, tx *db.Tx, k *recovery.
 	for i, r := range rows {
 		deliveries[i] = toDelivery(r)
 	}
-	body, err := json.Marshal(struct {
+	return recovery.RespondJSON(200, struct {
 		Object  string     `json:"object"`
 		Data    []Delivery `json:"data"`
 		HasMore bool       `json:"has_more"`
 	}{"list", deliveries, false})
-	if err != nil {
-		return recovery.Outcome{}, err
-	}
-	return recovery.Respond(200, body), nil
 }

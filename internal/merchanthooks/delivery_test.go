@@ -59,7 +59,7 @@ func setup(t *testing.T, schedule []time.Duration, clientTimeout time.Duration) 
 	go func() {
 		done <- worker.Run(runCtx, worker.Config{
 			Pool: a.Pool, Logger: a.Log, Registry: a.Registry, Engine: a.Engine,
-			Flows: append(a.Payments.Flows(), a.Hooks.Flows()...), Payments: a.Payments,
+			Payments:             a.Payments,
 			EnqueuerPollInterval: 50 * time.Millisecond, ShutdownTimeout: 5 * time.Second,
 			WebhookRetrySchedule: schedule, WebhookClient: &http.Client{Timeout: clientTimeout},
 		})

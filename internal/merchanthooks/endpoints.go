@@ -39,16 +39,14 @@ type Service struct {
 	create, redeliver *recovery.Flow
 }
 
-// NewService wires the flows to their engine.
-func NewService(pool *pgxpool.Pool, engine *recovery.Engine) *Service {
+// NewService declares the flows and registers them with their engine,
+// which refuses a flow declared wrong or one whose name is taken.
+func NewService(pool *pgxpool.Pool, engine *recovery.Engine) (*Service, error) {
 	s := &Service{pool: pool, engine: engine}
 	s.create = s.createFlow()
 	s.redeliver = s.redeliverFlow()
-	return s
+	return s, engine.Register(s.create, s.redeliver)
 }
-
-// Flows lists the flows, for the completer to resume any of them by name.
-func (s *Service) Flows() []*recovery.Flow { return []*recovery.Flow{s.create, s.redeliver} }
 
 var queries = dbsqlc.New()
 
@@ -167,9 +165,10 @@ func isSubscription(pattern string) bool {
 // again (a serialization failure, a retry after a crash before the commit)
 // draws another, and only the committed one is in the stored answer.
 func (s *Service) createFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "create_webhook_endpoint", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.insertEndpoint),
-	}}
+	return recovery.NewFlow("create_webhook_endpoint",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.insertEndpoint),
+			recovery.Finished),
+	)
 }
 
 // CreateEndpoint runs the create flow for req (whose Params and Flow it sets).
@@ -187,11 +186,7 @@ func (s *Service) insertEndpoint(ctx context.Context, tx *db.Tx, k *recovery.Key
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	body, err := json.Marshal(e)
-	if err != nil {
-		return recovery.Outcome{}, err
-	}
-	return recovery.Respond(201, body), nil
+	return recovery.RespondJSON(201, e)
 }
 
 // InsertEndpointTx inserts a new endpoint of userID's in tx, with a new id

@@ -79,13 +79,13 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 	case err == nil:
 		return actionResult{intent: pi}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return actionResult{}, unfinishedCall(err)
+		return actionResult{}, UnfinishedStripeCall(err)
 	default:
-		res := actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, stripeMessage(err))}
+		res := actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, StripeMessage(err))}
 		var se *stripe.Error
 		if errors.As(err, &se) && se.PaymentIntent != nil && se.PaymentIntent.ID == *pay.StripePaymentIntent {
 			res.refusedIntent = se.PaymentIntent
-			res.refusal = fmt.Sprintf("Payment %s is %s: %s", pay.ID, se.PaymentIntent.Status, stripeMessage(err))
+			res.refusal = fmt.Sprintf("Payment %s is %s: %s", pay.ID, se.PaymentIntent.Status, StripeMessage(err))
 		}
 		return res, nil
 	}
@@ -177,22 +177,26 @@ func finishAction(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Out
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	return respond(http.StatusOK, pay)
+	return recovery.RespondJSON(http.StatusOK, pay)
 }
 
-// unfinishedCall is what a failed Stripe call that is not Stripe's final
-// answer means to the engine: a spent child key (Stripe replays a 5xx it
-// stored under it), which the engine must move on from, or a transient
-// failure, which a retry with the same key may get past.
-func unfinishedCall(err error) error {
+// UnfinishedStripeCall is what a failed Stripe call that is not Stripe's
+// final answer (stripeclient.Classify says Transient) means to the engine,
+// for a flow's external call to return: a spent child key (Stripe replays a
+// 5xx it stored under it), which the engine must move on from
+// (recovery.ChildKeySpent), or a transient failure, which a retry with the
+// same key may get past (recovery.Transient). A final answer (a decline,
+// another 4xx) is not an error of the call: the call returns it as its
+// result, and its record stores the answer (StripeMessage words it).
+func UnfinishedStripeCall(err error) error {
 	if errors.Is(err, stripeclient.ErrChildKeySpent) {
 		return recovery.ChildKeySpent(err)
 	}
 	return recovery.Transient(err)
 }
 
-// stripeMessage is Stripe's own message for a refusal, else the error text.
-func stripeMessage(err error) string {
+// StripeMessage is Stripe's own message for a refusal, else the error text.
+func StripeMessage(err error) string {
 	var se *stripe.Error
 	if errors.As(err, &se) {
 		return se.Msg

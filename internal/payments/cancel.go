@@ -28,18 +28,21 @@ const (
 )
 
 // Cancel runs the cancel flow for req.
-func (s *Service) Cancel(ctx context.Context, req Idempotent, p ActionParams) (recovery.Response, error) {
+func (s *Service) Cancel(ctx context.Context, req KeyedRequest, p ActionParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.cancel, p)
 }
 
 func (s *Service) cancelFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "cancel_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.WithReconcile(recovery.ExternalPhase(stepCancel, s.cancelPaymentIntent, s.recordCancel),
-			func(ctx context.Context, k *recovery.Key) (actionResult, bool, error) {
-				return s.findActionResult(ctx, k, stripe.PaymentIntentStatusCanceled)
-			}),
-		PaymentCanceled: recovery.LocalPhase(s.finishCancel),
-	}}
+	findCancel := func(ctx context.Context, k *recovery.Key) (actionResult, bool, error) {
+		return s.findActionResult(ctx, k, stripe.PaymentIntentStatusCanceled)
+	}
+	return s.flow("cancel_payment",
+		recovery.From(recovery.Started, recovery.WithReconcile(
+			recovery.ExternalPhase(stepCancel, s.cancelPaymentIntent, s.recordCancel), findCancel),
+			PaymentCanceled, recovery.Finished), // Finished: a refusal, stored
+		recovery.From(PaymentCanceled, recovery.LocalPhase(s.finishCancel),
+			recovery.Finished),
+	)
 }
 
 // cancelPaymentIntent: the Stripe call of started.

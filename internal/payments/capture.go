@@ -29,18 +29,21 @@ const (
 )
 
 // Capture runs the capture flow for req.
-func (s *Service) Capture(ctx context.Context, req Idempotent, p ActionParams) (recovery.Response, error) {
+func (s *Service) Capture(ctx context.Context, req KeyedRequest, p ActionParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.capture, p)
 }
 
 func (s *Service) captureFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "capture_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.WithReconcile(recovery.ExternalPhase(stepCapture, s.capturePaymentIntent, s.recordCapture),
-			func(ctx context.Context, k *recovery.Key) (actionResult, bool, error) {
-				return s.findActionResult(ctx, k, stripe.PaymentIntentStatusSucceeded)
-			}),
-		PaymentCaptured: recovery.LocalPhase(s.finishCapture),
-	}}
+	findCapture := func(ctx context.Context, k *recovery.Key) (actionResult, bool, error) {
+		return s.findActionResult(ctx, k, stripe.PaymentIntentStatusSucceeded)
+	}
+	return s.flow("capture_payment",
+		recovery.From(recovery.Started, recovery.WithReconcile(
+			recovery.ExternalPhase(stepCapture, s.capturePaymentIntent, s.recordCapture), findCapture),
+			PaymentCaptured, recovery.Finished), // Finished: a refusal, stored
+		recovery.From(PaymentCaptured, recovery.LocalPhase(s.finishCapture),
+			recovery.Finished),
+	)
 }
 
 // capturePaymentIntent: the Stripe call of started.

@@ -63,11 +63,11 @@ func (b *testBundle) service(t *testing.T, failpoints string) (*payments.Service
 	engine := recovery.New(recovery.Config{
 		Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now },
 	})
-	return payments.NewService(b.pool, engine, b.stripe), engine
+	return mustService(payments.NewService(b.pool, engine, b.stripe)), engine
 }
 
 func (b *testBundle) completer(svc *payments.Service, engine *recovery.Engine, reg ...prometheus.Registerer) *recovery.Completer {
-	cfg := recovery.CompleterConfig{Engine: engine, Flows: svc.Flows(), Grace: 30 * time.Second}
+	cfg := recovery.CompleterConfig{Engine: engine, Grace: 30 * time.Second}
 	if len(reg) > 0 {
 		cfg.Registry = reg[0]
 	}
@@ -86,7 +86,7 @@ func (b *testBundle) abandonKey(t *testing.T, where, key string) {
 	t.Helper()
 	svc, _ := b.service(t, where+"=error")
 	body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
-	_, err := svc.Create(context.Background(), payments.Idempotent{
+	_, err := svc.Create(context.Background(), payments.KeyedRequest{
 		UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments", Body: body,
 	}, payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
 	require.ErrorIs(t, err, failpoint.ErrInjected)
@@ -245,9 +245,9 @@ func TestCompleter_aRunFitsItsTimeAndCountsOnlyTheKeysItTried(t *testing.T) {
 	for i := range abandoned {
 		b.abandonKey(t, "after_commit:payment_created", fmt.Sprintf("abandoned-%d", i))
 	}
-	svc, engine := b.service(t, "")
+	_, engine := b.service(t, "") // registers the flows with engine
 	c := recovery.NewCompleter(recovery.CompleterConfig{
-		Engine: engine, Flows: svc.Flows(), Grace: 30 * time.Second, RunBudget: time.Second, Concurrency: 2,
+		Engine: engine, Grace: 30 * time.Second, RunBudget: time.Second, Concurrency: 2,
 	})
 	// Stripe takes 600 ms per PaymentIntent: eight keys need 4.8 s of calls.
 	require.NoError(t, b.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "POST",
@@ -280,4 +280,13 @@ func TestCompleter_aRunFitsItsTimeAndCountsOnlyTheKeysItTried(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, recovery.CompleterRun{Claimed: abandoned - tried, Finished: abandoned - tried}, run,
 		"the next run takes the rest at once, with no backoff")
+}
+
+// mustService is the service NewService built; its flows are the
+// service's own, so registering them cannot fail but by a bug.
+func mustService(svc *payments.Service, err error) *payments.Service {
+	if err != nil {
+		panic(err)
+	}
+	return svc
 }

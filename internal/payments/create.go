@@ -59,41 +59,24 @@ type CreateParams struct {
 }
 
 // Create runs the create-payment flow for req.
-func (s *Service) Create(ctx context.Context, req Idempotent, p CreateParams) (recovery.Response, error) {
+func (s *Service) Create(ctx context.Context, req KeyedRequest, p CreateParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.create, p)
 }
 
-func (s *Service) createFlow() *recovery.Flow {
-	return s.createFlowCalling(s.stripe.CreatePaymentIntent)
-}
-
 // CreatePaymentIntentFunc is the create flow's one Stripe call:
-// stripeclient.Client.CreatePaymentIntent.
+// stripeclient.Client.CreatePaymentIntent, unless WithCreatePaymentIntent.
 type CreatePaymentIntentFunc func(ctx context.Context, childKey string, r stripeclient.PaymentIntentRequest) (*stripe.PaymentIntent, error)
 
-// EngineFloorCreateFlow is the create-payment flow, phase for phase and
-// statement for statement, whose Stripe call is createIntent instead. It is
-// for the benchmark's engine floor only (cmd/paymentsbench, scenario A-own:
-// the engine and the flow's SQL without HTTP or Stripe), so that the floor
-// runs the real flow rather than a copy of its SQL. Tests never use it:
-// they run the flow against the simulator, over HTTP.
-func (s *Service) EngineFloorCreateFlow(createIntent CreatePaymentIntentFunc) *recovery.Flow {
-	return s.createFlowCalling(createIntent)
-}
-
-// createFlowCalling is the create-payment flow, whose Stripe call is createIntent.
-func (s *Service) createFlowCalling(createIntent CreatePaymentIntentFunc) *recovery.Flow {
-	return &recovery.Flow{Name: "create_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.insertPayment),
-		PaymentCreated: recovery.WithReconcile(
-			recovery.ExternalPhase(stepPaymentIntent,
-				func(ctx context.Context, k *recovery.Key) (intentResult, error) {
-					return s.createPaymentIntent(ctx, k, createIntent)
-				},
-				s.recordPaymentIntent),
-			s.findPaymentIntent),
-		PaymentIntentCreated: recovery.LocalPhase(s.finishCreate),
-	}}
+func (s *Service) createFlow() *recovery.Flow {
+	return s.flow("create_payment",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.insertPayment),
+			PaymentCreated),
+		recovery.From(PaymentCreated, recovery.WithReconcile(
+			recovery.ExternalPhase(stepPaymentIntent, s.createPaymentIntent, s.recordPaymentIntent), s.findPaymentIntent),
+			PaymentIntentCreated, recovery.Finished), // Finished: a decline, stored
+		recovery.From(PaymentIntentCreated, recovery.LocalPhase(s.finishCreate),
+			recovery.Finished),
+	)
 }
 
 // The payment, handed from phase to phase within an attempt (see
@@ -153,7 +136,7 @@ type intentResult struct {
 
 // createPaymentIntent: the Stripe call of payment_created. The request's
 // parameters are the payment's; only its id may need reading.
-func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key, createIntent CreatePaymentIntentFunc) (intentResult, error) {
+func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, error) {
 	var p CreateParams
 	if err := k.DecodeParams(&p); err != nil {
 		return intentResult{}, err
@@ -162,7 +145,7 @@ func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key, crea
 	if err != nil {
 		return intentResult{}, err
 	}
-	pi, err := createIntent(ctx, k.ChildKey(stepPaymentIntent), stripeclient.PaymentIntentRequest{
+	pi, err := s.createIntent(ctx, k.ChildKey(stepPaymentIntent), stripeclient.PaymentIntentRequest{
 		Amount: p.Amount, Currency: p.Currency, PaymentMethod: p.PaymentMethod, CaptureManually: !p.Capture,
 		Description: deref(p.Description),
 		// The completer finds this PaymentIntent by these if it must reconcile.
@@ -282,7 +265,7 @@ func classifyIntent(pi *stripe.PaymentIntent, err error) (intentResult, error) {
 	case err == nil:
 		return intentResult{intent: pi}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return intentResult{}, unfinishedCall(err)
+		return intentResult{}, UnfinishedStripeCall(err)
 	}
 	if d, ok := stripeclient.AsDecline(err); ok {
 		return intentResult{decline: &d}, nil
@@ -363,7 +346,7 @@ func failPayment(ctx context.Context, tx *db.Tx, k *recovery.Key, move paymentMo
 		answer = problem.New(http.StatusPaymentRequired, problem.CardDeclined, "%s", d.Message)
 		answer.DeclineCode, answer.Payment = t.failureCode, paymentID
 	} else {
-		t.failureCode, t.failureMessage = "payment_refused", stripeMessage(res.refusal)
+		t.failureCode, t.failureMessage = "payment_refused", StripeMessage(res.refusal)
 		var se *stripe.Error
 		if errors.As(res.refusal, &se) && se.Code != "" {
 			t.failureCode = string(se.Code)
@@ -418,7 +401,7 @@ func (s *Service) finishCreate(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 			return recovery.Outcome{}, err
 		}
 	}
-	return respond(http.StatusCreated, pay)
+	return recovery.RespondJSON(http.StatusCreated, pay)
 }
 
 // paymentIDOf is the id of the payment that the create request k made:

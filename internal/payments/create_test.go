@@ -57,7 +57,7 @@ func TestCreate_aWebhookThatMovesThePaymentFirstLeavesOneEvent(t *testing.T) {
 	svc, _ := b.service(t, "")
 
 	body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
-	resp, err := svc.Create(ctx, payments.Idempotent{UserID: b.userID, Key: "outrun", Method: "POST", Path: "/v1/payments", Body: body},
+	resp, err := svc.Create(ctx, payments.KeyedRequest{UserID: b.userID, Key: "outrun", Method: "POST", Path: "/v1/payments", Body: body},
 		payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, resp.Status, string(resp.Body))
@@ -102,7 +102,7 @@ func TestCreate_aPaymentIntentRequiringActionIsFailedNotAuthorised(t *testing.T)
 
 	for i, capture := range []bool{true, false} {
 		body := []byte(fmt.Sprintf(`{"amount":1500,"currency":"usd","payment_method":"pm_card_authenticationRequired","capture":%t}`, capture))
-		resp, err := svc.Create(ctx, payments.Idempotent{UserID: b.userID, Key: fmt.Sprintf("3ds-%d", i), Method: "POST", Path: "/v1/payments", Body: body},
+		resp, err := svc.Create(ctx, payments.KeyedRequest{UserID: b.userID, Key: fmt.Sprintf("3ds-%d", i), Method: "POST", Path: "/v1/payments", Body: body},
 			payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_authenticationRequired", Capture: capture})
 		require.NoError(t, err)
 		require.Equal(t, http.StatusPaymentRequired, resp.Status, string(resp.Body))

@@ -34,7 +34,7 @@ func (b *testBundle) instance(t *testing.T, cfg instanceConfig) (*payments.Servi
 	engine := recovery.New(recovery.Config{Pool: b.pool, LockTimeout: cfg.lockTimeout, Failpoints: fp, KeyFilter: filter})
 	_, err = engine.RebuildKeyFilter(context.Background())
 	require.NoError(t, err)
-	return payments.NewService(b.pool, engine, b.stripe), engine
+	return mustService(payments.NewService(b.pool, engine, b.stripe)), engine
 }
 
 func (b *testBundle) create(ctx context.Context, svc *payments.Service, key, body string) (recovery.Response, error) {
@@ -43,7 +43,7 @@ func (b *testBundle) create(ctx context.Context, svc *payments.Service, key, bod
 		return recovery.Response{}, err
 	}
 	p.Capture = true
-	return svc.Create(ctx, payments.Idempotent{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments", Body: []byte(body)}, p)
+	return svc.Create(ctx, payments.KeyedRequest{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/payments", Body: []byte(body)}, p)
 }
 
 func (b *testBundle) refund(ctx context.Context, svc *payments.Service, key string, p payments.RefundParams) (recovery.Response, error) {
@@ -51,7 +51,7 @@ func (b *testBundle) refund(ctx context.Context, svc *payments.Service, key stri
 	if err != nil {
 		return recovery.Response{}, err
 	}
-	return svc.Refund(ctx, payments.Idempotent{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/refunds", Body: body}, p)
+	return svc.Refund(ctx, payments.KeyedRequest{UserID: b.userID, Key: key, Method: "POST", Path: "/v1/refunds", Body: body}, p)
 }
 
 // Issue 20, item 8: each process judged a lock's age by its own
@@ -67,7 +67,7 @@ func TestLocks_aShorterLockTimeoutElsewhereNeverTakesOverALiveRequest(t *testing
 	ctx := context.Background()
 	api, _ := b.instance(t, instanceConfig{lockTimeout: 5 * time.Second})
 	worker, workerEngine := b.instance(t, instanceConfig{lockTimeout: time.Second})
-	completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: workerEngine, Flows: worker.Flows(), Grace: time.Millisecond})
+	completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: workerEngine, Grace: time.Millisecond})
 	// Stripe takes 4 s: longer than the worker's lock timeout, shorter than the API's.
 	require.NoError(t, b.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "POST",
 		Kind: stripesim.FaultDelay, DelayMS: 4000, Count: 1}))

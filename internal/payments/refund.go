@@ -63,18 +63,20 @@ type RefundParams struct {
 }
 
 // Refund runs the refund flow for req.
-func (s *Service) Refund(ctx context.Context, req Idempotent, p RefundParams) (recovery.Response, error) {
+func (s *Service) Refund(ctx context.Context, req KeyedRequest, p RefundParams) (recovery.Response, error) {
 	return s.execute(ctx, req, s.refund, p)
 }
 
 func (s *Service) refundFlow() *recovery.Flow {
-	return &recovery.Flow{Name: "refund_payment", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(s.insertRefund),
-		RefundCreated: recovery.WithReconcile(
-			recovery.ExternalPhase(stepRefund, s.createStripeRefund, s.recordStripeRefund),
-			s.findStripeRefund),
-		StripeRefundCreated: recovery.LocalPhase(s.finishRefund),
-	}}
+	return s.flow("refund_payment",
+		recovery.From(recovery.Started, recovery.LocalPhase(s.insertRefund),
+			RefundCreated, recovery.Finished), // Finished: refund_not_allowed, stored
+		recovery.From(RefundCreated, recovery.WithReconcile(
+			recovery.ExternalPhase(stepRefund, s.createStripeRefund, s.recordStripeRefund), s.findStripeRefund),
+			StripeRefundCreated, recovery.Finished), // Finished: a refusal, stored
+		recovery.From(StripeRefundCreated, recovery.LocalPhase(s.finishRefund),
+			recovery.Finished),
+	)
 }
 
 // insertRefund: started -> refund_created, or finished when the payment's
@@ -157,9 +159,9 @@ func (s *Service) createStripeRefund(ctx context.Context, k *recovery.Key) (refu
 	case err == nil:
 		return refundResult{refund: sr}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
-		return refundResult{}, unfinishedCall(err)
+		return refundResult{}, UnfinishedStripeCall(err)
 	default:
-		return refundResult{refusal: stripeMessage(err)}, nil
+		return refundResult{refusal: StripeMessage(err)}, nil
 	}
 }
 
@@ -242,11 +244,7 @@ func (s *Service) finishRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
-	body, err := json.Marshal(re)
-	if err != nil {
-		return recovery.Outcome{}, fmt.Errorf("rendering refund %s: %w", re.ID, err)
-	}
-	return recovery.Respond(http.StatusCreated, body), nil
+	return recovery.RespondJSON(http.StatusCreated, re)
 }
 
 // refundNotAllowed is the final answer to a refund the payment's state, or

@@ -85,11 +85,11 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 	engine := recovery.New(recovery.Config{Pool: pool, KeyFilter: filter})
 	_, err = engine.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
-	svc := payments.NewService(pool, engine, b.stripe)
+	svc := mustService(payments.NewService(pool, engine, b.stripe))
 
 	create := func(key string) recovery.Response {
 		body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
-		resp, err := svc.Create(ctx, payments.Idempotent{UserID: u.ID, Key: key, Method: "POST", Path: "/v1/payments", Body: body},
+		resp, err := svc.Create(ctx, payments.KeyedRequest{UserID: u.ID, Key: key, Method: "POST", Path: "/v1/payments", Body: body},
 			payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
 		require.NoError(t, err)
 		require.Equal(t, 201, resp.Status)

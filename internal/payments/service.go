@@ -5,7 +5,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"encoding/json"
-	"fmt"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5/pgxpool"
@@ -23,26 +22,59 @@ type Service struct {
 	stripe *stripeclient.Client
 
 	create, capture, cancel, refund *recovery.Flow
+	// createIntent is the create flow's Stripe call (WithCreatePaymentIntent).
+	createIntent CreatePaymentIntentFunc
 }
 
-// NewService wires the flows to their engine and Stripe client.
-func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client) *Service {
-	s := &Service{pool: pool, engine: engine, stripe: stripe}
+// Option changes how NewService builds the service.
+type Option func(*Service)
+
+// WithCreatePaymentIntent has the create flow make its one Stripe call with
+// createIntent instead of the Stripe client's CreatePaymentIntent. Its one
+// user is the benchmark's engine floor (cmd/paymentsbench, scenario A-own:
+// the engine and the flow's SQL without HTTP or Stripe), which builds the
+// service with it and then runs Create as any caller does. Tests never use
+// it: they run the flow against the simulator, over HTTP.
+func WithCreatePaymentIntent(createIntent CreatePaymentIntentFunc) Option {
+	return func(s *Service) { s.createIntent = createIntent }
+}
+
+// NewService declares the flows, with their Stripe client, and registers
+// them with their engine, which refuses a flow declared wrong or one whose
+// name is taken.
+func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client, opts ...Option) (*Service, error) {
+	s := &Service{pool: pool, engine: engine, stripe: stripe, createIntent: stripe.CreatePaymentIntent}
+	for _, o := range opts {
+		o(s)
+	}
 	s.create = s.createFlow()
 	s.capture = s.captureFlow()
 	s.cancel = s.cancelFlow()
 	s.refund = s.refundFlow()
-	return s
+	return s, engine.Register(s.create, s.capture, s.cancel, s.refund)
 }
 
-// Flows lists every flow, for the completer to resume any of them by name.
-func (s *Service) Flows() []*recovery.Flow {
-	return []*recovery.Flow{s.create, s.capture, s.cancel, s.refund}
+// ChildKeyPrefix begins the child key of every Stripe call of the payment
+// flows: "payments-<key id>-<step>". Keys in flight carry it: it never changes.
+const ChildKeyPrefix = "payments-"
+
+// AfterStripeFailpoint names the failpoint after each Stripe call of the
+// payment flows, before its step: after_stripe:payment_intent, as
+// docs/API.md section 6 names them for crash tests.
+const AfterStripeFailpoint = "after_stripe:"
+
+// flow declares one of the service's flows, with its child keys' prefix
+// and its failpoints' name for a Stripe call.
+func (s *Service) flow(name string, steps ...recovery.Step) *recovery.Flow {
+	f := recovery.NewFlow(name, steps...)
+	f.ChildKeyPrefix = ChildKeyPrefix
+	f.AfterCallFailpoint = AfterStripeFailpoint
+	return f
 }
 
-// Idempotent is what every mutating request brings besides its parameters:
+// KeyedRequest is what every mutating request brings besides its parameters:
 // who asks, with which key, and the request as received.
-type Idempotent struct {
+type KeyedRequest struct {
 	UserID int64
 	Key    string
 	Method string
@@ -50,7 +82,7 @@ type Idempotent struct {
 	Body   []byte
 }
 
-func (s *Service) execute(ctx context.Context, req Idempotent, flow *recovery.Flow, params any) (recovery.Response, error) {
+func (s *Service) execute(ctx context.Context, req KeyedRequest, flow *recovery.Flow, params any) (recovery.Response, error) {
 	return s.engine.Execute(ctx, recovery.Request{
 		UserID: req.UserID, Key: req.Key, Method: req.Method, Path: req.Path, Body: req.Body,
 		Params: params, Flow: flow,
@@ -75,15 +107,6 @@ func audit(ctx context.Context, tx *db.Tx, k *recovery.Key, action, paymentID st
 	return queries.InsertAuditRecord(ctx, tx.Queued(), dbsqlc.InsertAuditRecordParams{
 		UserID: k.UserID, Action: action, ResourceType: "payment", ResourceID: paymentID, Data: raw, IdempotencyKeyID: &k.ID,
 	})
-}
-
-// respond finishes a request with the payment as its body.
-func respond(status int, p Payment) (recovery.Outcome, error) {
-	body, err := json.Marshal(p)
-	if err != nil {
-		return recovery.Outcome{}, fmt.Errorf("rendering payment %s: %w", p.ID, err)
-	}
-	return recovery.Respond(status, body), nil
 }
 
 func keyID(k *recovery.Key) *uuid.UUID { return &k.ID }

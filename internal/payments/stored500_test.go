@@ -19,7 +19,7 @@ import (
 func (b *testBundle) createVisa(t *testing.T, svc *payments.Service) error {
 	t.Helper()
 	body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)
-	_, err := svc.Create(context.Background(), payments.Idempotent{
+	_, err := svc.Create(context.Background(), payments.KeyedRequest{
 		UserID: b.userID, Key: "spent", Method: "POST", Path: "/v1/payments", Body: body,
 	}, payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true})
 	return err
@@ -165,7 +165,7 @@ func (b *testBundle) serviceWithGrace(t *testing.T, grace time.Duration) *paymen
 	engine := recovery.New(recovery.Config{
 		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: grace,
 	})
-	return payments.NewService(b.pool, engine, b.stripe)
+	return mustService(payments.NewService(b.pool, engine, b.stripe))
 }
 
 // chargingIntents are the PaymentIntents at the simulator that took money

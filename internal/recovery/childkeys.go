@@ -91,7 +91,7 @@ func (e *Engine) loadChildKeyGenerations(ctx context.Context, k *Key) error {
 	if k.generationsLoaded {
 		return nil
 	}
-	if !k.made {
+	if !k.insertedByThisClaim {
 		rows, err := queries.ListChildKeyGenerations(ctx, e.cfg.Pool, k.ID)
 		if err != nil {
 			return err
@@ -124,7 +124,7 @@ func (e *Engine) afterSpentChildKey(ctx context.Context, k *Key, phase Phase, sp
 	err = db.WithTx(ctx, e.cfg.Pool, e.txOptions(), func(ctx context.Context, tx *db.Tx) error {
 		seconds, err := queries.MarkChildKeySpent(ctx, tx, dbsqlc.MarkChildKeySpentParams{
 			IdempotencyKeyID: k.ID, LockToken: k.lockToken, Step: phase.step, Generation: generation,
-			Now: e.now(), GraceSeconds: e.cfg.SpentKeyGrace.Seconds(),
+			Now: e.queryNow(), GraceSeconds: e.cfg.SpentKeyGrace.Seconds(),
 		})
 		graceLeft = time.Duration(seconds * float64(time.Second))
 		return err

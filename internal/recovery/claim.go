@@ -27,22 +27,22 @@ import (
 // (the shared commit, commit.go): for a new payment, the claim and the
 // payment's insert are one transaction and one round trip.
 
-// claimWay is how a claim goes about finding the key's row.
-type claimWay int
+// rowSearch is how a claim goes about finding the key's row.
+type rowSearch int
 
 const (
-	// insertAtOnce: the key filter has never seen the key, so the claim
+	// insertWithoutLookup: the key filter has never seen the key, so the claim
 	// inserts its row without looking it up (see KeyFilter). If the key
 	// exists after all, the insert fails on the unique index and the
 	// claim runs again, lookUpAfterInsertFailed.
-	insertAtOnce claimWay = iota
-	// lookUpFirst: the filter may have seen the key (or there is no
+	insertWithoutLookup rowSearch = iota
+	// lookUpBeforeInsert: the filter may have seen the key (or there is no
 	// filter): the claim looks the row up, under a row lock, first.
-	lookUpFirst
+	lookUpBeforeInsert
 	// lookUpAfterInsertFailed: a claim that inserted the key's row found
 	// the key taken: another request's (a race between two first requests,
-	// or a key another instance's filter saw first). An insertAtOnce claim
-	// gets here, and so does a lookUpFirst claim that found no row, inserted
+	// or a key another instance's filter saw first). An insertWithoutLookup claim
+	// gets here, and so does a lookUpBeforeInsert claim that found no row, inserted
 	// one, and lost the insert to a concurrent first request (the unique
 	// index decided after its lookup). Either way the key is looked up again
 	// and gets the careful answer: its replay, 409 in use, 422, or its
@@ -55,18 +55,19 @@ type claimRequest struct {
 	Request
 	fingerprint []byte
 	params      []byte // the request's parameters as stored with a new key
-	way         claimWay
+	search      rowSearch
 	// traceParent is the request's span, stored with a new key (NULL when
 	// the request is not traced): a resumed attempt's trace links to it.
 	traceParent pgtype.Text
 }
 
 // claimed is what a claim's transaction did: it locked a key for an
-// attempt, whose commit did done, or found a finished key's response.
+// attempt, and committed what committed holds; or it found a finished
+// key's response.
 type claimed struct {
-	attempt *attempt
-	replay  *Response
-	done    committed
+	attempt   *attempt
+	replay    *Response
+	committed committed
 }
 
 // claim claims req's key, and returns the attempt that now holds it, or
@@ -80,7 +81,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 	if tp := telemetry.TraceParent(ctx); tp != "" {
 		c.traceParent = pgtype.Text{String: tp, Valid: true}
 	}
-	if c.way == lookUpFirst {
+	if c.search == lookUpBeforeInsert {
 		// Most often a retry: a finished one is answered from its stored
 		// response with one read, without a transaction or a lock.
 		if replay, err := e.findFinished(ctx, c); replay != nil || err != nil {
@@ -89,7 +90,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 	}
 	got, err := e.claimTx(ctx, c)
 	if err != nil && e.keyTaken(ctx, c, err) {
-		c.way = lookUpAfterInsertFailed
+		c.search = lookUpAfterInsertFailed
 		got, err = e.claimTx(ctx, c)
 	}
 	if err != nil && got.replay == nil && errors.Is(err, db.ErrSerialization) {
@@ -101,7 +102,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 	case err != nil:
 		return nil, nil, err // the claim's transaction rolled back: nothing holds a lock
 	}
-	return got.attempt, nil, e.applyCommit(got.attempt, got.done)
+	return got.attempt, nil, e.applyCommit(got.attempt, got.committed)
 }
 
 // answerAfterConflicts answers a claim whose transaction kept failing to
@@ -114,7 +115,7 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 // live lock on the key is another request's.
 func (e *Engine) answerAfterConflicts(ctx context.Context, c *claimRequest, err error) (*Response, error) {
 	row, lookupErr := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
-		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.now(),
+		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.queryNow(),
 	})
 	switch {
 	case lookupErr != nil: // no such key (or no answer): the conflicts were with other keys'
@@ -130,7 +131,7 @@ func (e *Engine) answerAfterConflicts(ctx context.Context, c *claimRequest, err 
 	return nil, err
 }
 
-// newClaimRequest fingerprints req and chooses the claim's way by the key filter.
+// newClaimRequest fingerprints req and chooses, by the key filter, how the claim searches for the key's row.
 func (e *Engine) newClaimRequest(req Request) (*claimRequest, error) {
 	fingerprint, err := Fingerprint(req.Method, req.Path, req.Body)
 	if err != nil {
@@ -140,9 +141,9 @@ func (e *Engine) newClaimRequest(req Request) (*claimRequest, error) {
 	if err != nil {
 		return nil, fmt.Errorf("encoding request params: %w", err)
 	}
-	c := &claimRequest{Request: req, fingerprint: fingerprint, params: params, way: lookUpFirst}
+	c := &claimRequest{Request: req, fingerprint: fingerprint, params: params, search: lookUpBeforeInsert}
 	if !e.cfg.KeyFilter.CheckAndAdd(req.UserID, req.Key) {
-		c.way = insertAtOnce
+		c.search = insertWithoutLookup
 	}
 	return c, nil
 }
@@ -150,7 +151,7 @@ func (e *Engine) newClaimRequest(req Request) (*claimRequest, error) {
 // keyTaken tells whether a claim that failed with err, and that may have
 // inserted the key's row, failed because the key is another request's:
 // its insert hit the unique index (any claim but one that already looked
-// up again), or, for an insertAtOnce claim (which may have failed before
+// up again), or, for an insertWithoutLookup claim (which may have failed before
 // its statements were even sent: a failpoint before a commit whose
 // statements were all queued, say), the key's row exists. Either way the
 // key gets the careful answer (its replay, 422, 409 or its resumption),
@@ -161,11 +162,11 @@ func (e *Engine) newClaimRequest(req Request) (*claimRequest, error) {
 // request committed (and answers from it) or inserts it.
 func (e *Engine) keyTaken(ctx context.Context, c *claimRequest, err error) bool {
 	switch {
-	case c.way == lookUpAfterInsertFailed:
+	case c.search == lookUpAfterInsertFailed:
 		return false
 	case errors.Is(err, db.ErrUniqueViolation):
 		return true
-	case c.way != insertAtOnce:
+	case c.search != insertWithoutLookup:
 		return false
 	}
 	exists, lookupErr := queries.IdempotencyKeyExists(ctx, e.cfg.Pool, dbsqlc.IdempotencyKeyExistsParams{
@@ -187,28 +188,28 @@ func (e *Engine) claimTx(ctx context.Context, c *claimRequest) (claimed, error) 
 		}
 		got.attempt = e.newAttempt(c.Flow, k)
 		var start committed
-		if k.made {
-			start.reached = []RecoveryPoint{Started} // this commit creates the key
+		if k.insertedByThisClaim {
+			start.points = []RecoveryPoint{Started} // this commit creates the key
 		}
-		got.done, err = e.runLocalPhases(ctx, tx, got.attempt, start)
+		got.committed, err = e.runLocalPhases(ctx, tx, got.attempt, start)
 		return err
 	})
 	return got, err
 }
 
 // claimKey inserts the key's row, or looks it up and then makes a new one,
-// replays, refuses or locks, as c.way says.
+// replays, refuses or locks, as c.search says.
 func (e *Engine) claimKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key, *Response, error) {
-	if c.way == insertAtOnce {
+	if c.search == insertWithoutLookup {
 		k, err := e.insertKey(ctx, tx, c)
 		return k, nil, err
 	}
 	row, err := queries.ClaimLookup(ctx, tx, dbsqlc.ClaimLookupParams{
-		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.now(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
+		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.queryNow(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):
-		if c.way == lookUpFirst && e.cfg.KeyFilter != nil {
+		if c.search == lookUpBeforeInsert && e.cfg.KeyFilter != nil {
 			e.cfg.KeyFilter.ReportFalsePositive() // the filter said "maybe seen" for a new key
 		}
 		k, err := e.insertKey(ctx, tx, c)
@@ -237,7 +238,7 @@ func (e *Engine) claimKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key
 		return nil, nil, newKeyInUseError(row)
 	}
 	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{
-		ID: existing.ID, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+		ID: existing.ID, Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(),
 	})
 	if err != nil {
 		return nil, nil, err
@@ -258,15 +259,15 @@ func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Ke
 	k := &Key{
 		ID: uuid.New(), UserID: c.UserID, Key: c.Key, Flow: c.Flow.Name,
 		Method: c.Method, Path: c.Path, Params: c.params,
-		RecoveryPoint: Started, Locked: true, Created: e.clock(),
-		lockToken: 1, made: true,
+		RecoveryPoint: Started, Locked: true, Created: e.wallClock(),
+		lockToken: 1, insertedByThisClaim: true,
 	}
 	insert := &unsentInsert{at: Started}
 	k.unsent = insert
 	params := dbsqlc.InsertIdempotencyKeyParams{
 		ID: k.ID, UserID: k.UserID, IdempotencyKey: k.Key, Flow: k.Flow,
 		RequestMethod: k.Method, RequestPath: k.Path, RequestParams: k.Params, RequestFingerprint: c.fingerprint,
-		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), TraceParent: c.traceParent,
+		Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(), TraceParent: c.traceParent,
 	}
 	tx.QueueLater(func(q db.QueuedTx) error {
 		k.unsent = nil // sent now: a later move is an update
@@ -285,7 +286,7 @@ type unsentInsert struct{ at RecoveryPoint }
 // Finished keys do not change, so no lock is taken: it is one read.
 func (e *Engine) findFinished(ctx context.Context, c *claimRequest) (*Response, error) {
 	row, err := queries.FindFinishedKey(ctx, e.cfg.Pool, dbsqlc.FindFinishedKeyParams{
-		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.now(),
+		UserID: c.UserID, IdempotencyKey: c.Key, Now: e.queryNow(),
 	})
 	switch {
 	case errors.Is(err, pgx.ErrNoRows):

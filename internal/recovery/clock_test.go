@@ -98,7 +98,7 @@ func TestCompleter_theExternalWindowOnTheInjectedClock(t *testing.T) {
 	// "past" was created 2 minutes before "inside": move the clock so that
 	// it is a minute past the window and "inside" a minute inside it.
 	clock.Advance(23*time.Hour - 3*time.Minute)
-	completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: b.engine, Flows: []*recovery.Flow{b.flow}, Grace: time.Second})
+	completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: b.engine, Grace: time.Second})
 	run, err := completer.RunOnce(ctx)
 	require.NoError(t, err)
 	require.Equal(t, recovery.CompleterRun{Claimed: 2, Finished: 1, NeedsAttention: 1}, run)

@@ -49,7 +49,7 @@ func (e *Engine) commit(ctx context.Context, a *attempt, first func(ctx context.
 		if err != nil {
 			return err
 		}
-		c, err = e.runLocalPhases(ctx, tx, a, committed{reached: []RecoveryPoint{out.next}, out: out})
+		c, err = e.runLocalPhases(ctx, tx, a, committed{points: []RecoveryPoint{out.next}, out: out})
 		return err
 	})
 	if err != nil {
@@ -62,8 +62,8 @@ func (e *Engine) commit(ctx context.Context, a *attempt, first func(ctx context.
 // key through, in order, and the outcome of its last phase (none when it
 // only claimed the key).
 type committed struct {
-	reached []RecoveryPoint
-	out     Outcome
+	points []RecoveryPoint
+	out    Outcome
 }
 
 // runLocalPhases runs in tx every local phase that follows c (the shared
@@ -75,26 +75,29 @@ func (e *Engine) runLocalPhases(ctx context.Context, tx *db.Tx, a *attempt, c co
 		if at == "" {
 			at = a.key.RecoveryPoint // nothing ran yet: the claim left the key here
 		}
-		phase, ok := a.flow.Phases[at]
-		if !ok || phase.call != nil {
+		step, ok := a.flow.step(at)
+		if !ok || step.Phase.call != nil {
 			break
 		}
-		phaseCtx, endSpan := a.tracePhase(ctx, at, phase) // trace.go
-		out, err := phase.commit(phaseCtx, tx, a.key, nil)
+		phaseCtx, endSpan := a.tracePhase(ctx, at, step.Phase) // trace.go
+		out, err := step.Phase.work(phaseCtx, tx, a.key, nil)
+		if err == nil {
+			err = checkMove(a.flow, step, out)
+		}
 		endSpan(err)
 		if err != nil {
 			return c, err
 		}
 		c.out = out
-		c.reached = append(c.reached, out.next)
+		c.points = append(c.points, out.next)
 	}
 	if c.out.next != "" {
 		if err := e.queueKeyMove(ctx, tx, a.key, c.out); err != nil {
 			return c, err
 		}
 	}
-	for _, p := range c.reached {
-		if err := e.cfg.Failpoints.Fire("before_commit:" + string(p)); err != nil {
+	for _, p := range c.points {
+		if err := e.cfg.Failpoints.Fire(FailpointBeforeCommit + string(p)); err != nil {
 			return c, err
 		}
 	}
@@ -120,11 +123,11 @@ func (e *Engine) queueKeyMove(ctx context.Context, tx *db.Tx, k *Key, out Outcom
 	if out.response != nil {
 		return queries.FinishIdempotencyKey(ctx, tx.Queued(), dbsqlc.FinishIdempotencyKeyParams{
 			ID: k.ID, LockToken: k.lockToken, ResponseCode: pgtype.Int4{Int32: int32(out.response.Status), Valid: true}, ResponseBody: out.response.Body,
-			Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
+			Now: e.queryNow(), TtlSeconds: e.cfg.KeyTTL.Seconds(),
 		})
 	}
 	return queries.SetRecoveryPoint(ctx, tx.Queued(), dbsqlc.SetRecoveryPointParams{
-		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+		ID: k.ID, LockToken: k.lockToken, RecoveryPoint: string(out.next), Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(),
 	})
 }
 
@@ -138,7 +141,7 @@ func (e *Engine) applyCommit(a *attempt, c committed) error {
 	}
 	if r := c.out.response; r != nil {
 		k.ResponseCode, k.responseBody, k.Locked = r.Status, r.Body, false
-		if !k.made {
+		if !k.insertedByThisClaim {
 			// Resumed, maybe long after its claim put it in the filter's
 			// slice of that time: it lives a TTL from now, so it goes in
 			// the current slice too. (A miss would only cost a false "new"
@@ -146,8 +149,8 @@ func (e *Engine) applyCommit(a *attempt, c committed) error {
 			e.cfg.KeyFilter.Add(k.UserID, k.Key)
 		}
 	}
-	for _, p := range c.reached {
-		if err := e.cfg.Failpoints.Fire("after_commit:" + string(p)); err != nil {
+	for _, p := range c.points {
+		if err := e.cfg.Failpoints.Fire(FailpointAfterCommit + string(p)); err != nil {
 			return err
 		}
 	}

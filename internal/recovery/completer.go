@@ -15,9 +15,9 @@ import (
 
 // CompleterConfig configures a Completer.
 type CompleterConfig struct {
+	// Engine runs the keys, each with the flow registered under its name
+	// (Engine.Register).
 	Engine *Engine
-	// Flows are every flow a key may name.
-	Flows []*Flow
 	// Grace is how long a key must sit unfinished and untouched before the
 	// completer takes it (the client may still be retrying). A key the
 	// completer already tried n times waits Grace*2^n. Default 30s.
@@ -45,7 +45,6 @@ type CompleterConfig struct {
 // was answered 409.
 type Completer struct {
 	cfg     CompleterConfig
-	flows   map[string]*Flow
 	metrics completerMetrics
 }
 
@@ -68,11 +67,7 @@ func NewCompleter(cfg CompleterConfig) *Completer {
 	if cfg.Concurrency <= 0 {
 		cfg.Concurrency = 4
 	}
-	c := &Completer{cfg: cfg, flows: map[string]*Flow{}, metrics: newCompleterMetrics(cfg.Registry)}
-	for _, f := range cfg.Flows {
-		c.flows[f.Name] = f
-	}
-	return c
+	return &Completer{cfg: cfg, metrics: newCompleterMetrics(cfg.Registry)}
 }
 
 // RunOnce drives abandoned keys, Concurrency at a time, each to its end or
@@ -127,7 +122,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 	e := c.cfg.Engine
 	rows, err := queries.ClaimAbandonedKeys(ctx, e.cfg.Pool, dbsqlc.ClaimAbandonedKeysParams{
-		Now: e.now(), LockLifetimeSeconds: e.lockLifetime(), GraceSeconds: c.cfg.Grace.Seconds(),
+		Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(), GraceSeconds: c.cfg.Grace.Seconds(),
 		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1, ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
 	})
 	if err != nil || len(rows) == 0 {
@@ -155,7 +150,7 @@ func (c *Completer) resume(ctx context.Context, k *Key, who string, claimStarted
 	ctx, endSpan := traceResume(ctx, k, who, claimStarted) // a trace of its own, linked to the request's: trace.go
 	defer func() { endSpan(err) }()
 	e := c.cfg.Engine
-	flow, ok := c.flows[k.Flow]
+	flow, ok := e.Flow(k.Flow)
 	if !ok {
 		flow = &Flow{Name: k.Flow}
 	}
@@ -163,7 +158,7 @@ func (c *Completer) resume(ctx context.Context, k *Key, who string, claimStarted
 	a.log = a.log.With(slog.String("component", who))
 	if !ok {
 		e.unlock(ctx, a)
-		a.log.ErrorContext(ctx, who+": no such flow")
+		a.log.ErrorContext(ctx, who+": no such flow registered; a build that declares it must finish the key")
 		return Response{}, bug("%s: unknown flow %q", who, k.Flow)
 	}
 	a.log.InfoContext(ctx, who+": resuming a request", slog.String("recovery_point", string(k.RecoveryPoint)))

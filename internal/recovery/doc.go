@@ -4,8 +4,14 @@
 // recovery points.
 //
 // A request is a row, the row's recovery point names where it stands, and a
-// Flow (flow.go) is the request's state machine, declared in one place: the
-// Phase to run at each recovery point. A phase is a function from one
+// Flow (flow.go) is the request's state machine, declared in one place and
+// in order: its steps, each naming the recovery point it starts from, the
+// Phase to run there, and the recovery points it may move to (NewFlow,
+// From). Engine.Register refuses a flow whose moves do not lead from
+// "started" to "finished", the completer resumes keys by the registered
+// flows' names, and the failpoints are named from the declarations
+// (Flow.Failpoints); package recoverytest proves a flow exactly-once from
+// them. A phase is a function from one
 // recovery point to the next: it either commits local work in one
 // SERIALIZABLE transaction (LocalPhase), or makes one external call outside
 // any transaction and then records its result in a short transaction

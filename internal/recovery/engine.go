@@ -6,6 +6,9 @@ import (
 	"errors"
 	"fmt"
 	"log/slog"
+	"slices"
+	"strings"
+	"sync"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -60,6 +63,9 @@ type Config struct {
 type Engine struct {
 	cfg Config
 	log *slog.Logger
+
+	flowsMu sync.RWMutex
+	flows   map[string]*Flow // Register
 }
 
 // New returns an Engine.
@@ -100,6 +106,72 @@ type Request struct {
 	Flow   *Flow
 }
 
+// Register declares flows to the engine: each is validated (Flow.Validate),
+// and a flow named like one registered before is refused. Execute runs only
+// registered flows, and the completer resumes a key by its flow's name
+// among them: a flow cannot be run and then missed by the completer.
+// Register flows at start-up, before serving.
+func (e *Engine) Register(flows ...*Flow) error {
+	e.flowsMu.Lock()
+	defer e.flowsMu.Unlock()
+	for _, f := range flows {
+		if err := f.Validate(); err != nil {
+			return err
+		}
+		if _, dup := e.flows[f.Name]; dup {
+			return fmt.Errorf("%w: flow %q is registered twice", ErrBadFlow, f.Name)
+		}
+		if e.flows == nil {
+			e.flows = map[string]*Flow{}
+		}
+		e.flows[f.Name] = f
+	}
+	return nil
+}
+
+// Flow is the registered flow named name.
+func (e *Engine) Flow(name string) (*Flow, bool) {
+	e.flowsMu.RLock()
+	defer e.flowsMu.RUnlock()
+	f, ok := e.flows[name]
+	return f, ok
+}
+
+// Flows are the registered flows, in name order.
+func (e *Engine) Flows() []*Flow {
+	e.flowsMu.RLock()
+	defer e.flowsMu.RUnlock()
+	out := make([]*Flow, 0, len(e.flows))
+	for _, f := range e.flows {
+		out = append(out, f)
+	}
+	slices.SortFunc(out, func(a, b *Flow) int { return strings.Compare(a.Name, b.Name) })
+	return out
+}
+
+// CheckFailpoints refuses failpoints that no registered flow fires
+// (Flow.Failpoints): a misspelt name would never fire, and a crash test
+// armed with it would prove nothing. Call it once every flow is registered.
+func (e *Engine) CheckFailpoints() error {
+	var known []string
+	for _, f := range e.Flows() {
+		known = append(known, f.Failpoints()...)
+	}
+	return e.cfg.Failpoints.CheckNames(known)
+}
+
+// checkMove refuses an outcome that step did not declare.
+func checkMove(f *Flow, step *Step, out Outcome) error {
+	if step.allows(out) {
+		return nil
+	}
+	to := out.next
+	if out.response != nil {
+		to = Finished
+	}
+	return fmt.Errorf("%w: flow %s, from %s to %q (declared: %v)", ErrUndeclaredMove, f.Name, step.At, to, step.To)
+}
+
 // Execute runs req to its final response, or as far as it can get. It
 // reads as the pattern does:
 //
@@ -114,6 +186,10 @@ type Request struct {
 // retry resumes), or another error (the key is left unlocked at its last
 // recovery point; a retry resumes).
 func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
+	if f, ok := e.Flow(req.Flow.Name); !ok || f != req.Flow {
+		// Run, it could be left unfinished where the completer cannot find it.
+		return Response{}, fmt.Errorf("%w: %q", ErrUnregisteredFlow, req.Flow.Name)
+	}
 	a, replay, err := e.traceClaim(ctx, req) // claim, in a span of its own: trace.go
 	switch {
 	case replay != nil:
@@ -136,6 +212,7 @@ type attempt struct {
 }
 
 func (e *Engine) newAttempt(flow *Flow, k *Key) *attempt {
+	k.childKeyPrefix = flow.ChildKeyPrefix
 	return &attempt{flow: flow, key: k,
 		log: e.log.With(slog.String("idempotency_key_id", k.ID.String()), slog.String("flow", k.Flow))}
 }
@@ -144,14 +221,14 @@ func (e *Engine) newAttempt(flow *Flow, k *Key) *attempt {
 // and returns the stored answer.
 func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 	for a.key.RecoveryPoint != Finished {
-		phase, ok := a.flow.Phases[a.key.RecoveryPoint]
+		step, ok := a.flow.step(a.key.RecoveryPoint)
 		if !ok {
 			e.unlock(ctx, a)
 			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, a.flow.Name, a.key.RecoveryPoint)
 		}
 		from := a.key.RecoveryPoint
-		phaseCtx, endSpan := a.tracePhase(ctx, from, phase) // trace.go
-		err := e.runPhase(phaseCtx, a, phase)
+		phaseCtx, endSpan := a.tracePhase(ctx, from, step.Phase) // trace.go
+		err := e.runPhase(phaseCtx, a, step)
 		endSpan(err)
 		if err != nil {
 			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
@@ -169,7 +246,8 @@ func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 // runPhase runs one phase: its external call, if it has one, outside any
 // transaction, then its transaction, which records the phase's work and
 // moves the key on (with the local phases that follow: see commit.go).
-func (e *Engine) runPhase(ctx context.Context, a *attempt, phase Phase) error {
+func (e *Engine) runPhase(ctx context.Context, a *attempt, step *Step) error {
+	phase := step.Phase
 	var called any
 	switch {
 	case phase.call != nil && a.key.pastExternalWindow:
@@ -182,12 +260,16 @@ func (e *Engine) runPhase(ctx context.Context, a *attempt, phase Phase) error {
 		if called, err = e.callExternal(ctx, a.key, phase); err != nil {
 			return err
 		}
-		if err := e.cfg.Failpoints.Fire("after_stripe:" + phase.step); err != nil {
+		if err := e.cfg.Failpoints.Fire(a.flow.afterCall(phase.step)); err != nil {
 			return err
 		}
 	}
 	return e.commit(ctx, a, func(ctx context.Context, tx *db.Tx) (Outcome, error) {
-		return phase.commit(ctx, tx, a.key, called)
+		out, err := phase.work(ctx, tx, a.key, called)
+		if err == nil {
+			err = checkMove(a.flow, step, out)
+		}
+		return out, err
 	})
 }
 
@@ -207,7 +289,7 @@ func (e *Engine) callWithHeartbeat(ctx context.Context, k *Key, call func(contex
 				return
 			case <-tick.C:
 				n, err := queries.HeartbeatIdempotencyKey(callCtx, e.cfg.Pool, dbsqlc.HeartbeatIdempotencyKeyParams{
-					ID: k.ID, LockToken: k.lockToken, Now: e.now(), LockLifetimeSeconds: e.lockLifetime(),
+					ID: k.ID, LockToken: k.lockToken, Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(),
 				})
 				if err == nil && n == 0 {
 					cancel(ErrLockLost)
@@ -249,11 +331,11 @@ func (e *Engine) txOptions() db.TxOptions {
 // seconds: its holder's own LockTimeout, written with the lock.
 func (e *Engine) lockLifetime() float64 { return e.cfg.LockTimeout.Seconds() }
 
-// clock is the injected clock, or the process's. It only stamps a new
+// wallClock is the injected clock, or the process's. It only stamps a new
 // key's Created, for the flow to use (its row's created_at is the
 // database's); the engine never compares it with a time the database
 // wrote: such comparisons are made in SQL, on the one clock (now).
-func (e *Engine) clock() time.Time {
+func (e *Engine) wallClock() time.Time {
 	if e.cfg.Now != nil {
 		return e.cfg.Now()
 	}
@@ -272,15 +354,15 @@ func (e *Engine) reconcile(ctx context.Context, k *Key, phase Phase) (any, error
 	e.log.WarnContext(ctx, "key needs attention: too old to repeat its external call, and nothing found to reconcile",
 		slog.String("idempotency_key_id", k.ID.String()), slog.String("step", phase.step))
 	if _, err := queries.MarkNeedsAttention(ctx, e.cfg.Pool, dbsqlc.MarkNeedsAttentionParams{
-		ID: k.ID, LockToken: k.lockToken, Now: e.now(),
+		ID: k.ID, LockToken: k.lockToken, Now: e.queryNow(),
 	}); err != nil {
 		return nil, err
 	}
 	return nil, ErrNeedsAttention
 }
 
-// now is the injected clock as a query parameter, or NULL for the database's now().
-func (e *Engine) now() pgtype.Timestamptz {
+// queryNow is the injected clock as a query parameter, or NULL for the database's now().
+func (e *Engine) queryNow() pgtype.Timestamptz {
 	if e.cfg.Now == nil {
 		return pgtype.Timestamptz{}
 	}
@@ -307,7 +389,7 @@ var ErrKeyNotFound = errors.New("idempotency key not found")
 // only while the lock is live.
 func (e *Engine) Lookup(ctx context.Context, userID int64, key string) (*Key, error) {
 	row, err := queries.GetIdempotencyKeyState(ctx, e.cfg.Pool, dbsqlc.GetIdempotencyKeyStateParams{
-		UserID: userID, IdempotencyKey: key, Now: e.now(),
+		UserID: userID, IdempotencyKey: key, Now: e.queryNow(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, ErrKeyNotFound

@@ -93,32 +93,41 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, cfg recovery.Config) *testBundle 
 		INSERT INTO users (email) VALUES ('one@example.com'), ('two@example.com');`)
 	require.NoError(t, err)
 	b := &testBundle{pool: pool, remote: &remote{byKey: map[string]string{}}}
-	b.flow = &recovery.Flow{Name: "thing", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	b.flow = recovery.NewFlow("thing",
+		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 			var p thingParams
 			if err := k.DecodeParams(&p); err != nil {
 				return recovery.Outcome{}, err
 			}
 			_, err := tx.Exec(ctx, "INSERT INTO things (key_id, name) VALUES ($1, $2)", k.ID, p.Name)
 			return recovery.Next(thingCreated), err
-		}),
-		thingCreated: recovery.ExternalPhase("remote", b.remote.call,
+		}), thingCreated),
+		recovery.From(thingCreated, recovery.ExternalPhase("remote", b.remote.call,
 			func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
 				_, err := tx.Exec(ctx, "UPDATE things SET remote_id = $1 WHERE key_id = $2", remoteID, k.ID)
 				return recovery.Next(remoteCalled), err
-			}),
-		remoteCalled: recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+			}), remoteCalled),
+		recovery.From(remoteCalled, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 			var name, remoteID string
 			if err := tx.QueryRow(ctx, "SELECT name, remote_id FROM things WHERE key_id = $1", k.ID).Scan(&name, &remoteID); err != nil {
 				return recovery.Outcome{}, err
 			}
 			body, _ := json.Marshal(map[string]string{"name": name, "remote_id": remoteID})
 			return recovery.Respond(201, body), nil
-		}),
-	}}
+		}), recovery.Finished),
+	)
 	cfg.Pool = pool
-	b.engine = recovery.New(cfg)
+	b.engine = b.newEngine(t, cfg)
 	return b
+}
+
+// newEngine is an engine on b's database (another instance, say), running b's flow.
+func (b *testBundle) newEngine(t *testing.T, cfg recovery.Config) *recovery.Engine {
+	t.Helper()
+	cfg.Pool = b.pool
+	e := recovery.New(cfg)
+	require.NoError(t, e.Register(b.flow))
+	return e
 }
 
 func (b *testBundle) request(userID int64, key, body string) recovery.Request {

@@ -20,6 +20,14 @@ var (
 	ErrNeedsAttention = errors.New("idempotency key needs attention: past the external idempotency window with nothing to reconcile")
 	// ErrUnknownRecoveryPoint: the key is at a point its flow has no phase for (a bug).
 	ErrUnknownRecoveryPoint = errors.New("no phase for the key's recovery point")
+	// ErrBadFlow: a flow's declaration is refused (Flow.Validate, Register).
+	ErrBadFlow = errors.New("flow declaration refused")
+	// ErrUnregisteredFlow: Execute was given a flow not registered with the
+	// engine (Register), which the completer could not resume (a bug).
+	ErrUnregisteredFlow = errors.New("flow not registered with the engine")
+	// ErrUndeclaredMove: a phase moved the key to a recovery point its step
+	// did not declare (a bug in the flow): nothing it did is committed.
+	ErrUndeclaredMove = errors.New("phase moved to a recovery point its step did not declare")
 )
 
 // ErrChildKeySpent: the remote side answers every call with the step's

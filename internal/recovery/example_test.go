@@ -47,26 +47,27 @@ func (m *mailer) sendWelcome(_ context.Context, k *recovery.Key) (string, error)
 	return id, nil
 }
 
-// signupFlow is the flow's state machine: the phase at each recovery point.
+// signupFlow is the flow's state machine, in order: at each recovery point,
+// the phase that runs there and where it may move the key.
 func signupFlow(m *mailer) *recovery.Flow {
-	return &recovery.Flow{Name: "signup", Phases: map[recovery.RecoveryPoint]recovery.Phase{
+	return recovery.NewFlow("signup",
 		// started -> signup_saved: local work, in one transaction.
-		recovery.Started: recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 			var p signup
 			if err := k.DecodeParams(&p); err != nil {
 				return recovery.Outcome{}, err
 			}
 			_, err := tx.Exec(ctx, "INSERT INTO signups (key_id, email) VALUES ($1, $2)", k.ID, p.Email)
 			return recovery.Next(signupSaved), err
-		}),
+		}), signupSaved),
 		// signup_saved -> finished: the call, outside any transaction, then
 		// a transaction that records what it answered.
-		signupSaved: recovery.ExternalPhase("welcome", m.sendWelcome,
+		recovery.From(signupSaved, recovery.ExternalPhase("welcome", m.sendWelcome,
 			func(ctx context.Context, tx *db.Tx, k *recovery.Key, messageID string) (recovery.Outcome, error) {
 				_, err := tx.Exec(ctx, "UPDATE signups SET welcome_message = $1 WHERE key_id = $2", messageID, k.ID)
 				return recovery.Respond(201, fmt.Appendf(nil, `{"welcome_message":%q}`, messageID)), err
-			}),
-	}}
+			}), recovery.Finished),
+	)
 }
 
 // tutorial is what the examples run on: a fresh database with the
@@ -89,7 +90,11 @@ func setupTutorial() tutorial {
 		panic(err)
 	}
 	m := &mailer{sent: map[string]string{}}
-	return tutorial{pool: pool, engine: recovery.New(recovery.Config{Pool: pool}), mailer: m, flow: signupFlow(m), drop: drop}
+	t := tutorial{pool: pool, engine: recovery.New(recovery.Config{Pool: pool}), mailer: m, flow: signupFlow(m), drop: drop}
+	if err := t.engine.Register(t.flow); err != nil { // refused if declared wrong
+		panic(err)
+	}
+	return t
 }
 
 func signupRequest(flow *recovery.Flow) recovery.Request {
@@ -119,7 +124,8 @@ func Example() {
 }
 
 // A process dies after the mailer sent the email and before the answer was
-// recorded. (The failpoint after_stripe:welcome stands in for the crash:
+// recorded. (The failpoint after_call:welcome, one of those the
+// flow's declaration names (Flow.Failpoints), stands in for the crash:
 // with the action "error" the attempt stops there, as a crash would stop
 // it; "crash" would kill this example's process.) The key stays at its
 // last committed recovery point, and the retry resumes there: it calls
@@ -130,8 +136,9 @@ func Example_resumeAfterACrash() {
 	defer tut.drop()
 	ctx, engine, flow := context.Background(), tut.engine, tut.flow
 
-	crashes, _ := failpoint.Parse("after_stripe:welcome=error")
+	crashes, _ := failpoint.Parse("after_call:welcome=error")
 	dying := recovery.New(recovery.Config{Pool: tut.pool, Failpoints: crashes})
+	_ = dying.Register(flow)
 	_, err := dying.Execute(ctx, signupRequest(flow))
 	fmt.Println("first attempt stopped:", errors.Is(err, failpoint.ErrInjected))
 

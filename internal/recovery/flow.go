@@ -3,6 +3,8 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"fmt"
+	"slices"
 	"strconv"
 	"time"
 
@@ -20,22 +22,201 @@ const (
 	Finished RecoveryPoint = "finished"
 )
 
-// Flow is a request's state machine, declared in one place: the phase to
-// run at each recovery point. Every flow starts at Started and ends at
-// Finished.
+// Flow is a request's state machine, declared in one place and in order:
+// its steps, each from one recovery point, with the phase that runs there
+// and the recovery points that phase may move the key to. Every flow
+// starts at Started and ends at Finished. Build it with NewFlow and From:
+//
+//	recovery.NewFlow("signup",
+//		recovery.From(recovery.Started, recovery.LocalPhase(insertSignup), signupSaved),
+//		recovery.From(signupSaved, recovery.ExternalPhase("welcome", send, record), recovery.Finished),
+//	)
+//
+// The engine refuses a flow (Register) whose step may move to a point no
+// step starts from, or from which Finished cannot be reached; and, at run
+// time, a phase that moves the key anywhere its step did not declare
+// (ErrUndeclaredMove).
 type Flow struct {
 	// Name is stored with each key, so the completer can find the flow again.
-	Name   string
-	Phases map[RecoveryPoint]Phase
+	Name  string
+	Steps []Step
+	// ChildKeyPrefix begins the child key of every external call of the
+	// flow (Key.ChildKey): the service's own name for its keys at the
+	// remote side, "payments-" for the payment flows. It must never
+	// change while a key of the flow may be unfinished.
+	ChildKeyPrefix string
+	// AfterCallFailpoint names the failpoint after each external call of
+	// the flow, before its step's name: the service's own word for its
+	// remote side ("after_stripe:" for the payment flows, as docs/API.md
+	// section 6 names them). Empty is FailpointAfterCall.
+	AfterCallFailpoint string
 }
+
+// afterCall is the failpoint fired after the external call of step.
+func (f *Flow) afterCall(step string) string {
+	if f.AfterCallFailpoint != "" {
+		return f.AfterCallFailpoint + step
+	}
+	return FailpointAfterCall + step
+}
+
+// Step is one step of a flow: from recovery point At, Phase runs and
+// moves the key to one of To (Finished for an answer).
+type Step struct {
+	At    RecoveryPoint
+	Phase Phase
+	To    []RecoveryPoint
+}
+
+// From declares a step: at recovery point at, phase runs, and moves the key
+// to one of to.
+func From(at RecoveryPoint, phase Phase, to ...RecoveryPoint) Step {
+	return Step{At: at, Phase: phase, To: to}
+}
+
+// NewFlow declares a flow: its name and its steps, in order.
+func NewFlow(name string, steps ...Step) *Flow {
+	return &Flow{Name: name, Steps: steps}
+}
+
+// step is the flow's step at recovery point at. A flow has a handful of
+// steps: a scan is as quick as a map.
+func (f *Flow) step(at RecoveryPoint) (*Step, bool) {
+	for i := range f.Steps {
+		if f.Steps[i].At == at {
+			return &f.Steps[i], true
+		}
+	}
+	return nil, false
+}
+
+// allows tells whether out is a move the step declared.
+func (s *Step) allows(out Outcome) bool {
+	to := out.next
+	if out.response != nil {
+		to = Finished
+	}
+	for _, p := range s.To {
+		if p == to {
+			return true
+		}
+	}
+	return false
+}
+
+// Validate checks the declaration: a name; a first step at Started; one
+// step per recovery point, none at Finished; every phase built (LocalPhase,
+// ExternalPhase); every move to Finished or to a point a step starts from,
+// never back to Started; every step reachable from Started; and Finished
+// reachable from every step. The error wraps ErrBadFlow.
+func (f *Flow) Validate() error {
+	bad := func(format string, args ...any) error {
+		return fmt.Errorf("%w: flow %q: %s", ErrBadFlow, f.Name, fmt.Sprintf(format, args...))
+	}
+	switch {
+	case f.Name == "":
+		return fmt.Errorf("%w: a flow without a name", ErrBadFlow)
+	case len(f.Steps) == 0 || f.Steps[0].At != Started:
+		return bad("its first step must start at %s", Started)
+	}
+	for i, s := range f.Steps {
+		switch {
+		case s.At == Finished:
+			return bad("a step at %s", Finished)
+		case s.Phase.work == nil:
+			return bad("the step at %s has no phase (LocalPhase, ExternalPhase)", s.At)
+		case len(s.To) == 0:
+			return bad("the step at %s declares no move", s.At)
+		}
+		for _, earlier := range f.Steps[:i] {
+			if earlier.At == s.At {
+				return bad("two steps at %s", s.At)
+			}
+		}
+		for _, to := range s.To {
+			if _, ok := f.step(to); to == Started || (!ok && to != Finished) {
+				return bad("the step at %s may move to %q, which no step starts from", s.At, to)
+			}
+		}
+	}
+	for _, s := range f.Steps {
+		if !f.reaches(Started, s.At) {
+			return bad("no move reaches the step at %s", s.At)
+		}
+		if !f.reaches(s.At, Finished) {
+			return bad("%s cannot be reached from %s", Finished, s.At)
+		}
+	}
+	return nil
+}
+
+// reaches tells whether the flow's declared moves lead from one point to another.
+func (f *Flow) reaches(from, to RecoveryPoint) bool {
+	seen := map[RecoveryPoint]bool{from: true}
+	for todo := []RecoveryPoint{from}; len(todo) > 0; {
+		at := todo[len(todo)-1]
+		todo = todo[:len(todo)-1]
+		if at == to {
+			return true
+		}
+		if s, ok := f.step(at); ok {
+			for _, next := range s.To {
+				if !seen[next] {
+					seen[next] = true
+					todo = append(todo, next)
+				}
+			}
+		}
+	}
+	return false
+}
+
+// Failpoints names the failpoints the flow's attempts fire, in the order
+// of its steps: before_commit:P and after_commit:P around the commit that
+// moves a key to each recovery point P (Started's is the claim's, for a new
+// key), and after_call:S (or the flow's AfterCallFailpoint) after each
+// external call S answered, before anything is recorded (see package
+// failpoint).
+func (f *Flow) Failpoints() []string {
+	names := []string{FailpointBeforeCommit + string(Started), FailpointAfterCommit + string(Started)}
+	add := func(name string) {
+		if !slices.Contains(names, name) {
+			names = append(names, name)
+		}
+	}
+	for _, s := range f.Steps {
+		if s.Phase.step != "" {
+			add(f.afterCall(s.Phase.step))
+		}
+		for _, to := range s.To {
+			add(FailpointBeforeCommit + string(to))
+			add(FailpointAfterCommit + string(to))
+		}
+	}
+	return names
+}
+
+// The failpoints' names: a prefix, then a recovery point or an external step.
+const (
+	FailpointBeforeCommit = "before_commit:"
+	FailpointAfterCommit  = "after_commit:"
+	FailpointAfterCall    = "after_call:"
+)
+
+// Step names the external call of the phase, "" for a local phase: its
+// child key and its after_call failpoint carry it.
+func (p Phase) Step() string { return p.step }
 
 // Phase moves a key from one recovery point to the next. It is built with
 // LocalPhase or ExternalPhase.
 type Phase struct {
 	// step names the external call, for its child key and failpoint; "" for a local phase.
-	step   string
-	call   func(ctx context.Context, k *Key) (any, error)
-	commit func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error)
+	step string
+	call func(ctx context.Context, k *Key) (any, error)
+	// work is what the phase does in its transaction: a local phase's
+	// work, or an external phase's record of what its call answered
+	// (called; nil for a local phase). It returns where the key goes next.
+	work func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error)
 	// reconcile finds the result of an earlier call without calling again,
 	// for keys older than the remote side's idempotency window, and for a
 	// child key the remote side reports spent.
@@ -45,7 +226,7 @@ type Phase struct {
 // LocalPhase is a phase that only commits local work: commit runs in one
 // SERIALIZABLE transaction and returns where the key goes next.
 func LocalPhase(commit func(ctx context.Context, tx *db.Tx, k *Key) (Outcome, error)) Phase {
-	return Phase{commit: func(ctx context.Context, tx *db.Tx, k *Key, _ any) (Outcome, error) {
+	return Phase{work: func(ctx context.Context, tx *db.Tx, k *Key, _ any) (Outcome, error) {
 		return commit(ctx, tx, k)
 	}}
 }
@@ -59,7 +240,7 @@ func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T
 	return Phase{
 		step: step,
 		call: func(ctx context.Context, k *Key) (any, error) { return call(ctx, k) },
-		commit: func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error) {
+		work: func(ctx context.Context, tx *db.Tx, k *Key, called any) (Outcome, error) {
 			return record(ctx, tx, k, called.(T))
 		},
 	}
@@ -99,6 +280,17 @@ func Respond(status int, body []byte) Outcome {
 	return Outcome{next: Finished, response: &Response{Status: status, Body: body}}
 }
 
+// RespondJSON finishes the key with v, rendered as JSON, as its final
+// answer (Respond). If v cannot be rendered, the phase fails and nothing
+// is stored.
+func RespondJSON(status int, v any) (Outcome, error) {
+	body, err := json.Marshal(v)
+	if err != nil {
+		return Outcome{}, fmt.Errorf("rendering the answer (%T): %w", v, err)
+	}
+	return Respond(status, body), nil
+}
+
 // Response is a request's final answer.
 type Response struct {
 	Status int
@@ -125,12 +317,13 @@ type Key struct {
 
 	lockToken    int64
 	responseBody []byte
-	// made tells that this attempt's claim inserted the key's row: it has
-	// no history (no child key generations to read), and its commit
-	// creates it at Started.
-	made bool
+	// insertedByThisClaim tells that this attempt's claim inserted the
+	// key's row: it has no history (no child key generations to read), and
+	// its commit creates it (at the point its first transaction reaches).
+	insertedByThisClaim bool
 	// unsent is the insert of the key's row while it waits, unsent, in the
-	// claim's transaction (insertKey); nil once sent, and for a key not made.
+	// claim's transaction (insertKey); nil once sent, and for a key this
+	// claim did not insert.
 	unsent *unsentInsert
 	// handoffs are the values phases of this attempt handed on (Handoff),
 	// as committed; pending are those given in the transaction running now.
@@ -147,6 +340,9 @@ type Key struct {
 	generations       map[string]int32
 	generationsLoaded bool
 
+	// childKeyPrefix is the flow's ChildKeyPrefix, set with the attempt.
+	childKeyPrefix string
+
 	// traceParent is the W3C traceparent of the request that made the key,
 	// "" when it was not traced: a resumed attempt links its trace to it.
 	traceParent string
@@ -157,11 +353,12 @@ type Key struct {
 // attempt and in every process. A child key the remote side reports spent
 // (ChildKeySpent) is replaced by its next generation, recorded in the
 // database so that every process derives the same key: generation 0 is
-// "payments-<key id>-<step>", generation n "payments-<key id>-<step>-g<n>".
-// The engine loads the generations before it makes an external call; only
-// the call may derive the key.
+// "<prefix><key id>-<step>", generation n "<prefix><key id>-<step>-g<n>",
+// the prefix being the flow's ChildKeyPrefix. The engine loads the
+// generations before it makes an external call; only the call may derive
+// the key.
 func (k *Key) ChildKey(step string) string {
-	key := "payments-" + k.ID.String() + "-" + step
+	key := k.childKeyPrefix + k.ID.String() + "-" + step
 	if g := k.generations[step]; g > 0 {
 		key += "-g" + strconv.Itoa(int(g))
 	}

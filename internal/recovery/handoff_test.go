@@ -30,12 +30,12 @@ func TestHandoff_reachesLaterPhasesOfTheAttemptAndNeverARetriedTransaction(t *te
 		failRecord   = 1    // serialization failures the record's transaction still has to raise
 		failCall     = 1    // transient failures the call still has to return
 	)
-	flow := &recovery.Flow{Name: "handoff", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+	flow := recovery.NewFlow("handoff",
+		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
 			name.Give(k, "lamp")
 			return recovery.Next("named"), nil
-		}),
-		"named": recovery.ExternalPhase("remote",
+		}), "named"),
+		recovery.From("named", recovery.ExternalPhase("remote",
 			func(ctx context.Context, k *recovery.Key) (string, error) {
 				_, ok := name.Get(k)
 				seenByCall = append(seenByCall, ok)
@@ -53,9 +53,10 @@ func TestHandoff_reachesLaterPhasesOfTheAttemptAndNeverARetriedTransaction(t *te
 					return recovery.Outcome{}, &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
 				}
 				return recovery.Respond(200, []byte(`{}`)), nil
-			}),
-	}}
+			}), recovery.Finished),
+	)
 	engine := recovery.New(recovery.Config{Pool: pool})
+	require.NoError(t, engine.Register(flow))
 	req := recovery.Request{UserID: 1, Key: "k", Method: "POST", Path: "/v1/x", Body: []byte(`{}`), Params: struct{}{}, Flow: flow}
 
 	_, err = engine.Execute(ctx, req) // the call fails: the attempt ends after the claim's commit

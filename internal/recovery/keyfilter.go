@@ -81,7 +81,7 @@ func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage, since
 			return false
 		}
 	}
-	unfinished := dbsqlc.ListUnfinishedKeysParams{Now: e.now(), PageSize: rebuildPage}
+	unfinished := dbsqlc.ListUnfinishedKeysParams{Now: e.queryNow(), PageSize: rebuildPage}
 	for {
 		keys, err := queries.ListUnfinishedKeys(ctx, e.cfg.Pool, unfinished)
 		page := livePage{err: err, rows: make([]keyfilter.Row, len(keys))}
@@ -97,7 +97,7 @@ func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage, since
 		last := keys[len(keys)-1]
 		unfinished.AfterLastRunAt, unfinished.AfterID = pgtype.Timestamptz{Time: last.LastRunAt, Valid: true}, last.ID
 	}
-	finished := dbsqlc.ListLiveFinishedKeysParams{Now: e.now(), TtlSeconds: e.cfg.KeyTTL.Seconds(), PageSize: rebuildPage}
+	finished := dbsqlc.ListLiveFinishedKeysParams{Now: e.queryNow(), TtlSeconds: e.cfg.KeyTTL.Seconds(), PageSize: rebuildPage}
 	if !since.IsZero() { // a key finished at since expires a TTL later
 		finished.AfterExpiresAt = pgtype.Timestamptz{Time: since.Add(e.cfg.KeyTTL), Valid: true}
 	}

@@ -42,7 +42,7 @@ func TestKeyFilter_aFalseNewFromAnotherInstanceIsCaughtByTheIndex(t *testing.T) 
 
 	// A second instance, whose filter never saw k1, says "new": the insert
 	// hits the unique index and the careful path replays.
-	other := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: readyEmpty(t, nil)})
+	other := b.newEngine(t, recovery.Config{KeyFilter: readyEmpty(t, nil)})
 	resp, err := other.Execute(ctx, b.request(1, "k1", `{"name":"lamp"}`))
 	require.NoError(t, err)
 	require.True(t, resp.Replayed)
@@ -81,7 +81,7 @@ func TestKeyFilter_rebuildRemembersLiveKeys(t *testing.T) {
 		require.NoError(t, err)
 	}
 	f := readyFilter(t, nil)
-	engine := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	engine := b.newEngine(t, recovery.Config{KeyFilter: f})
 	st, err := engine.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 3, st.Added)
@@ -114,7 +114,7 @@ func TestKeyFilter_rebuildRemembersKeysClaimedLongAgoThatAreStillLive(t *testing
 	require.NoError(t, err)
 
 	f := readyFilter(t, nil) // a TTL of 24 hours
-	engine := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	engine := b.newEngine(t, recovery.Config{KeyFilter: f})
 	st, err := engine.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 2, st.Added)
@@ -148,7 +148,7 @@ func TestKeyFilter_rebuildReadsEveryLiveKeyAcrossPagesOfTiedTimes(t *testing.T) 
 
 	f, err := keyfilter.New(keyfilter.Config{TTL: 24 * time.Hour, ExpectedKeysPerSlice: 20000})
 	require.NoError(t, err)
-	engine := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	engine := b.newEngine(t, recovery.Config{KeyFilter: f})
 	st, err := engine.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 18000, st.Added, "every live key once")

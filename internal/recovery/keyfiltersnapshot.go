@@ -104,7 +104,7 @@ func (e *Engine) RebuildKeyFilterSince(ctx context.Context, since time.Time) (ke
 	if f == nil {
 		return keyfilter.RebuildStats{}, nil
 	}
-	clock, err := queries.KeyFilterClock(ctx, e.cfg.Pool, e.now())
+	clock, err := queries.KeyFilterClock(ctx, e.cfg.Pool, e.queryNow())
 	if err != nil {
 		return keyfilter.RebuildStats{}, fmt.Errorf("reading the database's clock: %w", err)
 	}
@@ -127,7 +127,7 @@ func (e *Engine) SaveKeyFilterSnapshot(ctx context.Context) (int, error) {
 	if f == nil || !f.Stats().Ready || f.Covers().IsZero() {
 		return 0, errors.New("the key filter is not ready: no snapshot")
 	}
-	clock, err := queries.KeyFilterClock(ctx, e.cfg.Pool, e.now())
+	clock, err := queries.KeyFilterClock(ctx, e.cfg.Pool, e.queryNow())
 	if err != nil {
 		return 0, fmt.Errorf("reading the database's clock: %w", err)
 	}

@@ -35,7 +35,7 @@ func TestExecute_aKeyAnotherInstanceFinishedGetsTheCarefulAnswerWhateverTheFirst
 			// phase fails before it commits.
 			failing, err := failpoint.Parse("before_commit:" + string(thingCreated) + "=error")
 			require.NoError(t, err)
-			other := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: readyEmpty(t, nil), Failpoints: failing})
+			other := b.newEngine(t, recovery.Config{KeyFilter: readyEmpty(t, nil), Failpoints: failing})
 			resp, err := other.Execute(context.Background(), b.request(1, "k1", tc.body))
 			if tc.wantErr != nil {
 				require.ErrorIs(t, err, tc.wantErr)

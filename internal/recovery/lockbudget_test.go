@@ -23,18 +23,19 @@ func TestExecute_retriesASerializationFailureOnlyWhileItsLockHolds(t *testing.T)
 	t.Parallel()
 	const lockTimeout = 900 * time.Millisecond
 	b := setup(t, recovery.Config{LockTimeout: lockTimeout})
-	conflicts := &recovery.Flow{Name: "conflicts", Phases: map[recovery.RecoveryPoint]recovery.Phase{
-		recovery.Started: recovery.LocalPhase(func(context.Context, *db.Tx, *recovery.Key) (recovery.Outcome, error) {
+	conflicts := recovery.NewFlow("conflicts",
+		recovery.From(recovery.Started, recovery.LocalPhase(func(context.Context, *db.Tx, *recovery.Key) (recovery.Outcome, error) {
 			return recovery.Next(thingCreated), nil
-		}),
-		thingCreated: recovery.ExternalPhase("remote",
+		}), thingCreated),
+		recovery.From(thingCreated, recovery.ExternalPhase("remote",
 			func(context.Context, *recovery.Key) (string, error) { return "remote_1", nil },
 			func(context.Context, *db.Tx, *recovery.Key, string) (recovery.Outcome, error) {
 				return recovery.Outcome{}, &pgconn.PgError{Code: "40001", Message: "could not serialize access"}
-			}),
-	}}
+			}), recovery.Finished),
+	)
 	req := b.request(1, "conflicts", `{"name":"lamp"}`)
 	req.Flow = conflicts
+	require.NoError(t, b.engine.Register(conflicts))
 
 	start := time.Now()
 	_, err := b.engine.Execute(context.Background(), req)

@@ -38,7 +38,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		n, err := queries.ReapExpiredKeys(ctx, r.engine.cfg.Pool, dbsqlc.ReapExpiredKeysParams{
-			Now: r.engine.now(), BatchSize: int32(r.batchSize),
+			Now: r.engine.queryNow(), BatchSize: int32(r.batchSize),
 		})
 		total += n
 		r.reaped.Add(float64(n))

@@ -124,7 +124,7 @@ type Config struct {
 func Run(ctx context.Context, cfg Config) error {
 	cfg.defaults()
 	completer := recovery.NewCompleter(recovery.CompleterConfig{
-		Engine: cfg.Engine, Flows: cfg.Flows, Grace: cfg.CompleterGrace, Registry: cfg.Registry,
+		Engine: cfg.Engine, Grace: cfg.CompleterGrace, Registry: cfg.Registry,
 	})
 	reaper := recovery.NewReaper(cfg.Engine, 0, cfg.Registry)
 

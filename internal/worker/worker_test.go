@@ -72,7 +72,7 @@ func setup(t *testing.T, mail smtptest.Behaviour, adjust ...func(*worker.Config)
 	mailer, err := stagedjobs.NewMailer(smtp.URL(), stagedjobs.SMTPTimeouts{}, a.Log)
 	require.NoError(t, err)
 	cfg := worker.Config{
-		Pool: a.Pool, Logger: a.Log, Engine: a.Engine, Flows: a.Payments.Flows(), Mailer: mailer, Payments: a.Payments,
+		Pool: a.Pool, Logger: a.Log, Engine: a.Engine, Mailer: mailer, Payments: a.Payments,
 		CompleterInterval: 300 * time.Millisecond, EnqueuerPollInterval: 50 * time.Millisecond,
 		RetryPolicy: quickRetries{},
 	}

@@ -4,32 +4,35 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
 
+	"github.com/example/payments/internal/app"
 	"github.com/example/payments/internal/worker"
 )
 
-// failpointNames are every failpoint of the four flows (README, "Recovery
-// points and failpoints of each flow"). before_commit:started and the
-// others shared by flows fire in whichever flow reaches them first.
-var failpointNames = []string{
-	"before_commit:started", "after_commit:started",
-	// create payment
-	"before_commit:payment_created", "after_commit:payment_created", "after_stripe:payment_intent",
-	"before_commit:payment_intent_created", "after_commit:payment_intent_created",
-	// capture
-	"after_stripe:capture_payment", "before_commit:payment_captured", "after_commit:payment_captured",
-	// cancel
-	"after_stripe:cancel_payment", "before_commit:payment_canceled", "after_commit:payment_canceled",
-	// refund
-	"before_commit:refund_created", "after_commit:refund_created", "after_stripe:refund",
-	"before_commit:stripe_refund_created", "after_commit:stripe_refund_created",
-	// every flow
-	"before_commit:finished", "after_commit:finished",
-}
+// failpointNames are every failpoint of the service's flows, as their
+// declarations give them (README, "Recovery points and failpoints of each
+// flow"). before_commit:started and the others shared by flows fire in
+// whichever flow reaches them first.
+var failpointNames = func() []string {
+	flows, err := app.DeclaredFlows()
+	if err != nil {
+		panic(err) // the service itself would refuse to start
+	}
+	var names []string
+	for _, f := range flows {
+		for _, name := range f.Failpoints() {
+			if !slices.Contains(names, name) {
+				names = append(names, name)
+			}
+		}
+	}
+	return names
+}()
 
 // crasher disturbs the service's processes every so often until ctx ends:
 // it restarts an API instance with a failpoint and waits for it to fire,

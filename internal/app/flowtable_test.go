@@ -1,0 +1,78 @@
+package app_test
+
+import (
+	"context"
+	"os"
+	"strings"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/app"
+	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/recovery"
+)
+
+// The README's table of recovery points, external calls and failpoints is
+// the one the flows' declarations give (recovery.FlowTable), between its
+// two markers. UPDATE_README=1 writes it.
+func TestREADME_flowTableIsTheDeclarations(t *testing.T) {
+	t.Parallel()
+	const (
+		begin = "<!-- flow table: generated from the flows' declarations, checked by internal/app's TestREADME_flowTableIsTheDeclarations (UPDATE_README=1 writes it) -->\n"
+		end   = "<!-- end of flow table -->\n"
+	)
+	flows, err := app.DeclaredFlows()
+	require.NoError(t, err)
+	want := recovery.FlowTable(flows)
+
+	const path = "../../README.md"
+	raw, err := os.ReadFile(path)
+	require.NoError(t, err)
+	readme := string(raw)
+	before, rest, ok := strings.Cut(readme, begin)
+	require.True(t, ok, "README.md has no flow table marker")
+	got, after, ok := strings.Cut(rest, end)
+	require.True(t, ok, "README.md's flow table has no end marker")
+	if os.Getenv("UPDATE_README") != "" {
+		require.NoError(t, os.WriteFile(path, []byte(before+begin+want+end+after), 0o644))
+		return
+	}
+	require.Equal(t, want, got, "README.md's flow table differs from the declarations: run UPDATE_README=1 go test ./internal/app -run TestREADME")
+}
+
+// Every flow the service runs is registered once, under its own name.
+func TestDeclaredFlows_everyFlowOnce(t *testing.T) {
+	t.Parallel()
+	flows, err := app.DeclaredFlows()
+	require.NoError(t, err)
+	var names []string
+	for _, f := range flows {
+		names = append(names, f.Name)
+	}
+	require.Equal(t, []string{"cancel_payment", "capture_payment", "create_payment", "create_webhook_endpoint", "redeliver_event", "refund_payment"}, names)
+}
+
+// A failpoint that no flow declares is refused at start-up: a typo, or the
+// engine's generic after_call: name for a payment flow's Stripe step (the
+// payment flows call it after_stripe:), would never fire.
+func TestNew_refusesAFailpointNoFlowDeclares(t *testing.T) {
+	t.Parallel()
+	url := dbtest.NewURL(t)
+	for spec, known := range map[string]bool{
+		"after_stripe:payment_intent=crash":  true,
+		"after_call:payment_intent=crash":    false,
+		"before_commit:payment_creatd=error": false,
+	} {
+		fp, err := failpoint.Parse(spec)
+		require.NoError(t, err)
+		a, err := app.New(context.Background(), app.Config{DatabaseURL: url, Failpoints: fp})
+		if known {
+			require.NoError(t, err, spec)
+			a.Close()
+		} else {
+			require.ErrorIs(t, err, failpoint.ErrUnknown, spec)
+		}
+	}
+}

@@ -1,0 +1,147 @@
+package recovery_test
+
+import (
+	"context"
+	"testing"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/recovery"
+)
+
+// next is a local phase that moves the key to p.
+func next(p recovery.RecoveryPoint) recovery.Phase {
+	return recovery.LocalPhase(func(context.Context, *db.Tx, *recovery.Key) (recovery.Outcome, error) {
+		return recovery.Next(p), nil
+	})
+}
+
+// answer is a local phase that finishes the key with 200.
+var answer = recovery.LocalPhase(func(context.Context, *db.Tx, *recovery.Key) (recovery.Outcome, error) {
+	return recovery.Respond(200, []byte(`{}`)), nil
+})
+
+// Register refuses, before any request runs, a flow whose declared moves
+// are not a way from started to finished.
+func TestRegister_refusesAFlowThatCannotBeFollowed(t *testing.T) {
+	t.Parallel()
+	const a, b recovery.RecoveryPoint = "a", "b"
+	for name, f := range map[string]*recovery.Flow{
+		"no name":            recovery.NewFlow("", recovery.From(recovery.Started, answer, recovery.Finished)),
+		"no steps":           recovery.NewFlow("x"),
+		"not from started":   recovery.NewFlow("x", recovery.From(a, answer, recovery.Finished)),
+		"undeclared point":   recovery.NewFlow("x", recovery.From(recovery.Started, next(a), a)),
+		"back to started":    recovery.NewFlow("x", recovery.From(recovery.Started, next(recovery.Started), recovery.Started, recovery.Finished)),
+		"no move":            recovery.NewFlow("x", recovery.From(recovery.Started, answer)),
+		"no phase":           recovery.NewFlow("x", recovery.From(recovery.Started, recovery.Phase{}, recovery.Finished)),
+		"two steps at a":     recovery.NewFlow("x", recovery.From(recovery.Started, next(a), a), recovery.From(a, answer, recovery.Finished), recovery.From(a, answer, recovery.Finished)),
+		"a step at finished": recovery.NewFlow("x", recovery.From(recovery.Started, answer, recovery.Finished), recovery.From(recovery.Finished, answer, recovery.Finished)),
+		"unreachable step":   recovery.NewFlow("x", recovery.From(recovery.Started, answer, recovery.Finished), recovery.From(a, answer, recovery.Finished)),
+		"never finishes": recovery.NewFlow("x", recovery.From(recovery.Started, next(a), a),
+			recovery.From(a, next(b), b), recovery.From(b, next(a), a)),
+		"a trap": recovery.NewFlow("x", recovery.From(recovery.Started, next(a), a, recovery.Finished),
+			recovery.From(a, next(a), a)),
+	} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			require.ErrorIs(t, recovery.New(recovery.Config{}).Register(f), recovery.ErrBadFlow)
+		})
+	}
+	ok := recovery.NewFlow("x", recovery.From(recovery.Started, next(a), a, recovery.Finished), recovery.From(a, answer, recovery.Finished))
+	e := recovery.New(recovery.Config{})
+	require.NoError(t, e.Register(ok))
+	require.ErrorIs(t, e.Register(recovery.NewFlow("x", recovery.From(recovery.Started, answer, recovery.Finished))), recovery.ErrBadFlow,
+		"a second flow of the same name")
+}
+
+// A phase that moves the key where its step did not declare fails, and
+// commits nothing: the key stays where it was, resumable; the same holds for
+// a local phase that runs in the claim's transaction (the shared commit).
+func TestExecute_refusesAMoveItsStepDidNotDeclare(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	// The first step may only go to thing_created, but its phase skips to remote_called.
+	claimSkips := recovery.NewFlow("claim_skips",
+		recovery.From(recovery.Started, next(remoteCalled), thingCreated),
+		recovery.From(thingCreated, next(remoteCalled), remoteCalled),
+		recovery.From(remoteCalled, answer, recovery.Finished))
+	// The external step may only go to remote_called, but its record answers.
+	recordAnswers := recovery.NewFlow("record_answers",
+		recovery.From(recovery.Started, next(thingCreated), thingCreated),
+		recovery.From(thingCreated, recovery.ExternalPhase("remote", b.remote.call,
+			func(context.Context, *db.Tx, *recovery.Key, string) (recovery.Outcome, error) {
+				return recovery.Respond(200, []byte(`{}`)), nil
+			}), remoteCalled),
+		recovery.From(remoteCalled, answer, recovery.Finished))
+	require.NoError(t, b.engine.Register(claimSkips, recordAnswers))
+
+	req := b.request(1, "claim-skips", `{"name":"lamp"}`)
+	req.Flow = claimSkips
+	_, err := b.engine.Execute(context.Background(), req)
+	require.ErrorIs(t, err, recovery.ErrUndeclaredMove)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'claim-skips'"),
+		"the claim's transaction rolled back")
+
+	req = b.request(1, "record-answers", `{"name":"lamp"}`)
+	req.Flow = recordAnswers
+	_, err = b.engine.Execute(context.Background(), req)
+	require.ErrorIs(t, err, recovery.ErrUndeclaredMove)
+	require.Equal(t, string(thingCreated), b.recoveryPoint(t, "record-answers"), "the record did not commit")
+}
+
+// A flow names its failpoints from its declaration, in the order of its steps.
+func TestFlow_failpointsAreDerivedFromTheDeclaration(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	require.Equal(t, []string{
+		"before_commit:started", "after_commit:started",
+		"before_commit:thing_created", "after_commit:thing_created",
+		"after_call:remote", "before_commit:remote_called", "after_commit:remote_called",
+		"before_commit:finished", "after_commit:finished",
+	}, b.flow.Failpoints())
+}
+
+// An engine runs only the flows registered with it, so the completer can
+// resume every key it made.
+func TestExecute_refusesAFlowNotRegistered(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	req := b.request(1, "k", `{"name":"lamp"}`)
+	req.Flow = recovery.NewFlow("stray", recovery.From(recovery.Started, answer, recovery.Finished))
+	_, err := b.engine.Execute(context.Background(), req)
+	require.ErrorIs(t, err, recovery.ErrUnregisteredFlow)
+	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM idempotency_keys"))
+}
+
+// A failpoint no registered flow fires is refused, where the failpoints
+// are armed: a misspelt name would never fire.
+func TestCheckFailpoints_refusesANameNoFlowFires(t *testing.T) {
+	t.Parallel()
+	for spec, known := range map[string]bool{
+		"after_call:remote=crash,before_commit:remote_called=error": true,
+		"after_stripe:remote=crash":                                 false,
+		"after_call:remot=crash":                                    false,
+		"after_commit:thing_createde=sleep:5":                       false,
+	} {
+		set, err := failpoint.Parse(spec)
+		require.NoError(t, err)
+		e := recovery.New(recovery.Config{Failpoints: set})
+		require.NoError(t, e.Register(setup(t, recovery.Config{}).flow))
+		if known {
+			require.NoError(t, e.CheckFailpoints(), spec)
+		} else {
+			require.ErrorIs(t, e.CheckFailpoints(), failpoint.ErrUnknown, spec)
+		}
+	}
+}
+
+// RespondJSON renders the answer, or fails the phase when it cannot.
+func TestRespondJSON(t *testing.T) {
+	t.Parallel()
+	_, err := recovery.RespondJSON(201, map[string]string{"id": "x"})
+	require.NoError(t, err)
+	_, err = recovery.RespondJSON(201, make(chan int))
+	require.Error(t, err)
+}

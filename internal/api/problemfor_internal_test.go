@@ -21,6 +21,7 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/keyfilter"
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
@@ -88,6 +89,11 @@ var bugSentinels = map[string]struct {
 	"stripeclient.ErrLiveKeyRefused":   {stripeclient.ErrLiveKeyRefused, "refused at start-up, before any request is served"},
 	"telemetry.ErrSettings":            {telemetry.ErrSettings, "tracing settings, refused at start-up"},
 	"stagedjobs.ErrBadMessage":         {stagedjobs.ErrBadMessage, "a receipt the mailer cannot send: background work, never a request's answer"},
+	"recovery.ErrBadFlow":              {recovery.ErrBadFlow, "a flow declared wrong, refused when it is registered at start-up"},
+	"recovery.ErrUndeclaredMove":       {recovery.ErrUndeclaredMove, "a phase moving its key where its step did not declare: a bug in a flow, nothing committed"},
+	"recovery.ErrUnregisteredFlow":     {recovery.ErrUnregisteredFlow, "a request run through a flow the engine was not given: a bug in how the service is built"},
+	"failpoint.ErrUnknown":             {failpoint.ErrUnknown, "a failpoint no flow declares, refused at start-up"},
+	"keyfilter.ErrSnapshotUnusable":    {keyfilter.ErrSnapshotUnusable, "a key filter snapshot refused at start-up, which then rebuilds the filter: never a request's answer"},
 }
 
 // Every exported sentinel of the packages api is built on becomes one

@@ -125,13 +125,9 @@ type ListParams struct {
 
 // List returns the keys in p.State, oldest first.
 func (a *Admin) List(ctx context.Context, p ListParams) ([]Summary, error) {
-	var userID pgtype.Int8
-	if p.UserEmail != "" {
-		id, err := a.userID(ctx, p.UserEmail)
-		if err != nil {
-			return nil, err
-		}
-		userID = pgtype.Int8{Int64: id, Valid: true}
+	userID, err := a.userFilter(ctx, p.UserEmail)
+	if err != nil {
+		return nil, err
 	}
 	rows, err := queries.ListKeysForOperator(ctx, a.pool, dbsqlc.ListKeysForOperatorParams{
 		UserID: userID, State: string(p.State), RowLimit: int32(p.Limit),
@@ -312,6 +308,16 @@ func (a *Admin) userID(ctx context.Context, email string) (int64, error) {
 		return 0, fmt.Errorf("%w: no user %s", ErrUnknownUser, email)
 	}
 	return id, err
+}
+
+// userFilter is a list's optional filter by user: none for "", else the
+// user's id (ErrUnknownUser when there is no such user).
+func (a *Admin) userFilter(ctx context.Context, email string) (pgtype.Int8, error) {
+	if email == "" {
+		return pgtype.Int8{}, nil
+	}
+	id, err := a.userID(ctx, email)
+	return pgtype.Int8{Int64: id, Valid: err == nil}, err
 }
 
 func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked, overdue bool, spent []string) Summary {

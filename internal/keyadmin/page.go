@@ -43,13 +43,9 @@ type PageParams struct {
 // Page returns one page of keys, newest first (the console's list; List is
 // `keys list`'s, oldest first).
 func (a *Admin) Page(ctx context.Context, p PageParams) ([]Summary, error) {
-	var userID pgtype.Int8
-	if p.UserEmail != "" {
-		id, err := a.userID(ctx, p.UserEmail)
-		if err != nil {
-			return nil, err
-		}
-		userID = pgtype.Int8{Int64: id, Valid: true}
+	userID, err := a.userFilter(ctx, p.UserEmail)
+	if err != nil {
+		return nil, err
 	}
 	if p.BeforeCreated.IsZero() {
 		// After every key: the end of time, and the largest id.

@@ -60,6 +60,15 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 	if err != nil {
 		return nil, err
 	}
+	// A key of a flow this build does not declare waits for a build that
+	// does (after a rollback, say): the operator hears it now, not one key
+	// at a time from the completer.
+	if unknown, err := a.Engine.UnfinishedKeysOfUnknownFlows(ctx); err != nil {
+		log.Warn("could not count the unfinished keys of each flow", slog.String("error", err.Error()))
+	} else if len(unknown) > 0 {
+		log.Error("unfinished keys of flows this build does not declare: a build that declares them must finish them",
+			slog.Any("keys_by_flow", unknown))
+	}
 	if cfg.StripeWebhookSecret == "" {
 		log.Warn("STRIPE_WEBHOOK_SECRET is not set: every Stripe webhook delivery will be refused")
 	}

@@ -384,3 +384,25 @@ func TestCommands_refuseSettingsThatMakeNoSense(t *testing.T) {
 		}
 	}
 }
+
+// A build that does not declare a flow whose keys are unfinished (an older
+// build after a rollback) says so as it starts, with their counts, and
+// serves: the keys wait for a build that declares their flow.
+func TestServe_saysAtStartWhichUnfinishedKeysItCannotFinish(t *testing.T) {
+	t.Parallel()
+	dbURL := dbtest.NewURL(t)
+	pool := dbtestPool(t, dbURL)
+	_, err := pool.Exec(context.Background(), `
+		INSERT INTO users (email) VALUES ('rollback@example.com');
+		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
+			request_fingerprint)
+		SELECT u.id, 'k' || n, 'issue_gift_card', 'POST', '/v1/gift_cards', '{}', sha256('x'::bytea)
+		FROM users u, generate_series(1, 3) n WHERE u.email = 'rollback@example.com'`)
+	require.NoError(t, err)
+	env := []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=http://127.0.0.1:9", "STRIPE_SECRET_KEY=sk_test_x", "PAYMENTS_ADDR=127.0.0.1:0"}
+	serve := startProc(t, env, "serve")
+	said := serve.waitFor(t, &serve.stderr,
+		regexp.MustCompile(`"level":"ERROR","msg":"unfinished keys of flows this build does not declare[^"]*","keys_by_flow":(\{[^}]*\})`))
+	require.JSONEq(t, `{"issue_gift_card":3}`, said)
+	serve.waitFor(t, &serve.stderr, listening)
+}

@@ -401,3 +401,23 @@ func (e *Engine) Lookup(ctx context.Context, userID int64, key string) (*Key, er
 	k.Locked = row.LockLive
 	return k, nil
 }
+
+// UnfinishedKeysOfUnknownFlows counts, by flow name, the unfinished keys
+// whose flow is not registered with e: a build that does not declare a flow
+// (an older one, after a rollback) cannot finish its keys, and the
+// completer leaves them for a build that does. A process calls it at
+// start-up to say so at once, rather than one key at a time in the
+// completer's log. Call it once every flow is registered.
+func (e *Engine) UnfinishedKeysOfUnknownFlows(ctx context.Context) (map[string]int64, error) {
+	rows, err := queries.CountUnfinishedKeysByFlow(ctx, e.cfg.Pool)
+	if err != nil {
+		return nil, err
+	}
+	unknown := map[string]int64{}
+	for _, r := range rows {
+		if _, ok := e.Flow(r.Flow); !ok {
+			unknown[r.Flow] = r.Keys
+		}
+	}
+	return unknown, nil
+}

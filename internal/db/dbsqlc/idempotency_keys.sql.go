@@ -187,6 +187,42 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 	return i, err
 }
 
+const countUnfinishedKeysByFlow = `-- name: CountUnfinishedKeysByFlow :many
+SELECT flow, count(*)::bigint AS keys
+FROM idempotency_keys
+WHERE recovery_point <> 'finished'
+GROUP BY flow
+ORDER BY flow
+`
+
+type CountUnfinishedKeysByFlowRow struct {
+	Flow string
+	Keys int64
+}
+
+// The unfinished keys of each flow, read at start-up through the index of
+// unfinished keys: a flow this build does not declare cannot finish its
+// keys (an older build after a rollback, say).
+func (q *Queries) CountUnfinishedKeysByFlow(ctx context.Context, db DBTX) ([]CountUnfinishedKeysByFlowRow, error) {
+	rows, err := db.Query(ctx, countUnfinishedKeysByFlow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CountUnfinishedKeysByFlowRow
+	for rows.Next() {
+		var i CountUnfinishedKeysByFlowRow
+		if err := rows.Scan(&i.Flow, &i.Keys); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
 const deleteExpiredIdempotencyKey = `-- name: DeleteExpiredIdempotencyKey :exec
 DELETE FROM idempotency_keys
 WHERE id = $1 AND recovery_point = 'finished'

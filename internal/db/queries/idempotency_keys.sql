@@ -219,3 +219,13 @@ LIMIT @page_size;
 
 -- name: GetLockToken :one
 SELECT lock_token FROM idempotency_keys WHERE id = @id;
+
+-- name: CountUnfinishedKeysByFlow :many
+-- The unfinished keys of each flow, read at start-up through the index of
+-- unfinished keys: a flow this build does not declare cannot finish its
+-- keys (an older build after a rollback, say).
+SELECT flow, count(*)::bigint AS keys
+FROM idempotency_keys
+WHERE recovery_point <> 'finished'
+GROUP BY flow
+ORDER BY flow;

@@ -3,7 +3,8 @@
 # Every subcommand is in it: serve, worker, migrate, stripesim, users, healthcheck.
 
 # Build: a static binary (the service needs no cgo).
-FROM golang:1.26-bookworm AS build
+# The toolchain go.mod names (its `go` line), so the image builds what CI tests.
+FROM golang:1.26.8-bookworm AS build
 WORKDIR /src
 COPY go.mod go.sum ./
 RUN go mod download

@@ -320,9 +320,9 @@ func TestDeploy_dockerfileIsMultiStageNonRootAndBuildsTheBinary(t *testing.T) {
 	// The build stage's Go is the one go.mod asks for.
 	mod, err := os.ReadFile(filepath.Join(repoRoot, "go.mod"))
 	require.NoError(t, err)
-	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+)`).FindSubmatch(mod)
+	goVersion := regexp.MustCompile(`(?m)^go (\d+\.\d+\.\d+)$`).FindSubmatch(mod)
 	require.NotNil(t, goVersion)
-	require.Contains(t, froms[0], "golang:"+string(goVersion[1]))
+	require.Contains(t, froms[0], "golang:"+string(goVersion[1])+"-", "pinned to go.mod's release, not a floating minor")
 }
 
 // cancelledAnswers is how long a process may take, after its shutdown

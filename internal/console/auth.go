@@ -158,13 +158,37 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	_, _ = rand.Read(s.id)
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: h.cookieValue(s), Path: Prefix, MaxAge: int(h.cfg.SessionTTL.Seconds()),
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil,
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: viaHTTPS(r),
 	})
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1,
-		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: r.TLS != nil})
+		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: viaHTTPS(r)})
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
+}
+
+// viaHTTPS tells whether the browser reached the console over HTTPS: on a
+// TLS connection of its own, or through a proxy that ended TLS and says so
+// (X-Forwarded-Proto, or RFC 7239's Forwarded with proto=https), so that
+// the session cookie is Secure and never travels over plain HTTP. The
+// headers are believed from anyone: they can only make the cookie
+// stricter, and a browser on plain HTTP refuses a Secure cookie (the
+// sign-in of whoever forged them fails).
+func viaHTTPS(r *http.Request) bool {
+	if r.TLS != nil || strings.EqualFold(r.Header.Get("X-Forwarded-Proto"), "https") {
+		return true
+	}
+	for _, forwarded := range r.Header.Values("Forwarded") {
+		for _, element := range strings.Split(forwarded, ",") {
+			for _, pair := range strings.Split(element, ";") {
+				k, v, _ := strings.Cut(strings.TrimSpace(pair), "=")
+				if strings.EqualFold(k, "proto") && strings.EqualFold(strings.Trim(v, `"`), "https") {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }

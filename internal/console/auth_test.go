@@ -253,3 +253,27 @@ func TestConsole_failedSignInsAreLimited(t *testing.T) {
 	assert.Greater(t, limited, 0, "no guess was limited")
 	assert.LessOrEqual(t, guesses-limited, guesses/2, "most guesses were compared")
 }
+
+// Behind a proxy that ends TLS, the console hears plain HTTP; the proxy's
+// X-Forwarded-Proto (or RFC 7239 Forwarded) says the browser used HTTPS,
+// and the cookie is Secure. Trusting the header from anyone is safe: it can
+// only make the cookie stricter.
+func TestConsole_cookieIsSecureBehindAProxyThatEndsTLS(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{})
+	for name, header := range map[string][2]string{
+		"X-Forwarded-Proto": {"X-Forwarded-Proto", "https"},
+		"Forwarded":         {"Forwarded", `for=192.0.2.60;proto=https;by=203.0.113.43`},
+	} {
+		req, err := http.NewRequest(http.MethodPost, e.server.URL+"/console/login", strings.NewReader(url.Values{"token": {consoleToken}}.Encode()))
+		require.NoError(t, err)
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		req.Header.Set(header[0], header[1])
+		resp, err := (&http.Client{CheckRedirect: func(*http.Request, []*http.Request) error { return http.ErrUseLastResponse }}).Do(req)
+		require.NoError(t, err)
+		resp.Body.Close()
+		require.Equal(t, http.StatusSeeOther, resp.StatusCode, name)
+		require.Len(t, resp.Cookies(), 1, name)
+		assert.True(t, resp.Cookies()[0].Secure, name)
+	}
+}

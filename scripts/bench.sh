@@ -52,6 +52,23 @@ echo "== ${pb_cmd[*]}" >&2
 echo "== ${db_cmd[*]}" >&2
 "${db_cmd[@]}" | tee "$tmp/dbtest.txt" >&2
 
+# Where the CPU goes (issue 29: "a profile says where"): the request (B) and
+# the background drain (G) at 16 clients, each profiled in a run of its own
+# after the measured ones, so that the profiler's cost is in no figure above.
+profile_clients=16 # G runs at 16 and 64 clients only
+prof_args=(-duration "${BENCH_DURATION:-5s}" -warmup "${BENCH_WARMUP:-1s}")
+if [[ ${BENCH_QUICK:-} == 1 ]]; then
+  prof_args=(-duration 1s -warmup 500ms -preload 20000) # -quick's cells, at 16 clients
+fi
+prof_cmds=()
+for cell in B G; do
+  prof_cmd=(go run ./cmd/paymentsbench "${prof_args[@]}" -scenarios "$cell" -clients "$profile_clients" -rounds 1
+    -cpuprofile-cell "$cell:$profile_clients" -cpuprofile "$tmp/$cell.pprof" -out "$tmp/profile-$cell.md")
+  echo "== ${prof_cmd[*]}" >&2
+  "${prof_cmd[@]}" >&2
+  prof_cmds+=("${prof_cmd[*]}")
+done
+
 {
   cat "$tmp/report.md"
   echo "## The key filter alone"
@@ -68,6 +85,33 @@ echo "== ${db_cmd[*]}" >&2
   echo '```'
   grep -E '^(Benchmark|goos|goarch|cpu|\(internal)' "$tmp/keyfilter.txt" || true
   echo '```'
+  echo
+  echo "## Where the CPU goes"
+  echo
+  echo "CPU profiles of the request (B) and of the background drain (G) at $profile_clients clients, each in a run of its"
+  echo "own after the measured ones (so that the profiler's cost is in no figure above). The profile is of the whole"
+  echo "benchmark process: the clients, the service and the Stripe simulator (PostgreSQL is another process, its"
+  echo "share is the *CPU ms postgres* column). \`flat\` is time in the function itself, \`cum\` with what it calls."
+  echo "Commands:"
+  echo
+  echo '```'
+  printf '%s\n' "${prof_cmds[@]}"
+  echo "go tool pprof -top -nodecount 25 <profile>; go tool pprof -top -cum -nodecount 25 <profile>"
+  echo '```'
+  for cell in B G; do
+    echo
+    echo "### $cell at $profile_clients clients: the 25 functions with the most CPU of their own"
+    echo
+    echo '```'
+    go tool pprof -top -nodecount 25 "$tmp/$cell.pprof" 2>/dev/null | sed -n '/^Showing\|^ *flat/,$p'
+    echo '```'
+    echo
+    echo "### $cell at $profile_clients clients: the 25 with the most CPU with what they call"
+    echo
+    echo '```'
+    go tool pprof -top -cum -nodecount 25 "$tmp/$cell.pprof" 2>/dev/null | sed -n '/^Showing\|^ *flat/,$p'
+    echo '```'
+  done
   echo
   echo "## At scale"
   echo

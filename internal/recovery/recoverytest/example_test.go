@@ -6,12 +6,10 @@ import (
 	"io"
 	"net/http"
 	"os"
-	"runtime"
 	"sync"
 	"testing"
 
 	"github.com/jackc/pgx/v5/pgxpool"
-	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/dbtest"
@@ -124,42 +122,4 @@ func TestProve_customers(t *testing.T) {
 		Pool: recoverytest.Database(t, createCustomersTable), Flow: customersFlow(remoteURL),
 		Request: customerRequest, Effects: r.effects,
 	})
-}
-
-// The proof fails a flow whose remote side ignores the child key: a
-// resumed call makes a second customer.
-func TestProve_failsAFlowThatActsTwice(t *testing.T) {
-	t.Parallel()
-	r := &remote{byKey: map[string]string{}, forgetful: true}
-	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
-	pool := recoverytest.Database(t, createCustomersTable)
-	rec := &recorder{TB: t}
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		recoverytest.Prove(rec, recoverytest.Case{
-			Pool: pool, Flow: customersFlow(remoteURL), Request: customerRequest, Effects: r.effects,
-		})
-	}()
-	<-done
-	require.Contains(t, rec.failures, "effects at the remote side", "the proof did not notice the second customer")
-}
-
-// recorder is a testing.TB whose failures are only recorded.
-type recorder struct {
-	testing.TB
-	mu       sync.Mutex
-	failures string
-}
-
-func (r *recorder) Errorf(format string, args ...any) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	r.failures += fmt.Sprintf(format, args...) + "\n"
-	r.TB.Logf("(expected) "+format, args...)
-}
-
-func (r *recorder) Fatalf(format string, args ...any) {
-	r.Errorf(format, args...)
-	runtime.Goexit()
 }

@@ -2,9 +2,10 @@
 // the flow's request once cleanly, then once for every failpoint its
 // declaration names (before and after each commit, after each external
 // call) and every way to resume (the client's retry, the completer), and
-// asserts, for each, what the clean run did: one effect at the remote side,
-// the same status, an answer every retry gets byte for byte, and the key's
-// audit trail in the same order.
+// asserts, for each, what the clean run did: as many effects at the remote
+// side, the same status, the same answer but for what differs between two
+// clean runs (ids, times), an answer every later retry gets byte for byte,
+// and the key's audit trail in the same order.
 //
 // The attempt that crashes runs in a process of its own, killed at the
 // failpoint: the test binary runs again, told to run only the test that
@@ -34,11 +35,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strings"
 	"sync"
 	"syscall"
@@ -115,14 +118,18 @@ func Prove(t testing.TB, c Case) {
 		return e.Execute(ctx, request(key))
 	}
 
-	request("recoverytest-clean")
-	before := c.Effects()
-	clean, err := run(healthy, "recoverytest-clean")
-	if err != nil {
-		t.Fatalf("recoverytest: the clean run failed: %v", err)
+	cleanRun := func(key string) (resp recovery.Response, effects int, trail []string) {
+		request(key)
+		before := c.Effects()
+		resp, err := run(healthy, key)
+		if err != nil {
+			t.Fatalf("recoverytest: the clean run %s failed: %v", key, err)
+		}
+		return resp, c.Effects() - before, auditTrail(t, c, request(key))
 	}
-	effects := c.Effects() - before
-	trail := auditTrail(t, c, request("recoverytest-clean"))
+	clean, effects, trail := cleanRun("recoverytest-clean")
+	cleanDone := time.Now()
+	var answers []answered // checked against both clean runs, at the end
 
 	for _, name := range c.Flow.Failpoints() {
 		for _, way := range ways {
@@ -133,7 +140,10 @@ func Prove(t testing.TB, c Case) {
 				break // nor by the next way: the same request goes the same path
 			}
 			where := fmt.Sprintf("killed at %s, resumed by the %s", name, way)
-			var got recovery.Response
+			var (
+				got recovery.Response
+				err error
+			)
 			switch way {
 			case "retry":
 				got, err = retry(func() (recovery.Response, error) { return run(healthy, key) })
@@ -154,6 +164,7 @@ func Prove(t testing.TB, c Case) {
 			case !again.Replayed || again.Status != got.Status || string(again.Body) != string(got.Body):
 				t.Errorf("recoverytest: %s: a retry got %d %s, not the answer %d %s", where, again.Status, again.Body, got.Status, got.Body)
 			}
+			answers = append(answers, answered{where, got.Body})
 			if n := c.Effects() - before; n != effects {
 				t.Errorf("recoverytest: %s: %d effects at the remote side, the clean run %d", where, n, effects)
 			}
@@ -162,6 +173,118 @@ func Prove(t testing.TB, c Case) {
 			}
 		}
 	}
+
+	// A second clean run, in a later second than the first (times in
+	// answers are in seconds): what the two answers agree on (all but ids
+	// and times) is what every resumed run must have answered.
+	for time.Now().Unix() <= cleanDone.Unix() {
+		time.Sleep(10 * time.Millisecond)
+	}
+	clean2, effects2, trail2 := cleanRun("recoverytest-clean-2")
+	switch {
+	case clean2.Status != clean.Status:
+		t.Fatalf("recoverytest: two clean runs answered %d and %d", clean.Status, clean2.Status)
+	case effects2 != effects:
+		t.Fatalf("recoverytest: two clean runs made %d and %d effects at the remote side", effects, effects2)
+	case fmt.Sprint(trail2) != fmt.Sprint(trail):
+		t.Fatalf("recoverytest: two clean runs left audit trails %v and %v", trail, trail2)
+	}
+	same := sameParts(clean.Body, clean2.Body)
+	for _, a := range answers {
+		if d := same.differs(a.body); d != "" {
+			t.Errorf("recoverytest: %s: answered %s, where the clean runs agree on %s", a.where, a.body, d)
+		}
+	}
+}
+
+// answered is the answer a resumed run got.
+type answered struct {
+	where string
+	body  []byte
+}
+
+// answerParts are the parts of an answer two clean runs agree on, by
+// path ($.amount, $.data[0].status); the others (ids, times) are left out.
+type answerParts struct {
+	same   map[string]string // path to value, as JSON
+	differ map[string]bool
+}
+
+// sameParts compares two clean runs' answers.
+func sameParts(a, b []byte) answerParts {
+	pa, pb := parts(a), parts(b)
+	p := answerParts{same: map[string]string{}, differ: map[string]bool{}}
+	for path, v := range pa {
+		if w, ok := pb[path]; ok && v == w {
+			p.same[path] = v
+		} else {
+			p.differ[path] = true
+		}
+	}
+	for path := range pb {
+		if _, ok := p.same[path]; !ok {
+			p.differ[path] = true
+		}
+	}
+	return p
+}
+
+// differs names the first part of body, in path order, that is not as
+// both clean runs had it (absent where they had it, or present where
+// neither did); "" when none.
+func (p answerParts) differs(body []byte) string {
+	got := parts(body)
+	paths := slices.Collect(maps.Keys(p.same))
+	for path := range got {
+		if !p.differ[path] {
+			paths = append(paths, path)
+		}
+	}
+	slices.Sort(paths)
+	for _, path := range paths {
+		want, in := p.same[path]
+		have, ok := got[path]
+		switch {
+		case !in:
+			return fmt.Sprintf("%s: absent, here %s", path, have)
+		case !ok:
+			return fmt.Sprintf("%s: %s, here absent", path, want)
+		case have != want:
+			return fmt.Sprintf("%s: %s, here %s", path, want, have)
+		}
+	}
+	return ""
+}
+
+// parts is a body's values by path, when it is JSON; otherwise the body
+// itself, at path "$".
+func parts(body []byte) map[string]string {
+	out := map[string]string{}
+	var v any
+	if err := json.Unmarshal(body, &v); err != nil {
+		out["$"] = string(body)
+		return out
+	}
+	var walk func(path string, v any)
+	walk = func(path string, v any) {
+		switch v := v.(type) {
+		case map[string]any:
+			out[path] = "{}" // that it is an object
+			for k, x := range v {
+				walk(path+"."+k, x)
+			}
+		case []any:
+			out[path] = fmt.Sprintf("[%d]", len(v)) // its length
+			for i, x := range v {
+				walk(fmt.Sprintf("%s[%d]", path, i), x)
+			}
+		default:
+			b, _ := json.Marshal(v)
+			out[path] = string(b)
+		}
+	}
+	walk("$", v)
+	return out
 }
 
 // engine is an engine of cfg on c's pool, with c's flow and failpoints fp.

@@ -4,10 +4,14 @@ import (
 	"context"
 	"fmt"
 	"net/http"
+	"os"
 	"runtime"
 	"sync"
+	"syscall"
 	"testing"
 
+	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/db"
@@ -85,4 +89,41 @@ func TestProve_failsAFlowWhoseAnswerForgets(t *testing.T) {
 	}()
 	<-done
 	require.Contains(t, rec.failures, "killed at after_commit:customer_saved, resumed by the retry: answered", "the proof did not notice the answer without the email")
+}
+
+// Prove kills real processes: every attempt it crashes runs in a process
+// of its own, which is gone once Prove returns.
+func TestProve_killsTheRealProcess(t *testing.T) {
+	t.Parallel()
+	pool := recoverytest.Database(t, func(pool *pgxpool.Pool) error {
+		_, err := pool.Exec(context.Background(), `CREATE TABLE pids (pid int NOT NULL); INSERT INTO users (email) VALUES ('owner@example.com');`)
+		return err
+	})
+	notePID := func(ctx context.Context, tx *db.Tx, _ *recovery.Key) error {
+		_, err := tx.Exec(ctx, "INSERT INTO pids VALUES ($1)", os.Getpid())
+		return err
+	}
+	const noted recovery.RecoveryPoint = "noted"
+	flow := recovery.NewFlow("note_pid",
+		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+			return recovery.Next(noted), notePID(ctx, tx, k)
+		}), noted),
+		recovery.From(noted, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+			if err := notePID(ctx, tx, k); err != nil {
+				return recovery.Outcome{}, err
+			}
+			return recovery.RespondJSON(200, map[string]string{"noted": "yes"})
+		}), recovery.Finished),
+	)
+	recoverytest.Prove(t, recoverytest.Case{Pool: pool, Flow: flow, Effects: func() int { return 0 },
+		Request: func() recovery.Request { return recovery.Request{UserID: 1, Method: "POST", Path: "/v1/pids"} }})
+
+	rows, err := pool.Query(context.Background(), "SELECT DISTINCT pid FROM pids WHERE pid <> $1", os.Getpid())
+	require.NoError(t, err)
+	pids, err := pgx.CollectRows(rows, pgx.RowTo[int])
+	require.NoError(t, err)
+	require.NotEmpty(t, pids, "every attempt ran in the test's own process")
+	for _, pid := range pids {
+		require.ErrorIs(t, syscall.Kill(pid, 0), syscall.ESRCH, "process %d, killed at a failpoint, still runs", pid)
+	}
 }

@@ -396,7 +396,10 @@ func killAt(t testing.TB, name string, req recovery.Request) bool {
 	defer cancel()
 	cmd := exec.CommandContext(ctx, os.Args[0], "-test.run="+runPattern(t.Name()), "-test.count=1", "-test.timeout=1m")
 	cmd.Env = append(os.Environ(), crashEnv+"="+string(o))
-	out, _ := cmd.CombinedOutput()
+	out, err := cmd.CombinedOutput()
+	if cmd.ProcessState == nil {
+		t.Fatalf("recoverytest: starting the process to be killed at %s: %v", name, err)
+	}
 	status, _ := cmd.ProcessState.Sys().(syscall.WaitStatus)
 	switch {
 	case ctx.Err() != nil:

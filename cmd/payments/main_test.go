@@ -30,6 +30,7 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/dbtest"
 	"github.com/example/payments/internal/openapitest"
+	"github.com/example/payments/internal/users"
 	"github.com/example/payments/migrations"
 )
 
@@ -405,4 +406,86 @@ func TestServe_saysAtStartWhichUnfinishedKeysItCannotFinish(t *testing.T) {
 		regexp.MustCompile(`"level":"ERROR","msg":"unfinished keys of flows this build does not declare[^"]*","keys_by_flow":(\{[^}]*\})`))
 	require.JSONEq(t, `{"issue_gift_card":3}`, said)
 	serve.waitFor(t, &serve.stderr, listening)
+}
+
+// The helpers below start the simulator and the service, and talk to them.
+
+var simListening = regexp.MustCompile(`Stripe simulator listening on (http://\S+)`)
+
+// startSimulator runs `payments stripesim` on a free port; it outlives the
+// service's crashes, as Stripe would.
+func startSimulator(t *testing.T) string {
+	t.Helper()
+	sim := startProc(t, nil, "stripesim", "--addr", "127.0.0.1:0")
+	return sim.waitFor(t, &sim.stdout, simListening)
+}
+
+// startServe runs `payments serve` against dbURL and the simulator at simURL.
+func startServe(t *testing.T, dbURL, simURL string, env ...string) (*proc, string) {
+	t.Helper()
+	env = append([]string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
+		"PAYMENTS_ADDR=127.0.0.1:0", "PAYMENTS_LOCK_TIMEOUT=1s", "PAYMENTS_FAILPOINTS="}, env...)
+	p := startProc(t, env, "serve")
+	return p, "http://" + p.waitFor(t, &p.stderr, listening)
+}
+
+// postIdempotent posts body to path with the Idempotency-Key key, as alice;
+// err is set when the connection died without an answer.
+func postIdempotent(t testing.TB, base, path, key, body string) (int, []byte, error) {
+	req, _ := http.NewRequest(http.MethodPost, base+path, strings.NewReader(body))
+	req.Header.Set("Authorization", "Bearer "+aliceKey)
+	req.Header.Set("Idempotency-Key", key)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := apiClient(t).Do(req)
+	if err != nil {
+		return 0, nil, err
+	}
+	defer resp.Body.Close()
+	data, err := io.ReadAll(resp.Body)
+	return resp.StatusCode, data, err
+}
+
+// createPayment posts the same create request every time.
+func createPayment(t testing.TB, base, key string) (int, []byte, error) {
+	return postIdempotent(t, base, "/v1/payments", key,
+		`{"amount":4200,"currency":"eur","payment_method":"pm_card_visa","metadata":{"order":"crash-1"}}`)
+}
+
+// retryUntilFinal retries post like a good client: while the answer is 409
+// (the dead holder's lock has not lapsed yet) or 503, wait and try again.
+func retryUntilFinal(t *testing.T, post func() (int, []byte, error)) (int, []byte) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	for {
+		status, data, err := post()
+		require.NoError(t, err)
+		if status != http.StatusConflict && status != http.StatusServiceUnavailable {
+			return status, data
+		}
+		require.True(t, time.Now().Before(deadline), "still %d: %s", status, data)
+		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+// simPaymentIntents lists the simulator's PaymentIntents made for payment id.
+func simPaymentIntents(t *testing.T, simURL, paymentID string) []map[string]any {
+	t.Helper()
+	resp, err := http.Get(simURL + "/_sim/objects?type=payment_intent")
+	require.NoError(t, err)
+	defer resp.Body.Close()
+	var all []map[string]any
+	require.NoError(t, json.NewDecoder(resp.Body).Decode(&all))
+	var mine []map[string]any
+	for _, pi := range all {
+		if md, ok := pi["metadata"].(map[string]any); ok && md["payment"] == paymentID {
+			mine = append(mine, pi)
+		}
+	}
+	return mine
+}
+
+func seedDemoUsers(t *testing.T, dbURL string) {
+	t.Helper()
+	pool := dbtestPool(t, dbURL)
+	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
 }

@@ -39,6 +39,12 @@ func Main(m *testing.M) int {
 // NewURL returns the URL of a fresh migrated database for t, dropped when t ends.
 func NewURL(t testing.TB) string {
 	t.Helper()
+	if os.Getenv("RECOVERYTEST_CRASH") != "" {
+		// A process recoverytest.Prove runs to kill: a database made here
+		// would be one the test never sees, and a cluster started here
+		// would outlive the kill.
+		t.Fatalf("dbtest: in a process recoverytest kills, the test's database comes from recoverytest.Database (or Shared)")
+	}
 	env, err := shared.get()
 	if err != nil {
 		t.Fatalf("dbtest: %v", err)

@@ -4,18 +4,24 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"net/http"
 	"testing"
+	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/recovery/recoverytest"
+	"github.com/example/payments/internal/stripeclient"
+	"github.com/example/payments/internal/stripesim"
+	"github.com/example/payments/internal/users"
 )
 
 // Every payment flow, proven exactly-once by recoverytest against the
-// simulator over HTTP: crashed at every failpoint its declaration names,
+// simulator over HTTP: killed at every failpoint its declaration names,
 // resumed by a retry and by the completer.
 func TestProve_everyPaymentFlow(t *testing.T) {
 	t.Parallel()
@@ -40,7 +46,7 @@ func TestProve_everyPaymentFlow(t *testing.T) {
 	} {
 		t.Run(c.flow, func(t *testing.T) {
 			t.Parallel()
-			b := setup(t)
+			b := proofSetup(t)
 			svc, engine := b.service(t, "")
 			flow, ok := engine.Flow(c.flow)
 			require.True(t, ok)
@@ -50,6 +56,26 @@ func TestProve_everyPaymentFlow(t *testing.T) {
 			})
 		})
 	}
+}
+
+// proofSetup is setup for a proof: the database and the simulator are
+// made in the test's process only, and shared with the processes the proof
+// kills (b.sim is nil in those).
+func proofSetup(t *testing.T) *testBundle {
+	t.Helper()
+	b := &testBundle{now: time.Now().UTC().Truncate(time.Second)}
+	simURL := recoverytest.Server(t, "simulator", func() http.Handler {
+		b.sim = stripesim.New(stripesim.Config{})
+		t.Cleanup(b.sim.Close)
+		return b.sim.Handler()
+	})
+	b.pool = recoverytest.Database(t, func(pool *pgxpool.Pool) error { return users.SeedDemoUsers(context.Background(), pool) })
+	u, err := users.Authenticate(context.Background(), b.pool, users.DemoUsers[0].APIKey)
+	require.NoError(t, err)
+	b.userID = u.ID
+	b.stripe, err = stripeclient.New(stripeclient.Config{SecretKey: "sk_test_prove", APIBase: simURL})
+	require.NoError(t, err)
+	return b
 }
 
 // proofRequest is a request to path with params as its body.

@@ -11,7 +11,7 @@
 // "started" to "finished", the completer resumes keys by the registered
 // flows' names, and the failpoints are named from the declarations
 // (Flow.Failpoints); package recoverytest proves a flow exactly-once from
-// them. A phase is a function from one
+// them, killing a process of the test at each. A phase is a function from one
 // recovery point to the next: it either commits local work in one
 // SERIALIZABLE transaction (LocalPhase), or makes one external call outside
 // any transaction and then records its result in a short transaction

@@ -6,7 +6,7 @@
 // are the exception: the enqueuer writes them itself, with their webhook
 // deliveries, in the transaction that deletes their staged rows, and queues
 // nothing for them: a delivery row is due at once for the webhook
-// dispatcher (Enqueuer.writeEventsInline says why).
+// dispatcher (Enqueuer.writeInline says why).
 //
 // # Receipts and the mail server
 //

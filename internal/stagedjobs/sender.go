@@ -72,7 +72,9 @@ type ReceiptSender struct {
 
 // SenderConfig configures a ReceiptSender.
 type SenderConfig struct {
-	Pool   *pgxpool.Pool
+	Pool *pgxpool.Pool
+	// Mailer sends the receipts. Nil: a LogMailer, which only logs them
+	// (as NewMailer without an SMTP URL).
 	Mailer Mailer
 	// SendTimeout bounds one send. Default: the Mailer's MaxSendTime, or
 	// DefaultSendTimeout.
@@ -144,6 +146,9 @@ func NewReceiptSender(cfg SenderConfig) *ReceiptSender {
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
+	}
+	if s.cfg.Mailer == nil { // as NewMailer without an SMTP URL
+		s.cfg.Mailer = LogMailer{Log: s.log}
 	}
 	counter := func(outcome string) prometheus.Counter {
 		return prometheus.NewCounter(prometheus.CounterOpts{Name: "payments_receipt_sends_total",

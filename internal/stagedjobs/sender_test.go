@@ -288,3 +288,14 @@ func (m *scriptedMailer) tries() map[string]int {
 	}
 	return out
 }
+
+// A sender given no mailer logs its receipts, as the service does without
+// SMTP_URL (NewMailer's LogMailer), rather than crashing its process.
+func TestReceiptSender_withoutAMailerLogsTheReceipt(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.stageReceipts(t, "pay_logged")
+	require.NoError(t, stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river}).DrainAll(context.Background()))
+	runSender(t, stagedjobs.NewReceiptSender(stagedjobs.SenderConfig{Pool: b.pool}))
+	require.Eventually(t, func() bool { return b.receiptSent(t, "pay_logged") }, 10*time.Second, 20*time.Millisecond)
+}

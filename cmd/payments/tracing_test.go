@@ -82,7 +82,7 @@ func spanNames(spans []otlptest.Span) string {
 // A request sent with a traceparent is one trace at the collector: the
 // server span (a child of the caller's), the claim, a span per recovery
 // phase with its three attributes, the Stripe call as a client span with
-// the derived key, the SQL; then the receipt job, the event the drain
+// the derived key, the SQL; then the receipt's send, the event the drain
 // wrote and the webhook delivery with its HTTP attempt, in the same trace.
 // The log lines of the request name the trace.
 func TestTracing_aRequestIsOneTraceFromTheServerSpanToItsWebhookDelivery(t *testing.T) {
@@ -107,7 +107,7 @@ func TestTracing_aRequestIsOneTraceFromTheServerSpanToItsWebhookDelivery(t *test
 
 	wanted := []string{"POST /v1/payments", "recovery claim", "recovery phase started", "recovery phase payment_created",
 		"recovery phase payment_intent_created", "POST /v1/payment_intents", "InsertIdempotencyKey", "InsertPayment",
-		"job receipt_email", "stagedjobs write event", "webhook delivery", "POST webhook endpoint"}
+		"receipt send", "stagedjobs write event", "webhook delivery", "POST webhook endpoint"}
 	require.Eventually(t, func() bool {
 		spans := receiver.Trace(traceID)
 		for _, name := range wanted {

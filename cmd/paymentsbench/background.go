@@ -182,9 +182,11 @@ func (bg *background) receive(w http.ResponseWriter, r *http.Request) {
 }
 
 // backlogQuery counts the background work waiting: staged jobs, pending
-// deliveries, and receipts not yet sent (River's unfinished receipt jobs).
+// deliveries, and receipts not yet sent (the receipt sender's, and River's
+// unfinished receipt jobs, which the drain's fallback may still make).
 const backlogQuery = `SELECT (SELECT count(*) FROM staged_jobs) +
 	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending') +
+	(SELECT count(*) FROM receipts WHERE next_attempt_at IS NOT NULL) +
 	(SELECT count(*) FROM river_job WHERE kind = 'receipt_email' AND state IN ('available', 'running', 'retryable', 'scheduled'))`
 
 // sample measures the backlog every 250 ms until stopped.

@@ -66,6 +66,7 @@ type Dispatcher struct {
 	inflight map[string]int // endpoint id -> attempts in flight
 	total    int
 	freed    chan struct{} // a slot was freed (buffered, 1)
+	wake     chan struct{} // Wake was called (buffered, 1)
 	attempts sync.WaitGroup
 }
 
@@ -139,7 +140,7 @@ func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
 		cfg.ShutdownTimeout = AttemptTimeout
 	}
 	d := &Dispatcher{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, freed: make(chan struct{}, 1),
-		outcomes: make(chan attemptOutcome, cfg.Concurrency)}
+		wake: make(chan struct{}, 1), outcomes: make(chan attemptOutcome, cfg.Concurrency)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
@@ -192,7 +193,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 			}()
 		}
 		if len(claimed) < free { // nothing more is due now
-			sleep(ctx, d.cfg.PollInterval)
+			d.wait(ctx)
 		}
 	}
 
@@ -208,6 +209,27 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 	close(d.outcomes)
 	<-recorded
 	return nil
+}
+
+// Wake makes Run claim at once instead of at its next poll: the drain calls
+// it after it wrote deliveries (stagedjobs.EnqueuerConfig.OnWritten), so a
+// new delivery waits for no poll. It never blocks.
+func (d *Dispatcher) Wake() {
+	select {
+	case d.wake <- struct{}{}:
+	default:
+	}
+}
+
+// wait sleeps for PollInterval, or until ctx ends or Wake is called.
+func (d *Dispatcher) wait(ctx context.Context) {
+	t := time.NewTimer(d.cfg.PollInterval)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+	case <-t.C:
+	case <-d.wake:
+	}
 }
 
 // free is how many more attempts may start now.
@@ -373,13 +395,4 @@ func (d *Dispatcher) write(batch []attemptOutcome) error {
 // attempt (1 for the first) of a cycle.
 func delayAfter(schedule []time.Duration, attempt int) time.Duration {
 	return schedule[min(max(attempt, 1), len(schedule))-1]
-}
-
-func sleep(ctx context.Context, d time.Duration) {
-	t := time.NewTimer(d)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	}
 }

@@ -260,3 +260,23 @@ func TestDispatcher_twoDispatchersSendEachDeliveryOnce(t *testing.T) {
 	}
 	require.Equal(t, 2*len(events), b.count(t, "SELECT count(*) FROM webhook_attempts"))
 }
+
+// Wake makes a dispatcher that polls rarely claim at once: the drain wakes
+// it after it wrote deliveries.
+func TestDispatcher_wakeClaimsAtOnce(t *testing.T) {
+	t.Parallel()
+	b := newDispatchBundle(t)
+	r := webhooktest.NewReceiver(t)
+	r.SetSecret(testSecret)
+	b.endpoint(t, "we_1", r.URL())
+	first := b.events(t, "first", 1, "we_1")[0]
+	d := merchanthooks.NewDispatcher(merchanthooks.DispatcherConfig{Pool: b.pool, PollInterval: time.Minute})
+	run(t, d)
+	// Its first claim took the first delivery; its next poll is a minute away.
+	require.Eventually(t, func() bool { return len(r.Acknowledged()[first]) == 1 }, 10*time.Second, 10*time.Millisecond)
+
+	second := b.events(t, "second", 1, "we_1")[0]
+	d.Wake()
+	require.Eventually(t, func() bool { return len(r.Acknowledged()[second]) == 1 }, 10*time.Second, 10*time.Millisecond,
+		"delivered long before the next poll")
+}

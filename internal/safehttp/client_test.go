@@ -286,3 +286,56 @@ func TestCheckURL_errorIsFitForAProblemDetail(t *testing.T) {
 	err = CheckURL(t.Context(), "http://[::1", Config{Resolver: newFakeDNS(nil).resolver(t)})
 	require.ErrorIs(t, err, ErrInvalidURL)
 }
+
+// The webhook dispatcher has up to merchanthooks.DefaultPerEndpoint
+// attempts in flight to one endpoint: the client keeps as many idle
+// connections to a host, so that the next round of attempts reuses them
+// instead of dialling (and, for https, handshaking) again.
+func TestClient_keepsAsManyIdleConnectionsPerHostAsAnEndpointHasAttempts(t *testing.T) {
+	t.Parallel()
+	const perEndpoint = 10 // merchanthooks.DefaultPerEndpoint
+	var dialled atomic.Int64
+	var release atomic.Pointer[chan struct{}]
+	var inside atomic.Int64
+	srv := httptest.NewUnstartedServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		gate := *release.Load()
+		inside.Add(1)
+		<-gate
+		w.WriteHeader(http.StatusNoContent)
+	}))
+	srv.Config.ConnState = func(_ net.Conn, s http.ConnState) {
+		if s == http.StateNew {
+			dialled.Add(1)
+		}
+	}
+	srv.Start()
+	t.Cleanup(srv.Close)
+	client := NewClient(Config{AllowPrivate: true})
+
+	round := func() {
+		inside.Store(0)
+		gate := make(chan struct{})
+		release.Store(&gate)
+		done := make(chan error, perEndpoint)
+		for range perEndpoint {
+			go func() {
+				resp, err := client.Post(srv.URL, "application/json", strings.NewReader("{}"))
+				if err == nil {
+					_, _ = io.Copy(io.Discard, resp.Body)
+					resp.Body.Close()
+				}
+				done <- err
+			}()
+		}
+		// All in flight at once, as the dispatcher's attempts are.
+		require.Eventually(t, func() bool { return inside.Load() == perEndpoint }, 5*time.Second, time.Millisecond)
+		close(gate)
+		for range perEndpoint {
+			require.NoError(t, <-done)
+		}
+	}
+	round()
+	require.EqualValues(t, perEndpoint, dialled.Load())
+	round()
+	require.EqualValues(t, perEndpoint, dialled.Load(), "the second round reused the first's connections")
+}

@@ -33,6 +33,11 @@ type EnqueuerConfig struct {
 	// jobs were inserted into River and before the commit. Tests use it to
 	// crash a drain halfway.
 	BeforeCommit func(ctx context.Context, tx pgx.Tx) error
+	// OnWritten, when set, is called after a drain committed events or
+	// receipts it wrote itself: the worker wakes the webhook dispatcher and
+	// the receipt sender with it, so that they claim at once rather than at
+	// their next poll. It must not block.
+	OnWritten func()
 }
 
 // Enqueuer moves staged jobs into River, exactly once: each batch is
@@ -105,15 +110,17 @@ func (e *Enqueuer) DrainAll(ctx context.Context) error {
 // DrainOnce moves one batch and says how many jobs it moved.
 func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 	var moved int
+	var wrote bool
 	err := db.WithTx(ctx, e.cfg.Pool, db.TxOptions{Isolation: pgx.ReadCommitted}, func(ctx context.Context, tx *db.Tx) error {
 		jobs, err := queries.ClaimStagedJobs(ctx, tx, int32(e.cfg.BatchSize))
 		if err != nil || len(jobs) == 0 {
 			return err
 		}
-		queued, err := e.writeEventsInline(ctx, tx, jobs)
+		queued, err := e.writeInline(ctx, tx, jobs)
 		if err != nil {
 			return err
 		}
+		wrote = len(queued) < len(jobs)
 		if len(queued) > 0 {
 			if _, err := e.cfg.River.InsertManyTx(ctx, tx, queued); err != nil {
 				return fmt.Errorf("inserting into River: %w", err)
@@ -134,61 +141,78 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 		return 0, err
 	}
 	e.drained.Add(float64(moved))
+	if wrote && e.cfg.OnWritten != nil {
+		e.cfg.OnWritten()
+	}
 	return moved, nil
 }
 
-// writeEventsInline is the drain's one exception to "move each staged job
-// into River": a MerchantEvent job is applied here, in the drain's
-// transaction, instead of becoming a River job of its own. Writing an event
-// is local (a row in events and one in webhook_deliveries per subscribed
-// endpoint) and cannot fail for a reason a retry would fix, so a River job
-// bought it nothing but cost: its arguments carry the object's whole JSON,
-// which River indexes (GIN) on insert and again on every change of the
-// job's state, and the job's deliveries then needed a second trip through
-// staged_jobs and the drain. Measured with make bench, scenario F at 16
-// clients: see docs/BENCHMARKS.md and docs/architecture.md ("Events are
-// written by the drain"). The deliveries get no River job either: a
-// delivery row is due at once, and the webhook dispatcher
-// (merchanthooks.Dispatcher) claims it from there.
+// writeInline is where the drain departs from "move each staged job into
+// River": MerchantEvent and ReceiptEmail jobs are applied here, in the
+// drain's transaction, instead of becoming River jobs of their own.
 //
-// The guarantee is the staged job's own: the event, its deliveries and the
-// staged row's deletion commit together, so an event is written once and
-// each of its deliveries exists once. It returns what to insert into
-// River: the batch's other jobs as they were staged.
+// Writing an event is local (a row in events and one in webhook_deliveries
+// per subscribed endpoint) and cannot fail for a reason a retry would fix,
+// so a River job bought it nothing but cost: its arguments carry the
+// object's whole JSON, which River indexes (GIN) on insert and again on
+// every change of the job's state, and the job's deliveries then needed a
+// second trip through staged_jobs and the drain. Measured with make bench,
+// scenario F at 16 clients: see docs/BENCHMARKS.md and
+// docs/architecture.md ("Events are written by the drain"). The deliveries
+// get no River job either: a delivery row is due at once, and the webhook
+// dispatcher (merchanthooks.Dispatcher) claims it from there.
 //
-// Should the batch's events fail to be written (a staged event the code
-// cannot apply: a bug, not an outage, which would fail the whole
-// transaction), they are handed to River as MerchantEvent jobs instead,
-// written by EventWorker with River's retries: one bad event then waits in
-// River's retries alone, and never stops the drain, the receipts or the
-// other events.
-func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsqlc.StagedJob) ([]river.InsertManyParams, error) {
+// A receipt, likewise, is written as its row in receipts, due at once for
+// the receipt sender (ReceiptSender), which claims receipts in batches: a
+// River job per receipt cost its insert, fetch and completion besides the
+// receipt's own reservation and record (make bench, scenario G).
+//
+// The guarantee is the staged job's own: the event and its deliveries, or
+// the receipt's row, commit with the staged row's deletion, so an event is
+// written once, each of its deliveries exists once, and a receipt has one
+// row (its exactly-once record). It returns what to insert into River: the
+// batch's other jobs as they were staged.
+//
+// Should the batch's events and receipts fail to be written (a staged job
+// the code cannot apply: a bug, not an outage, which would fail the whole
+// transaction), they are handed to River as MerchantEvent and ReceiptEmail
+// jobs instead, done by EventWorker and ReceiptWorker with River's retries:
+// one bad job then waits in River's retries alone, and never stops the
+// drain or the other jobs.
+func (e *Enqueuer) writeInline(ctx context.Context, tx *db.Tx, jobs []dbsqlc.StagedJob) ([]river.InsertManyParams, error) {
 	var params []river.InsertManyParams
-	var events []dbsqlc.StagedJob
-	var eventIDs []int64
+	var inline []dbsqlc.StagedJob
+	var eventIDs, receiptIDs []int64
 	for _, job := range jobs {
-		if job.Kind == string(MerchantEvent) {
-			events, eventIDs = append(events, job), append(eventIDs, job.ID)
-			continue
+		switch job.Kind {
+		case string(MerchantEvent):
+			inline, eventIDs = append(inline, job), append(eventIDs, job.ID)
+		case string(ReceiptEmail):
+			inline, receiptIDs = append(inline, job), append(receiptIDs, job.ID)
+		default:
+			params = append(params, river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)})
 		}
-		params = append(params, river.InsertManyParams{Args: stagedArgs{kind: job.Kind, args: job.Args}, InsertOpts: tracedInsertOpts(job.TraceParent)})
 	}
-	if len(eventIDs) == 0 {
+	if len(inline) == 0 {
 		return params, nil
 	}
 	traced := tracedEvents(jobs) // trace.go
 	endSpans := traceEventWrites(ctx, traced, len(eventIDs))
-	err := writeStagedEvents(ctx, tx, eventIDs)
+	err := writeStaged(ctx, tx, eventIDs, receiptIDs)
 	endSpans(err)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, err
 		}
-		e.log.WarnContext(ctx, "enqueuer: could not write the batch's events; River's event jobs will",
-			slog.Int("events", len(eventIDs)), slog.String("error", err.Error()))
-		for _, job := range events { // each with its created (EventArgs.Created)
+		e.log.WarnContext(ctx, "enqueuer: could not write the batch's events and receipts; River's jobs will",
+			slog.Int("events", len(eventIDs)), slog.Int("receipts", len(receiptIDs)), slog.String("error", err.Error()))
+		for _, job := range inline {
+			args := json.RawMessage(job.Args)
+			if job.Kind == string(MerchantEvent) {
+				args = withCreated(job.Args, job.CreatedAt) // EventArgs.Created
+			}
 			params = append(params, river.InsertManyParams{
-				Args: stagedArgs{kind: job.Kind, args: withCreated(job.Args, job.CreatedAt)}, InsertOpts: tracedInsertOpts(job.TraceParent),
+				Args: stagedArgs{kind: job.Kind, args: args}, InsertOpts: tracedInsertOpts(job.TraceParent),
 			})
 		}
 		return params, nil
@@ -196,29 +220,42 @@ func (e *Enqueuer) writeEventsInline(ctx context.Context, tx *db.Tx, jobs []dbsq
 	return params, nil
 }
 
-// writeStagedEvents runs WriteStagedEvents in a savepoint, so that its
-// failure leaves the drain's transaction usable. The SAVEPOINT and RELEASE
-// are queued (db.Tx.Queued): they ride with the statement and the next
-// round trip, and cost none of their own.
+// writeStaged runs WriteStagedEvents and WriteStagedReceipts in a
+// savepoint, so that their failure leaves the drain's transaction usable.
+// The SAVEPOINT and RELEASE are queued (db.Tx.Queued): they ride with the
+// statements and the next round trip, and cost none of their own.
 //
 // Before the events, it takes the lock that orders them with the creation
 // of their users' endpoints (LockEndpointsOfStagedEvents, queued too: it
 // runs, and so waits for an endpoint being created, before the statement
 // that reads the endpoints takes its snapshot).
-func writeStagedEvents(ctx context.Context, tx *db.Tx, ids []int64) error {
-	if _, err := tx.Queued().Exec(ctx, "SAVEPOINT write_staged_events"); err != nil {
+func writeStaged(ctx context.Context, tx *db.Tx, eventIDs, receiptIDs []int64) error {
+	if _, err := tx.Queued().Exec(ctx, "SAVEPOINT write_staged"); err != nil {
 		return err
 	}
-	if err := queries.LockEndpointsOfStagedEvents(ctx, tx.Queued(), ids); err != nil {
-		return err
-	}
-	if _, err := queries.WriteStagedEvents(ctx, tx, ids); err != nil {
-		if _, rollbackErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT write_staged_events"); rollbackErr != nil {
+	err := func() error {
+		if len(eventIDs) > 0 {
+			if err := queries.LockEndpointsOfStagedEvents(ctx, tx.Queued(), eventIDs); err != nil {
+				return err
+			}
+			if _, err := queries.WriteStagedEvents(ctx, tx, eventIDs); err != nil {
+				return err
+			}
+		}
+		if len(receiptIDs) > 0 {
+			if _, err := queries.WriteStagedReceipts(ctx, tx, receiptIDs); err != nil {
+				return err
+			}
+		}
+		return nil
+	}()
+	if err != nil {
+		if _, rollbackErr := tx.Exec(ctx, "ROLLBACK TO SAVEPOINT write_staged"); rollbackErr != nil {
 			return errors.Join(err, rollbackErr)
 		}
 		return err
 	}
-	_, err := tx.Queued().Exec(ctx, "RELEASE SAVEPOINT write_staged_events")
+	_, err = tx.Queued().Exec(ctx, "RELEASE SAVEPOINT write_staged")
 	return err
 }
 

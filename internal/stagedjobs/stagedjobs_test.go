@@ -39,8 +39,9 @@ func setup(t *testing.T) *testBundle {
 }
 
 // stage writes n staged jobs straight into the table, each numbered in its
-// args. They are of a kind the drain moves into River as they are
-// (receipts): events it writes itself (TestEnqueuer_writesEvents...).
+// args. They are receipts whose arguments name no payment, which the drain
+// cannot write itself (TestEnqueuer_writesReceipts...) and so moves into
+// River as they are: the fallback of Enqueuer.writeInline.
 func (b *testBundle) stage(t *testing.T, n int) {
 	t.Helper()
 	_, err := b.pool.Exec(context.Background(), `INSERT INTO staged_jobs (kind, args)

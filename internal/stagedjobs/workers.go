@@ -62,7 +62,7 @@ func AddWorkers(workers *river.Workers, cfg WorkersConfig) {
 }
 
 // EventWorker writes a merchant event that reached River as a job: the
-// drain writes events itself (Enqueuer.writeEventsInline), so this runs
+// drain writes events itself (Enqueuer.writeInline), so this runs
 // only for a batch of events the drain could not write, and for event jobs
 // queued by a version before it did. The event's id was chosen when the
 // change was staged, so a job that runs twice still writes one event.

@@ -5,13 +5,14 @@
 // leader inserts periodic jobs, so one run of each happens at a time across
 // every instance. Any number of workers may run at once.
 //
-// Receipts run on a queue of their own (stagedjobs.ReceiptQueue) with
-// workers of their own, so a slow or hung mail server cannot take the
-// workers of the other jobs nor, since a receipt holds no connection while
-// it sends, the connections of anything else. Webhook deliveries are not
-// River jobs: the webhook dispatcher (merchanthooks.Dispatcher) claims
-// them in batches from their own table, with slots of its own and a share
-// per endpoint, for slow or hung merchants.
+// Receipts and webhook deliveries are not River jobs: the drain writes
+// their rows, and the receipt sender (stagedjobs.ReceiptSender) and the
+// webhook dispatcher (merchanthooks.Dispatcher) claim them in batches from
+// their own tables, each with slots of its own (and, for deliveries, a
+// share per endpoint), so a slow or hung mail server or merchant cannot
+// take the workers of the other jobs nor, since neither holds a connection
+// while it waits on the network, the connections of anything else. The
+// drain wakes both when it wrote something, so neither waits for its poll.
 //
 // How many jobs a queue runs per second is bounded by its workers and
 // River's fetch cooldown: a queue fetches at most as many jobs as it has
@@ -19,8 +20,9 @@
 // River's defaults (100 ms) and the 4 receipt and 10 delivery workers this
 // package had, receipts could not pass 40 a second nor deliveries 100, far
 // below the payments an instance takes (make bench, scenario F, found it:
-// docs/BENCHMARKS.md). The workers and the cooldown below lift the
-// receipts' ceiling to 800 a second per process.
+// docs/BENCHMARKS.md). The cooldown below is what is left of that: the
+// River jobs are now the periodic ones and the stragglers of earlier
+// versions.
 package worker
 
 import (
@@ -97,8 +99,8 @@ type Config struct {
 	// process. Default 50: the jobs are short database writes, each holding
 	// a connection only for its statement.
 	MaxWorkers int
-	// ReceiptWorkers is how many receipts are sent at once, on their own
-	// queue (stagedjobs.ReceiptQueue). Default 20. A receipt holds no
+	// ReceiptWorkers is how many receipts are sent at once, by the receipt
+	// sender (stagedjobs.ReceiptSender). Default 20. A receipt holds no
 	// connection while the mail server has it, only for its short writes
 	// around the send; the cap bounds the mail server's load (20
 	// conversations at once, under the 50 a Postfix server allows a client
@@ -108,6 +110,10 @@ type Config struct {
 	// the mailer's MaxSendTime (the SMTP mailer's: RFC 5321's timeouts, 35
 	// minutes in all), or stagedjobs.DefaultSendTimeout.
 	ReceiptSendTimeout time.Duration
+	// ReceiptRetryDelay is the wait after a receipt's failed send number
+	// attempt. Default stagedjobs.DefaultReceiptRetryDelay; tests make it
+	// short.
+	ReceiptRetryDelay func(attempt int) time.Duration
 	// JobTimeout is how long a job may run before its context ends.
 	// Default 30s. The receipt job has its own, longer than its send
 	// (stagedjobs.ReceiptWorker.Timeout).
@@ -141,6 +147,13 @@ func Run(ctx context.Context, cfg Config) error {
 		Concurrency: cfg.WebhookWorkers, ShutdownTimeout: cfg.ShutdownTimeout,
 		Logger: cfg.Logger.With(slog.String("component", "webhook_deliveries")), Registry: cfg.Registry,
 	})
+	// Receipts are the receipt sender's (below); River keeps the receipt
+	// worker for the receipt jobs an earlier version queued, and for those
+	// the drain hands it when it cannot write a batch itself.
+	sender := stagedjobs.NewReceiptSender(stagedjobs.SenderConfig{
+		Pool: cfg.Pool, Mailer: cfg.Mailer, SendTimeout: cfg.ReceiptSendTimeout, Concurrency: cfg.ReceiptWorkers,
+		RetryDelay: cfg.ReceiptRetryDelay, ShutdownTimeout: cfg.ShutdownTimeout, Logger: cfg.Logger.With(slog.String("component", "receipts")), Registry: cfg.Registry,
+	})
 	river.AddWorker(workers, &completerWorker{completer: completer, log: cfg.Logger})
 	river.AddWorker(workers, &reaperWorker{reaper: reaper, log: cfg.Logger})
 	periodicJobs := []*river.PeriodicJob{
@@ -160,8 +173,8 @@ func Run(ctx context.Context, cfg Config) error {
 		Logger: cfg.Logger.With(slog.String("component", "river")),
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault:      {MaxWorkers: cfg.MaxWorkers},
-			stagedjobs.ReceiptQueue: {MaxWorkers: cfg.ReceiptWorkers},
-			stagedjobs.WebhookQueue: {MaxWorkers: 1}, // an earlier version's jobs only
+			stagedjobs.ReceiptQueue: {MaxWorkers: riverReceiptWorkers}, // see AddWorker above
+			stagedjobs.WebhookQueue: {MaxWorkers: 1},                   // an earlier version's jobs only
 		},
 		Workers: workers,
 		// A job staged by a traced request carries on its trace
@@ -191,16 +204,19 @@ func Run(ctx context.Context, cfg Config) error {
 	enqueuer := stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{
 		Pool: cfg.Pool, River: client, Logger: cfg.Logger.With(slog.String("component", "enqueuer")),
 		PollInterval: cfg.EnqueuerPollInterval, Registry: cfg.Registry,
+		// What the drain wrote is claimed at once, not at the next poll.
+		OnWritten: func() { dispatcher.Wake(); sender.Wake() },
 	})
 	cfg.Logger.Info("worker started", slog.String("completer_interval", cfg.CompleterInterval.String()),
 		slog.String("completer_grace", cfg.CompleterGrace.String()), slog.String("reaper_interval", cfg.ReaperInterval.String()),
 		slog.String("reconcile_interval", cfg.ReconcileInterval.String()),
 		slog.String("reconcile_after", cfg.ReconcileAfter.String()),
 		slog.Int("receipt_workers", cfg.ReceiptWorkers))
-	dispatched := make(chan error, 1)
+	dispatched, sent := make(chan error, 1), make(chan error, 1)
 	go func() { dispatched <- dispatcher.Run(ctx) }()
+	go func() { sent <- sender.Run(ctx) }()
 	runErr := enqueuer.Run(ctx)
-	return errors.Join(runErr, stop(ctx, client, cfg.ShutdownTimeout, cfg.Logger), <-dispatched)
+	return errors.Join(runErr, stop(ctx, client, cfg.ShutdownTimeout, cfg.Logger), <-dispatched, <-sent)
 }
 
 // stop lets River's running jobs finish for timeout, then cancels those
@@ -223,6 +239,11 @@ func stop(ctx context.Context, client *river.Client[pgx.Tx], timeout time.Durati
 	defer cancel()
 	return client.StopAndCancel(cancelCtx)
 }
+
+// riverReceiptWorkers run the River receipt jobs left: an earlier
+// version's, and the batches the drain could not write (the receipt sender
+// sends the rest).
+const riverReceiptWorkers = 2
 
 // fetchCooldown is the least time between two fetches of one queue
 // (River's default: 100 ms).

@@ -829,7 +829,7 @@ func (c *checker) checkJobs() {
 		}
 	}
 	// An event usually has no River job: the drain writes it itself
-	// (stagedjobs.Enqueuer.writeEventsInline); only a batch it could not
+	// (stagedjobs.Enqueuer.writeInline); only a batch it could not
 	// write goes to River as event jobs. The event rule checks that every
 	// change has its one event.
 }

@@ -12,7 +12,7 @@ import (
 type backlog struct {
 	unfinishedKeys int // idempotency keys not finished (the completer's work)
 	stagedJobs     int // jobs not yet moved into River (the enqueuer's)
-	pendingJobs    int // River jobs of the staged kinds not yet finalized (the workers')
+	pendingJobs    int // River jobs of the staged kinds not yet finalized (the workers'), and receipts not yet sent
 	pendingRefunds int // refunds Stripe has not decided yet (it does within seconds)
 	authorised     int // payments still authorised: each is captured, canceled or expires (and then changes)
 	deliveries     int // webhook deliveries to merchants still pending
@@ -32,7 +32,7 @@ func (b backlog) size() int {
 }
 
 func (b backlog) String() string {
-	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized, %d refunds pending, "+
+	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized or receipts unsent, %d refunds pending, "+
 		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, %d payments not reconciled since",
 		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0, b.unreconciled)
 }
@@ -41,7 +41,8 @@ const backlogQuery = `SELECT
 	(SELECT count(*) FROM idempotency_keys WHERE recovery_point <> 'finished' AND needs_attention_at IS NULL),
 	(SELECT count(*) FROM staged_jobs),
 	(SELECT count(*) FROM river_job WHERE kind IN ('merchant_event', 'receipt_email', 'webhook_delivery')
-		AND state NOT IN ('completed', 'discarded', 'cancelled')),
+		AND state NOT IN ('completed', 'discarded', 'cancelled'))
+		+ (SELECT count(*) FROM receipts WHERE next_attempt_at IS NOT NULL),
 	(SELECT count(*) FROM refunds WHERE status = 'pending'),
 	(SELECT count(*) FROM payments WHERE status = 'requires_capture'),
 	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
@@ -62,9 +63,14 @@ const reconcileBound = "6 seconds"
 
 // retryReceiptsNow makes the receipts waiting for a retry (the mail server
 // misbehaved) due at once, as an operator would once the server is well
-// again (River's backoff, attempt⁴ seconds, would outlast the run): the
-// mail server is healthy while the run settles.
-const retryReceiptsNow = `UPDATE river_job SET scheduled_at = now()
+// again (the back-off, attempt⁴ seconds, would outlast the run): the
+// mail server is healthy while the run settles. The receipt sender's
+// (stagedjobs.ReceiptSender) that no attempt holds, and River's receipt
+// jobs (an earlier version's, or the drain's fallback).
+const retryReceiptsNow = `WITH sender AS (
+	UPDATE receipts SET next_attempt_at = now()
+	WHERE next_attempt_at > now() AND sent_at IS NULL AND (sending_until IS NULL OR sending_until <= now()))
+UPDATE river_job SET scheduled_at = now()
 	WHERE kind = 'receipt_email' AND state = 'retryable' AND scheduled_at > now()`
 
 // webhookQuiet is how long the relay must have been idle after a failed

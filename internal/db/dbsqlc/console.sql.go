@@ -392,20 +392,26 @@ func (q *Queries) ConsoleListPayments(ctx context.Context, db DBTX, arg ConsoleL
 }
 
 const consoleListReceipts = `-- name: ConsoleListReceipts :many
-SELECT r.payment_id, r.kind, r.recipient, r.sent_at, r.created_at, r.sending_until, p.user_id FROM receipts r
+SELECT r.payment_id, r.kind, r.recipient, r.sent_at, r.created_at, r.sending_until, r.next_attempt_at, r.attempts, r.amount, r.currency, r.last_error, r.trace_parent, p.user_id FROM receipts r
 JOIN payments p ON p.id = r.payment_id
 ORDER BY (r.sent_at IS NULL) DESC, r.created_at DESC
 LIMIT $1
 `
 
 type ConsoleListReceiptsRow struct {
-	PaymentID    string
-	Kind         string
-	Recipient    string
-	SentAt       pgtype.Timestamptz
-	CreatedAt    time.Time
-	SendingUntil pgtype.Timestamptz
-	UserID       int64
+	PaymentID     string
+	Kind          string
+	Recipient     string
+	SentAt        pgtype.Timestamptz
+	CreatedAt     time.Time
+	SendingUntil  pgtype.Timestamptz
+	NextAttemptAt pgtype.Timestamptz
+	Attempts      int32
+	Amount        pgtype.Int8
+	Currency      pgtype.Text
+	LastError     pgtype.Text
+	TraceParent   pgtype.Text
+	UserID        int64
 }
 
 // Receipts, pending ones (not sent) first, then the newest.
@@ -425,6 +431,12 @@ func (q *Queries) ConsoleListReceipts(ctx context.Context, db DBTX, rowLimit int
 			&i.SentAt,
 			&i.CreatedAt,
 			&i.SendingUntil,
+			&i.NextAttemptAt,
+			&i.Attempts,
+			&i.Amount,
+			&i.Currency,
+			&i.LastError,
+			&i.TraceParent,
 			&i.UserID,
 		); err != nil {
 			return nil, err
@@ -438,7 +450,7 @@ func (q *Queries) ConsoleListReceipts(ctx context.Context, db DBTX, rowLimit int
 }
 
 const consoleListReceiptsOfPayment = `-- name: ConsoleListReceiptsOfPayment :many
-SELECT payment_id, kind, recipient, sent_at, created_at, sending_until FROM receipts WHERE payment_id = $1 ORDER BY created_at, kind
+SELECT payment_id, kind, recipient, sent_at, created_at, sending_until, next_attempt_at, attempts, amount, currency, last_error, trace_parent FROM receipts WHERE payment_id = $1 ORDER BY created_at, kind
 `
 
 func (q *Queries) ConsoleListReceiptsOfPayment(ctx context.Context, db DBTX, paymentID string) ([]Receipt, error) {
@@ -457,6 +469,12 @@ func (q *Queries) ConsoleListReceiptsOfPayment(ctx context.Context, db DBTX, pay
 			&i.SentAt,
 			&i.CreatedAt,
 			&i.SendingUntil,
+			&i.NextAttemptAt,
+			&i.Attempts,
+			&i.Amount,
+			&i.Currency,
+			&i.LastError,
+			&i.TraceParent,
 		); err != nil {
 			return nil, err
 		}

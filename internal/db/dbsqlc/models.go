@@ -101,12 +101,18 @@ type Payment struct {
 }
 
 type Receipt struct {
-	PaymentID    string
-	Kind         string
-	Recipient    string
-	SentAt       pgtype.Timestamptz
-	CreatedAt    time.Time
-	SendingUntil pgtype.Timestamptz
+	PaymentID     string
+	Kind          string
+	Recipient     string
+	SentAt        pgtype.Timestamptz
+	CreatedAt     time.Time
+	SendingUntil  pgtype.Timestamptz
+	NextAttemptAt pgtype.Timestamptz
+	Attempts      int32
+	Amount        pgtype.Int8
+	Currency      pgtype.Text
+	LastError     pgtype.Text
+	TraceParent   pgtype.Text
 }
 
 type Refund struct {

@@ -14,7 +14,7 @@ import (
 )
 
 const claimPaymentsToReconcile = `-- name: ClaimPaymentsToReconcile :many
-WITH clock AS (
+WITH clock AS NOT MATERIALIZED (
     SELECT coalesce($1::timestamptz, now()) AS now,
            make_interval(secs => $2::float8) AS after,
            make_interval(secs => $3::float8) AS watch,
@@ -68,6 +68,11 @@ type ClaimPaymentsToReconcileParams struct {
 //
 // The next check is @after_seconds doubled per earlier check, at most
 // @backoff_cap_seconds.
+// The clock is NOT MATERIALIZED: used twice, PostgreSQL would otherwise
+// compute it once apart, and "next_check_at <= clock.now" would be a join
+// filter over the whole index of next_check_at, retired payments (the
+// year 9999) included, instead of the bound of its scan: 0.4 s a claim at
+// 100,000 payments (TestClaimPaymentsToReconcile_readsNoPaymentItIsDoneWith).
 func (q *Queries) ClaimPaymentsToReconcile(ctx context.Context, db DBTX, arg ClaimPaymentsToReconcileParams) ([]Payment, error) {
 	rows, err := db.Query(ctx, claimPaymentsToReconcile,
 		arg.Now,

@@ -7,12 +7,96 @@ package dbsqlc
 
 import (
 	"context"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
+const claimDueReceipts = `-- name: ClaimDueReceipts :many
+WITH due AS (
+    SELECT r.payment_id, r.kind FROM receipts r
+    WHERE r.next_attempt_at <= now() AND r.sent_at IS NULL
+      AND (r.sending_until IS NULL OR r.sending_until <= now())
+    ORDER BY r.next_attempt_at
+    LIMIT $2
+    FOR UPDATE SKIP LOCKED
+)
+UPDATE receipts r
+SET sending_until = now() + make_interval(secs => $1::bigint / 1000.0),
+    next_attempt_at = now() + make_interval(secs => $1::bigint / 1000.0),
+    attempts = r.attempts + 1
+FROM due
+WHERE r.payment_id = due.payment_id AND r.kind = due.kind
+RETURNING r.payment_id, r.kind, r.recipient, coalesce(r.amount, 0)::bigint AS amount,
+    coalesce(r.currency, '')::text AS currency, r.attempts, r.sending_until, r.trace_parent
+`
+
+type ClaimDueReceiptsParams struct {
+	LeaseMs   int64
+	BatchSize int32
+}
+
+type ClaimDueReceiptsRow struct {
+	PaymentID    string
+	Kind         string
+	Recipient    string
+	Amount       int64
+	Currency     string
+	Attempts     int32
+	SendingUntil pgtype.Timestamptz
+	TraceParent  pgtype.Text
+}
+
+// The receipt sender's claim (stagedjobs.ReceiptSender): up to batch_size
+// due receipts, FOR UPDATE SKIP LOCKED, each reserved for one attempt for
+// lease_ms (sending_until, as ReserveReceipt's reservation, so a River
+// receipt job of the same receipt waits for it, and next_attempt_at, so
+// the claim finds it again if the sender dies mid-attempt). Its attempts
+// count the one about to be made. A receipt River's job reserved is left
+// to it until its reservation lapses.
+func (q *Queries) ClaimDueReceipts(ctx context.Context, db DBTX, arg ClaimDueReceiptsParams) ([]ClaimDueReceiptsRow, error) {
+	rows, err := db.Query(ctx, claimDueReceipts, arg.LeaseMs, arg.BatchSize)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ClaimDueReceiptsRow
+	for rows.Next() {
+		var i ClaimDueReceiptsRow
+		if err := rows.Scan(
+			&i.PaymentID,
+			&i.Kind,
+			&i.Recipient,
+			&i.Amount,
+			&i.Currency,
+			&i.Attempts,
+			&i.SendingUntil,
+			&i.TraceParent,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const countUnsentReceipts = `-- name: CountUnsentReceipts :one
+SELECT count(*) FROM receipts WHERE next_attempt_at IS NOT NULL
+`
+
+// Receipts the sender has yet to send (due, or claimed and not recorded).
+func (q *Queries) CountUnsentReceipts(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, countUnsentReceipts)
+	var count int64
+	err := row.Scan(&count)
+	return count, err
+}
+
 const getReceipt = `-- name: GetReceipt :one
-SELECT payment_id, kind, recipient, sent_at, created_at, sending_until FROM receipts WHERE payment_id = $1 AND kind = $2
+SELECT payment_id, kind, recipient, sent_at, created_at, sending_until, next_attempt_at, attempts, amount, currency, last_error, trace_parent FROM receipts WHERE payment_id = $1 AND kind = $2
 `
 
 type GetReceiptParams struct {
@@ -30,12 +114,18 @@ func (q *Queries) GetReceipt(ctx context.Context, db DBTX, arg GetReceiptParams)
 		&i.SentAt,
 		&i.CreatedAt,
 		&i.SendingUntil,
+		&i.NextAttemptAt,
+		&i.Attempts,
+		&i.Amount,
+		&i.Currency,
+		&i.LastError,
+		&i.TraceParent,
 	)
 	return i, err
 }
 
 const markReceiptSent = `-- name: MarkReceiptSent :exec
-UPDATE receipts SET sent_at = coalesce(sent_at, now()), sending_until = NULL
+UPDATE receipts SET sent_at = coalesce(sent_at, now()), sending_until = NULL, next_attempt_at = NULL
 WHERE payment_id = $1 AND kind = $2
 `
 
@@ -48,6 +138,54 @@ type MarkReceiptSentParams struct {
 func (q *Queries) MarkReceiptSent(ctx context.Context, db DBTX, arg MarkReceiptSentParams) error {
 	_, err := db.Exec(ctx, markReceiptSent, arg.PaymentID, arg.Kind)
 	return err
+}
+
+const recordReceiptOutcomes = `-- name: RecordReceiptOutcomes :execrows
+WITH outcome AS (
+    SELECT unnest($1::text[]) AS payment_id, unnest($2::text[]) AS kind,
+           unnest($3::timestamptz[]) AS fence, unnest($4::bool[]) AS sent,
+           unnest($5::bool[]) AS given_up, unnest($6::timestamptz[]) AS next_attempt,
+           unnest($7::text[]) AS error
+)
+UPDATE receipts r
+SET sent_at = CASE WHEN o.sent THEN coalesce(r.sent_at, now()) ELSE r.sent_at END,
+    sending_until = NULL,
+    next_attempt_at = CASE WHEN o.sent OR o.given_up THEN NULL ELSE o.next_attempt END,
+    last_error = CASE WHEN o.sent THEN NULL ELSE o.error END
+FROM outcome o
+WHERE r.payment_id = o.payment_id AND r.kind = o.kind
+  AND (o.sent OR (r.sent_at IS NULL AND r.sending_until = o.fence))
+`
+
+type RecordReceiptOutcomesParams struct {
+	PaymentIds   []string
+	Kinds        []string
+	Fences       []time.Time
+	Sent         []bool
+	GivenUp      []bool
+	NextAttempts []time.Time
+	Errors       []string
+}
+
+// Records a batch of the sender's attempts (parallel arrays, one entry per
+// attempt). A sent receipt is final, whatever its reservation (the first
+// record wins, as MarkReceiptSent). A failed one is recorded only while its
+// attempt's reservation (fence) still holds: due again at next_attempt, or,
+// when given_up, never again (next_attempt_at NULL, sent_at NULL).
+func (q *Queries) RecordReceiptOutcomes(ctx context.Context, db DBTX, arg RecordReceiptOutcomesParams) (int64, error) {
+	result, err := db.Exec(ctx, recordReceiptOutcomes,
+		arg.PaymentIds,
+		arg.Kinds,
+		arg.Fences,
+		arg.Sent,
+		arg.GivenUp,
+		arg.NextAttempts,
+		arg.Errors,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const releaseReceipt = `-- name: ReleaseReceipt :exec

@@ -137,3 +137,32 @@ func (q *Queries) WriteStagedEvents(ctx context.Context, db DBTX, stagedIds []in
 	}
 	return result.RowsAffected(), nil
 }
+
+const writeStagedReceipts = `-- name: WriteStagedReceipts :execrows
+INSERT INTO receipts (payment_id, kind, recipient, amount, currency, next_attempt_at, trace_parent)
+SELECT s.args->>'payment',
+       CASE WHEN coalesce(s.args->>'refund', '') <> '' THEN (s.args->>'reason') || ':' || (s.args->>'refund')
+            ELSE s.args->>'reason' END,
+       u.email, (s.args->>'amount')::bigint, s.args->>'currency', now(), s.trace_parent
+FROM staged_jobs s
+LEFT JOIN users u ON u.id = (s.args->>'user_id')::bigint
+WHERE s.id = ANY($1::bigint[]) AND s.kind = 'receipt_email'
+ORDER BY s.id
+ON CONFLICT (payment_id, kind) DO NOTHING
+`
+
+// Writes the receipts of the staged receipt_email jobs staged_ids (their
+// arguments are stagedjobs.ReceiptArgs, read here field by field), each due
+// at once for the receipt sender (stagedjobs.ReceiptSender), to its user's
+// address as it is now. Its kind is stagedjobs' receiptKind: "payment", or
+// "refund:<refund id>". A receipt already written (a drain that ran twice,
+// or a River receipt job of an earlier version) is left as it is. Arguments
+// that name no user or no payment fail the statement (NOT NULL, the
+// payment's foreign key): the drain then hands the batch to River.
+func (q *Queries) WriteStagedReceipts(ctx context.Context, db DBTX, stagedIds []int64) (int64, error) {
+	result, err := db.Exec(ctx, writeStagedReceipts, stagedIds)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}

@@ -101,7 +101,12 @@ UPDATE payments SET stripe_event_at = greatest(stripe_event_at, @occurred_at::ti
 --     (a refund that fails later).
 -- The next check is @after_seconds doubled per earlier check, at most
 -- @backoff_cap_seconds.
-WITH clock AS (
+-- The clock is NOT MATERIALIZED: used twice, PostgreSQL would otherwise
+-- compute it once apart, and "next_check_at <= clock.now" would be a join
+-- filter over the whole index of next_check_at, retired payments (the
+-- year 9999) included, instead of the bound of its scan: 0.4 s a claim at
+-- 100,000 payments (TestClaimPaymentsToReconcile_readsNoPaymentItIsDoneWith).
+WITH clock AS NOT MATERIALIZED (
     SELECT coalesce(sqlc.narg('now')::timestamptz, now()) AS now,
            make_interval(secs => @after_seconds::float8) AS after,
            make_interval(secs => @watch_seconds::float8) AS watch,

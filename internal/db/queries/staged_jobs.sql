@@ -54,3 +54,23 @@ WHERE e.deleted_at IS NULL AND e.status = 'enabled'
   AND e.created_at <= w.created_at
   AND e.enabled_events && ARRAY['*', w.type, split_part(w.type, '.', 1) || '.*']
 ON CONFLICT (event_id, endpoint_id) DO NOTHING;
+
+-- name: WriteStagedReceipts :execrows
+-- Writes the receipts of the staged receipt_email jobs staged_ids (their
+-- arguments are stagedjobs.ReceiptArgs, read here field by field), each due
+-- at once for the receipt sender (stagedjobs.ReceiptSender), to its user's
+-- address as it is now. Its kind is stagedjobs' receiptKind: "payment", or
+-- "refund:<refund id>". A receipt already written (a drain that ran twice,
+-- or a River receipt job of an earlier version) is left as it is. Arguments
+-- that name no user or no payment fail the statement (NOT NULL, the
+-- payment's foreign key): the drain then hands the batch to River.
+INSERT INTO receipts (payment_id, kind, recipient, amount, currency, next_attempt_at, trace_parent)
+SELECT s.args->>'payment',
+       CASE WHEN coalesce(s.args->>'refund', '') <> '' THEN (s.args->>'reason') || ':' || (s.args->>'refund')
+            ELSE s.args->>'reason' END,
+       u.email, (s.args->>'amount')::bigint, s.args->>'currency', now(), s.trace_parent
+FROM staged_jobs s
+LEFT JOIN users u ON u.id = (s.args->>'user_id')::bigint
+WHERE s.id = ANY(@staged_ids::bigint[]) AND s.kind = 'receipt_email'
+ORDER BY s.id
+ON CONFLICT (payment_id, kind) DO NOTHING;

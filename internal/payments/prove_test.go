@@ -12,11 +12,13 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/recovery/recoverytest"
+	"github.com/example/payments/internal/stripesim/stripesimtest"
 )
 
 // Every payment flow, proven exactly-once by recoverytest against the
 // simulator over HTTP: crashed at every failpoint its declaration names,
-// resumed by a retry and by the completer.
+// and its Stripe call met by every fault of the simulator, each resumed by
+// a retry and by the completer.
 func TestProve_everyPaymentFlow(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -47,6 +49,7 @@ func TestProve_everyPaymentFlow(t *testing.T) {
 			recoverytest.Prove(t, recoverytest.Case{
 				Pool: b.pool, Flow: flow, Effects: b.stripeEffects(t),
 				Request: func() recovery.Request { return c.request(t, b, svc) },
+				Faults:  stripesimtest.Faults(b.sim),
 			})
 		})
 	}

@@ -39,6 +39,7 @@ type Case struct {
 	Effects func() int
 	// Config configures the engines (Pool and Failpoints are Prove's).
 	Config recovery.Config
+	Faults []Fault // the remote side's faults to meet at each external call (faults.go)
 }
 
 // ways are how a crashed request is resumed.
@@ -128,6 +129,7 @@ func Prove(t testing.TB, c Case) {
 			}
 		}
 	}
+	proveFaults(t, c, clean, effects, trail)
 }
 
 // auditTrail is the actions of the audit records of req, in order.

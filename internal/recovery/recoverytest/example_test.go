@@ -2,11 +2,13 @@ package recoverytest_test
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"runtime"
 	"sync"
 	"testing"
+	"time"
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/stretchr/testify/require"
@@ -64,23 +66,73 @@ func recordCustomer(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID st
 }
 
 // remote stands in for the remote side: it makes one customer per child
-// key, as Stripe does, unless forgetful.
+// key, as Stripe does, unless forgetful; and its next call may meet a
+// fault (faults).
 type remote struct {
 	mu        sync.Mutex
 	byKey     map[string]string
 	made      int
 	forgetful bool // ignores child keys: a second call makes a second customer
+	careless  bool // reports its failures unmarked, not recovery.Transient
+
+	fault string        // the fault the next call meets, "" for none
+	hold  time.Duration // how long "held" holds it
 }
 
 func (r *remote) createCustomer(_ context.Context, k *recovery.Key) (string, error) {
 	r.mu.Lock()
-	defer r.mu.Unlock()
-	if id, ok := r.byKey[k.ChildKey("customer")]; ok && !r.forgetful {
-		return id, nil
+	fault, hold := r.fault, r.hold
+	r.fault = ""
+	r.mu.Unlock()
+	switch fault {
+	case "unreachable":
+		return "", r.failure(errors.New("remote side unreachable"))
+	case "held":
+		time.Sleep(hold) // the remote side's slowness itself
 	}
-	r.made++
-	r.byKey[k.ChildKey("customer")] = fmt.Sprintf("cus_%d", r.made)
-	return r.byKey[k.ChildKey("customer")], nil
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	id, ok := r.byKey[k.ChildKey("customer")]
+	if !ok || r.forgetful {
+		r.made++
+		id = fmt.Sprintf("cus_%d", r.made)
+		r.byKey[k.ChildKey("customer")] = id
+	}
+	if fault == "lost" {
+		return "", r.failure(errors.New("the answer was lost"))
+	}
+	return id, nil
+}
+
+// failure is err as the call reports it: transient, unless careless.
+func (r *remote) failure(err error) error {
+	if r.careless {
+		return err
+	}
+	return recovery.Transient(err)
+}
+
+// faults are the remote side's faults, for recoverytest: unreachable
+// (nothing done), lost (done, the answer lost) and held (done, slowly).
+func (r *remote) faults() []recoverytest.Fault {
+	var faults []recoverytest.Fault
+	for _, name := range []string{"unreachable", "lost", "held"} {
+		faults = append(faults, recoverytest.Fault{
+			Name: name, Holds: name == "held",
+			Arm: func(step string, hold time.Duration) error {
+				if step != "customer" {
+					return fmt.Errorf("no step %q", step)
+				}
+				r.mu.Lock()
+				defer r.mu.Unlock()
+				r.fault, r.hold = name, hold
+				return nil
+			},
+			Armed:  func() bool { r.mu.Lock(); defer r.mu.Unlock(); return r.fault != "" },
+			Disarm: func() { r.mu.Lock(); defer r.mu.Unlock(); r.fault = "" },
+		})
+	}
+	return faults
 }
 
 func (r *remote) effects() int { r.mu.Lock(); defer r.mu.Unlock(); return r.made }
@@ -100,13 +152,34 @@ func customerRequest() recovery.Request {
 }
 
 // The customers flow, proven exactly-once at every failpoint of its
-// declaration, resumed by a retry and by the completer.
+// declaration and against every fault of its remote side, resumed by a
+// retry and by the completer.
 func TestProve_customers(t *testing.T) {
 	t.Parallel()
 	r := &remote{byKey: map[string]string{}}
 	recoverytest.Prove(t, recoverytest.Case{
 		Pool: customersDB(t), Flow: customersFlow(r), Request: customerRequest, Effects: r.effects,
+		Faults: r.faults(),
 	})
+}
+
+// The proof fails a flow that reports the remote side's failure as its
+// own (a 500), where the request could resume: the client is not told to
+// retry.
+func TestProve_failsAFlowThatFailsOnAFault(t *testing.T) {
+	t.Parallel()
+	r := &remote{byKey: map[string]string{}, careless: true}
+	rec := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		recoverytest.Prove(rec, recoverytest.Case{
+			Pool: customersDB(t), Flow: customersFlow(r), Request: customerRequest, Effects: r.effects,
+			Faults: r.faults(),
+		})
+	}()
+	<-done
+	require.Contains(t, rec.failures, "unreachable at customer, resumed by the retry: the attempt answered 500", "the proof did not notice the 500")
 }
 
 // The proof fails a flow whose remote side ignores the child key: a

@@ -53,6 +53,9 @@ const (
 	// Case sets none: a child key the remote side reports spent (its
 	// stored 500) is renewed within the proof, not a minute later.
 	faultSpentKeyGrace = 200 * time.Millisecond
+	// faultCompleterGrace is the completer's Grace: it takes a key 10 ms
+	// after its last attempt, 20 ms after its next, and so on.
+	faultCompleterGrace = 10 * time.Millisecond
 	// faultDeadline bounds the resuming of one faulted request.
 	faultDeadline = 30 * time.Second
 )
@@ -77,7 +80,7 @@ func proveFaults(t testing.TB, c Case, clean recovery.Response, effects int, tra
 	held.LockTimeout = faultLockTimeout
 	p := &faultProof{t: t, c: c, clean: clean, effects: effects, trail: trail,
 		healthy: faultEngine(t, c, cfg), held: faultEngine(t, c, held)}
-	p.completer = recovery.NewCompleter(recovery.CompleterConfig{Engine: p.healthy, Grace: time.Nanosecond})
+	p.completer = recovery.NewCompleter(recovery.CompleterConfig{Engine: p.healthy, Grace: faultCompleterGrace})
 	for _, step := range externalSteps(c.Flow) {
 		for _, f := range c.Faults {
 			for _, way := range ways {
@@ -148,9 +151,8 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 	case err == nil && f.Holds:
 	case err == nil:
 		t.Logf("recoverytest: %s: the attempt got past the fault (the call's own client retried it, say)", where)
-	case !recovery.IsTransient(err):
+	case !recovery.IsTransient(err): // a finding; the key is still resumable, and is resumed
 		t.Errorf("recoverytest: %s: the attempt answered %s (%v), not 503: a fault of the remote side leaves the request to resume", where, answer(first, err), err)
-		return
 	}
 
 	got, err := first, err
@@ -164,9 +166,8 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 			t.Errorf("recoverytest: %s: a completer run after the answer: %+v, %v; want nothing claimed", where, run, rerr)
 		}
 	}
-	if err != nil {
-		t.Errorf("recoverytest: %s: %v", where, err)
-		return
+	if err != nil { // the key is left unfinished, for every later completer run to meet: stop
+		t.Fatalf("recoverytest: %s: %v", where, err)
 	}
 	again, err := p.healthy.Execute(ctx, req)
 	switch {

@@ -25,6 +25,10 @@ type Fault struct {
 	// coming during the call is turned away (recovery.ErrKeyInUse) and the
 	// completer claims nothing.
 	Holds bool
+	// Lag is how long after the call the remote side may still do the
+	// call's work (a late 500's request executing after its answer):
+	// Prove counts the effects no sooner.
+	Lag time.Duration
 	// Arm makes the next call of the external step (recovery.Phase.Step)
 	// meet the fault; one that Holds holds it for hold.
 	Arm func(step string, hold time.Duration) error
@@ -135,6 +139,7 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 	}
 	var first recovery.Response
 	var err error
+	settled := time.Now().Add(f.Lag) // when the call's work has surely landed
 	if f.Holds {
 		first, err = p.contend(req, way, where)
 	} else {
@@ -178,6 +183,7 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 	case !again.Replayed || again.Status != got.Status || string(again.Body) != string(got.Body):
 		t.Errorf("recoverytest: %s: a retry got %d %s, not the answer %d %s", where, again.Status, again.Body, got.Status, got.Body)
 	}
+	time.Sleep(time.Until(settled))
 	if n := p.c.Effects() - before; n != p.effects {
 		t.Errorf("recoverytest: %s: %d effects at the remote side, the clean run %d", where, n, p.effects)
 	}

@@ -19,12 +19,20 @@ import (
 // recoverytest meets them (docs/API.md section 4): the answer lost after
 // the work (lost_response, drop_connection), a failure before it
 // (error_500, rate_limit), a 500 Stripe stores under the key
-// (stored_error_500), and a call held past the lock timeout (delay).
+// (stored_error_500), the same 500 with the work done Late500 after it
+// (late_500), and a call held past the lock timeout (delay).
 var Kinds = []stripesim.FaultKind{
 	stripesim.FaultLostResponse, stripesim.FaultDropConnection,
 	stripesim.FaultError500, stripesim.FaultRateLimit,
-	stripesim.FaultStoredError500, stripesim.FaultDelay,
+	stripesim.FaultStoredError500, stripesim.FaultLate500, stripesim.FaultDelay,
 }
+
+// Late500 is how long after its stored 500 a late_500's request executes,
+// on the simulator's clock: well within the spent-key grace recoverytest
+// gives the engine (200 ms, unless the Case sets its own), which must
+// keep the engine from renewing the child key, and charging again,
+// before the work lands.
+const Late500 = 50 * time.Millisecond
 
 // Faults are sim's faults of Kinds. Each is armed for the next request
 // whose Idempotency-Key ends with "-<step>": the step's child key
@@ -49,6 +57,7 @@ func Faults(sim *stripesim.Simulator) []recoverytest.Fault {
 		faults = append(faults, recoverytest.Fault{
 			Name:  string(kind),
 			Holds: kind == stripesim.FaultDelay,
+			Lag:   late500Lag(kind),
 			Arm: func(step string, hold time.Duration) error {
 				armed = stripesim.Fault{IdempotencyKeySuffix: "-" + step, Kind: kind, Count: 1}
 				switch kind {
@@ -56,6 +65,8 @@ func Faults(sim *stripesim.Simulator) []recoverytest.Fault {
 					armed.DelayMS = int(hold.Milliseconds())
 				case stripesim.FaultDropConnection:
 					armed.Count = 2
+				case stripesim.FaultLate500:
+					armed.DelayMS = int(Late500.Milliseconds())
 				}
 				return sim.AddFault(armed)
 			},
@@ -68,4 +79,14 @@ func Faults(sim *stripesim.Simulator) []recoverytest.Fault {
 		})
 	}
 	return faults
+}
+
+// late500Lag is how long after a fault of kind its request may still
+// execute: Late500 for late_500 (and as long again, for the clock's
+// rounding and the request's way in), nothing for the others.
+func late500Lag(kind stripesim.FaultKind) time.Duration {
+	if kind == stripesim.FaultLate500 {
+		return 2 * Late500
+	}
+	return 0
 }

@@ -17,12 +17,14 @@ import (
 	"github.com/example/payments/internal/recovery/recoverytest"
 	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/stripesim"
+	"github.com/example/payments/internal/stripesim/stripesimtest"
 	"github.com/example/payments/internal/users"
 )
 
 // Every payment flow, proven exactly-once by recoverytest against the
 // simulator over HTTP: killed at every failpoint its declaration names,
-// resumed by a retry and by the completer.
+// and its Stripe call met by every fault of the simulator, each resumed by
+// a retry and by the completer.
 func TestProve_everyPaymentFlow(t *testing.T) {
 	t.Parallel()
 	for _, c := range []struct {
@@ -53,6 +55,7 @@ func TestProve_everyPaymentFlow(t *testing.T) {
 			recoverytest.Prove(t, recoverytest.Case{
 				Pool: b.pool, Flow: flow, Effects: b.stripeEffects(t),
 				Request: func() recovery.Request { return c.request(t, b, svc) },
+				Faults:  stripesimtest.Faults(b.sim),
 			})
 		})
 	}

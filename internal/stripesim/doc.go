@@ -87,7 +87,9 @@
 //	GET    /_sim/faults          the faults still armed
 //	POST   /_sim/faults          arm a fault: {"path_prefix": "/v1/payment_intents",
 //	                             "method": "POST", "kind": "lost_response",
-//	                             "count": 1, "delay_ms": 0}
+//	                             "count": 1, "delay_ms": 0}; optionally
+//	                             "idempotency_key_suffix": "-capture" to hit
+//	                             only requests whose key ends so
 //	DELETE /_sim/faults          disarm every fault
 //	POST   /_sim/reset           forget everything
 //	POST   /_sim/advance         {"seconds": N}: move the clock N seconds

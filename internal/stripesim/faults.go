@@ -41,14 +41,19 @@ const (
 	FaultLate500 FaultKind = "late_500"
 )
 
-// Fault hits the next Count /v1 requests whose path starts with PathPrefix
-// and whose method is Method (any method when empty).
+// Fault hits the next Count /v1 requests whose path starts with PathPrefix,
+// whose method is Method (any method when empty) and whose Idempotency-Key
+// ends with IdempotencyKeySuffix (any request, with a key or without, when
+// empty). The suffix aims a fault at one step of a service whose child keys
+// end with the step's name ("payments-<key id>-capture"), whatever else the
+// service sends first.
 type Fault struct {
-	PathPrefix string    `json:"path_prefix"`
-	Method     string    `json:"method"`
-	Kind       FaultKind `json:"kind"`
-	Count      int       `json:"count"`    // 0 means 1
-	DelayMS    int       `json:"delay_ms"` // for FaultDelay and FaultLate500
+	PathPrefix           string    `json:"path_prefix"`
+	Method               string    `json:"method"`
+	IdempotencyKeySuffix string    `json:"idempotency_key_suffix,omitempty"`
+	Kind                 FaultKind `json:"kind"`
+	Count                int       `json:"count"`    // 0 means 1
+	DelayMS              int       `json:"delay_ms"` // for FaultDelay and FaultLate500
 }
 
 // AddFault arms f after the faults already armed; a request meets the oldest
@@ -108,7 +113,8 @@ func (s *Simulator) takeFault(c *call) Fault {
 	defer s.mu.Unlock()
 
 	for i, f := range s.state.faults {
-		if (f.Method == "" || f.Method == c.method) && strings.HasPrefix(c.path, f.PathPrefix) {
+		if (f.Method == "" || f.Method == c.method) && strings.HasPrefix(c.path, f.PathPrefix) &&
+			(f.IdempotencyKeySuffix == "" || strings.HasSuffix(c.idempotencyKey, f.IdempotencyKeySuffix)) {
 			f.Count--
 			if f.Count == 0 {
 				s.state.faults = slices.Delete(s.state.faults, i, i+1)

@@ -210,3 +210,33 @@ func TestLate500ExecutesAfterItsStored500(t *testing.T) {
 	require.Len(t, recs, 3)
 	require.Equal(t, stripesim.FaultLate500, recs[0].Fault)
 }
+
+// A fault with an idempotency key suffix hits only requests whose
+// Idempotency-Key ends with it: "the next call of one step" of a service
+// whose child keys end with the step's name, whatever else it sends first.
+func TestFaultMatchingByIdempotencyKeySuffix(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	f.addFault(t, stripesim.Fault{IdempotencyKeySuffix: "-capture", Kind: stripesim.FaultError500})
+
+	pi, err := f.stripe.PaymentIntents.New(paymentIntent("k1-payment_intent", "pm_card_visa"))
+	require.NoError(t, err, "another key's suffix")
+	_, err = f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
+	require.NoError(t, err, "no key")
+	_, err = f.stripe.PaymentIntents.New(paymentIntent("k1-capture-g1", "pm_card_visa"))
+	require.NoError(t, err, "the suffix is the key's end")
+	_, err = f.stripe.PaymentIntents.Get(pi.ID, nil)
+	require.NoError(t, err)
+
+	_, err = f.stripe.Refunds.New(refundParams(pi.ID, 100, "k2-capture"))
+	requireStripeError(t, err, http.StatusInternalServerError, stripe.ErrorTypeAPI, "")
+	_, err = f.stripe.Refunds.New(refundParams(pi.ID, 100, "k2-capture"))
+	require.NoError(t, err, "the fault hit its count")
+
+	f.addFault(t, stripesim.Fault{IdempotencyKeySuffix: "-refund", PathPrefix: "/v1/payment_intents", Kind: stripesim.FaultError500})
+	_, err = f.stripe.Refunds.New(refundParams(pi.ID, 100, "k3-refund"))
+	require.NoError(t, err, "both must match: the path is another")
+	var armed []stripesim.Fault
+	f.control(t, http.MethodGet, "/_sim/faults", nil, http.StatusOK, &armed)
+	require.Equal(t, []stripesim.Fault{{IdempotencyKeySuffix: "-refund", PathPrefix: "/v1/payment_intents", Kind: stripesim.FaultError500, Count: 1}}, armed)
+}

@@ -56,7 +56,8 @@ func insertCustomer(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.O
 	return recovery.Next(customerSaved), err
 }
 
-// createCustomer calls the remote side with the step's child key.
+// createCustomer calls the remote side with the step's child key. Its
+// failures are transient: the request resumes, and calls again with the key.
 func createCustomer(remoteURL string) func(context.Context, *recovery.Key) (string, error) {
 	return func(ctx context.Context, k *recovery.Key) (string, error) {
 		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, remoteURL+"/customers", nil)
@@ -66,8 +67,14 @@ func createCustomer(remoteURL string) func(context.Context, *recovery.Key) (stri
 			return "", recovery.Transient(err)
 		}
 		defer resp.Body.Close()
-		id, err := io.ReadAll(resp.Body)
-		return string(id), err
+		id, err := io.ReadAll(resp.Body) // fails when the answer is cut off
+		if err == nil && resp.StatusCode != http.StatusOK {
+			err = fmt.Errorf("the remote side answered %s", resp.Status)
+		}
+		if err != nil {
+			return "", recovery.Transient(err)
+		}
+		return string(id), nil
 	}
 }
 
@@ -113,13 +120,14 @@ func customerRequest() recovery.Request {
 }
 
 // The customers flow, proven exactly-once: killed at every failpoint of
-// its declaration, resumed by a retry and by the completer.
+// its declaration, and its call met by every fault of its remote side
+// (faultyRemote, in faults_test.go), resumed by a retry and by the completer.
 func TestProve_customers(t *testing.T) {
 	t.Parallel()
-	r := &remote{byKey: map[string]string{}}
+	r := &faultyRemote{remote: remote{byKey: map[string]string{}}}
 	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
 	recoverytest.Prove(t, recoverytest.Case{
 		Pool: recoverytest.Database(t, createCustomersTable), Flow: customersFlow(remoteURL),
-		Request: customerRequest, Effects: r.effects,
+		Request: customerRequest, Effects: r.effects, Faults: r.faults(),
 	})
 }

@@ -5,7 +5,11 @@
 // asserts, for each, what the clean run did: as many effects at the remote
 // side, the same status, the same answer but for what differs between two
 // clean runs (ids, times), an answer every later retry gets byte for byte,
-// and the key's audit trail in the same order.
+// and the key's audit trail in the same order. Then, given the remote
+// side's faults (Case.Faults: a failure before the work, an answer lost
+// after it, a call held past the lock timeout), it meets each at each
+// external call, in the test's own process, resumed the same two ways and
+// held to the same answer, effects and audit trail (faults.go).
 //
 // The attempt that crashes runs in a process of its own, killed at the
 // failpoint: the test binary runs again, told to run only the test that
@@ -76,6 +80,10 @@ type Case struct {
 	// Config configures the engines (Pool and Failpoints are Prove's; the
 	// killed attempt's LockTimeout is CrashLockTimeout).
 	Config recovery.Config
+	// Faults are the remote side's faults, each met at each external call
+	// of the flow (faults.go), in the test's process: no kill is needed
+	// to meet them, and the killed process meets none.
+	Faults []Fault
 }
 
 // CrashLockTimeout is the lifetime the killed attempt gives the locks it
@@ -101,6 +109,7 @@ func Prove(t testing.TB, c Case) {
 	t.Helper()
 	if o := order(); o != nil {
 		crashHere(t, c, o)
+		return // never reached (crashHere exits): the killed process runs nothing more, no fault above all
 	}
 	ctx := context.Background()
 	healthy := engine(t, c, c.Config, nil)
@@ -195,6 +204,7 @@ func Prove(t testing.TB, c Case) {
 			t.Errorf("recoverytest: %s: answered %s, where the clean runs agree on %s", a.where, a.body, d)
 		}
 	}
+	proveFaults(t, c, clean, same, effects, trail)
 }
 
 // answered is the answer a resumed run got.

@@ -136,7 +136,9 @@ func TestProve_killsTheRealProcess(t *testing.T) {
 // crash proof: at most 5 files and 250 hand-written lines, the proof itself
 // at most 20 lines through recoverytest. The customers example is one file;
 // its proof is the test and the two functions only it uses (its request,
-// its table).
+// its table). The faults its remote side meets are the stand-in's own
+// (faultyRemote, faults_test.go), not counted: a team's remote side brings
+// its faults with it (the Stripe simulator's, stripesimtest.Faults).
 func TestExample_customersIsSmall(t *testing.T) {
 	t.Parallel()
 	const file = "example_test.go"

@@ -126,7 +126,7 @@ func (b *bench) startCluster(ctx context.Context) error {
 	if err := os.Chmod(dir, 0o755); err != nil {
 		return err
 	}
-	settings := map[string]string{"max_connections": "400"}
+	settings := map[string]string{"max_connections": "400", "wal_compression": b.o.walCompression}
 	b.pgss = pgStatStatementsAvailable()
 	if b.pgss {
 		settings["shared_preload_libraries"] = "pg_stat_statements"

@@ -304,6 +304,13 @@ FROM p, unnest(ARRAY['payment.created', 'payment.succeeded']) AS a`, n)
 	if err := b.exec(ctx, tmplPayments, payments); err != nil {
 		return fmt.Errorf("preloading %s: %w", tmplPayments, err)
 	}
+	// Each payment's PaymentIntent, found through a table of its own
+	// (migration 000024), as the moves that set it leave it.
+	intents := "INSERT INTO payment_intents (stripe_payment_intent, payment_id) " +
+		"SELECT stripe_payment_intent, id FROM payments WHERE stripe_payment_intent IS NOT NULL"
+	if err := b.exec(ctx, tmplPayments, intents); err != nil {
+		return fmt.Errorf("preloading %s: %w", tmplPayments, err)
+	}
 	naive := fmt.Sprintf(`
 WITH k AS (
   INSERT INTO idempotency_keys (key, user_id, recovery_point, locked_at, request_params, response_code, response_body)

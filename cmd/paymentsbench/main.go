@@ -50,6 +50,7 @@ type options struct {
 	out             string
 	serviceConns    int
 	floorConns      int
+	walCompression  string
 	users           int
 	replayKeys      int
 	stripeIdleConns int
@@ -104,6 +105,7 @@ func parseFlags() (options, error) {
 	fs.StringVar(&o.out, "out", "", "write the Markdown report here (default: stdout)")
 	fs.IntVar(&o.serviceConns, "service-conns", 0, "the service's database pool size for B-E (0: the service's default, four per core)")
 	fs.IntVar(&o.floorConns, "floor-conns", 0, "the database pool size for A-naive and A-own (0: one connection per client, as pgbench)")
+	fs.StringVar(&o.walCompression, "wal-compression", "off", "the server's wal_compression, for every cell alike (off, pglz, lz4, zstd: what the server was built with)")
 	fs.IntVar(&o.users, "users", 64, "users the load is spread over")
 	fs.IntVar(&o.replayKeys, "replay-keys", 2048, "finished keys created for C to replay")
 	fs.IntVar(&o.stripeIdleConns, "stripe-idle-conns", 0, "idle connections the service keeps to Stripe (0: as the service, stripeclient's 64)")

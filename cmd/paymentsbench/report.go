@@ -53,7 +53,7 @@ func (b *bench) describeMachine(ctx context.Context) (machineInfo, error) {
 	if err := b.monitor.QueryRow(ctx, "SHOW server_version").Scan(&m.pgVersion); err != nil {
 		return m, err
 	}
-	for _, name := range []string{"fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "shared_buffers",
+	for _, name := range []string{"fsync", "synchronous_commit", "wal_sync_method", "full_page_writes", "wal_compression", "shared_buffers",
 		"max_connections", "default_transaction_isolation", "shared_preload_libraries"} {
 		var v string
 		if err := b.monitor.QueryRow(ctx, "SELECT current_setting($1)", name).Scan(&v); err != nil {
@@ -575,7 +575,9 @@ func (b *bench) writeNotes(p func(string, ...any)) {
 		"counted them as failed scripts).\n", 5)
 	p("- PostgreSQL listens on a unix socket here; the baseline's pgbench used TCP on 127.0.0.1.\n")
 	p("- `go run ./cmd/paymentsbench -h` lists the knobs: `-rounds 3` repeats every cell and reports medians, " +
-		"`-service-conns`, `-stripe-idle-conns`, `-preload 0`, `-cpuprofile-cell B:16`; `BENCH_QUICK=1 make bench` is a short run.\n\n")
+		"`-service-conns`, `-stripe-idle-conns`, `-preload 0`, `-cpuprofile-cell B:16`, " +
+		"`-wal-compression lz4` (the server's setting, the same for every cell: the settings line above says which); " +
+		"`BENCH_QUICK=1 make bench` is a short run.\n\n")
 }
 
 var (

@@ -10,8 +10,9 @@ import (
 
 // Reaper deletes finished keys past their TTL, in small batches so no
 // delete holds many locks for long. It never deletes an unfinished key.
-// The work a key produced stays: tables that reference keys let go of
-// them (ON DELETE SET NULL).
+// The work a key produced stays: its rows let go of the key in the
+// statement that deletes it (ReapExpiredKeys: no foreign key does it, see
+// migration 000023), and the key's child key generations go with it.
 type Reaper struct {
 	engine    *Engine
 	batchSize int

@@ -52,20 +52,27 @@ payments_reaper_keys_deleted_total 1
 }
 
 // Deleting a key sets the references to it to NULL (or deletes them) in
-// every table that has one: PostgreSQL runs, for each key the reaper
-// deletes, one query per referencing table to find its rows. Without an
-// index led by the referencing column that query reads the whole table, so
-// the reaper's cost per key would grow with, say, every webhook delivery
-// ever made, and it would fall behind the insert rate.
+// every table that has one (ReapExpiredKeys): one lookup per referencing
+// table for each batch of keys. Without an index led by the referencing
+// column that lookup reads the whole table, so the reaper's cost per key
+// would grow with, say, every webhook delivery ever made, and it would fall
+// behind the insert rate. The references are the columns named
+// idempotency_key_id (no foreign key marks them: migration 000023).
 func TestReaper_everyReferenceToAKeyIsFoundThroughAnIndex(t *testing.T) {
 	t.Parallel()
 	b := setup(t, recovery.Config{})
+	var references int
+	require.NoError(t, b.pool.QueryRow(context.Background(), `
+		SELECT count(*) FROM information_schema.columns
+		WHERE table_schema = 'public' AND column_name = 'idempotency_key_id'`).Scan(&references))
+	require.GreaterOrEqual(t, references, 7, "payments, audit records, staged jobs, refunds, generations, endpoints, deliveries")
 	rows, err := b.pool.Query(context.Background(), `
-		SELECT c.conrelid::regclass::text || '.' || a.attname
-		FROM pg_constraint c
-		JOIN pg_attribute a ON a.attrelid = c.conrelid AND a.attnum = c.conkey[1]
-		WHERE c.contype = 'f' AND c.confrelid = 'idempotency_keys'::regclass
-		  AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = c.conrelid AND i.indkey[0] = c.conkey[1])
+		SELECT a.attrelid::regclass::text || '.' || a.attname
+		FROM pg_attribute a
+		JOIN pg_class c ON c.oid = a.attrelid AND c.relkind = 'r'
+		JOIN pg_namespace n ON n.oid = c.relnamespace AND n.nspname = 'public'
+		WHERE a.attname = 'idempotency_key_id' AND NOT a.attisdropped
+		  AND NOT EXISTS (SELECT 1 FROM pg_index i WHERE i.indrelid = a.attrelid AND i.indkey[0] = a.attnum)
 		ORDER BY 1`)
 	require.NoError(t, err)
 	var unindexed []string

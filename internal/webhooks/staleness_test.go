@@ -44,7 +44,7 @@ func TestWebhook_anEventThatArrivesBeforeThePaymentCanTakeItIsNotLost(t *testing
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	_, err := b.pool.Exec(ctx, "UPDATE payments SET status = 'processing', stripe_payment_intent = NULL")
+	_, err := b.pool.Exec(ctx, unrecordIntent)
 	require.NoError(t, err)
 	now := time.Now().Unix()
 
@@ -65,7 +65,7 @@ func TestWebhook_anEventNotActedOnLeavesNoStalenessMark(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	_, err := b.pool.Exec(ctx, "UPDATE payments SET status = 'processing', capture = true, stripe_payment_intent = NULL")
+	_, err := b.pool.Exec(ctx, unrecordIntent+"; UPDATE payments SET capture = true")
 	require.NoError(t, err)
 	now := time.Now().Unix()
 

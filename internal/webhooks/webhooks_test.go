@@ -44,7 +44,8 @@ func setupWith(t testing.TB, secrets string) *testBundle {
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(ctx, pool))
 	_, err := pool.Exec(ctx, `INSERT INTO payments (id, user_id, amount, currency, status, capture, payment_method, stripe_payment_intent)
-		SELECT 'pay_w', id, 2000, 'usd', 'requires_capture', false, 'pm_card_visa', 'pi_w' FROM users WHERE email = 'alice@example.com'`)
+		SELECT 'pay_w', id, 2000, 'usd', 'requires_capture', false, 'pm_card_visa', 'pi_w' FROM users WHERE email = 'alice@example.com';
+		INSERT INTO payment_intents (stripe_payment_intent, payment_id) VALUES ('pi_w', 'pay_w')`)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	handler := api.NewHandler(api.Config{
@@ -280,7 +281,7 @@ func TestWebhook_unknownTypesAndPaymentsAreAcknowledgedAndRecorded(t *testing.T)
 func TestWebhook_outrunsTheFlowAndFindsThePaymentByMetadata(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
-	_, err := b.pool.Exec(context.Background(), "UPDATE payments SET status = 'processing', stripe_payment_intent = NULL")
+	_, err := b.pool.Exec(context.Background(), unrecordIntent)
 	require.NoError(t, err)
 	_, out := b.deliver(t, event("evt_fast", "payment_intent.succeeded", time.Now().Unix(), intent("pi_w", "succeeded", 2000)), secret, time.Now())
 	require.Equal(t, "applied", out["outcome"])
@@ -289,3 +290,8 @@ func TestWebhook_outrunsTheFlowAndFindsThePaymentByMetadata(t *testing.T) {
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM payments WHERE stripe_payment_intent = 'pi_w'"))
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.succeeded'"))
 }
+
+// unrecordIntent puts the fixture's payment back to before its flow
+// recorded its PaymentIntent: processing, and found by no PaymentIntent
+// (payments.stripe_payment_intent and payment_intents, migration 000024).
+const unrecordIntent = "UPDATE payments SET status = 'processing', stripe_payment_intent = NULL; DELETE FROM payment_intents"

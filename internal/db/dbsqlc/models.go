@@ -100,6 +100,11 @@ type Payment struct {
 	ReconcileChecks     int32
 }
 
+type PaymentIntent struct {
+	StripePaymentIntent string
+	PaymentID           string
+}
+
 type Receipt struct {
 	PaymentID     string
 	Kind          string

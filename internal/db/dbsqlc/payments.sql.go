@@ -228,11 +228,13 @@ func (q *Queries) GetPaymentByIdempotencyKey(ctx context.Context, db DBTX, idemp
 }
 
 const getPaymentByIntent = `-- name: GetPaymentByIntent :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments WHERE stripe_payment_intent = $1
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments
+WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = $1::text)
 `
 
 // Any user's payment, by its PaymentIntent: for Stripe's refund events,
-// which name the PaymentIntent.
+// which name the PaymentIntent. Found through payment_intents (migration
+// 000024: no index of payments names a column a move changes).
 func (q *Queries) GetPaymentByIntent(ctx context.Context, db DBTX, stripePaymentIntent pgtype.Text) (Payment, error) {
 	row := db.QueryRow(ctx, getPaymentByIntent, stripePaymentIntent)
 	var i Payment
@@ -262,7 +264,9 @@ func (q *Queries) GetPaymentByIntent(ctx context.Context, db DBTX, stripePayment
 }
 
 const getPaymentByIntentForUpdate = `-- name: GetPaymentByIntentForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments WHERE stripe_payment_intent = $1 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments
+WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = $1::text)
+FOR UPDATE
 `
 
 func (q *Queries) GetPaymentByIntentForUpdate(ctx context.Context, db DBTX, stripePaymentIntent pgtype.Text) (Payment, error) {
@@ -569,10 +573,16 @@ func (q *Queries) RetireUnwatchedPayments(ctx context.Context, db DBTX, arg Reti
 }
 
 const transitionPayment = `-- name: TransitionPayment :exec
+WITH intent AS (
+    INSERT INTO payment_intents (stripe_payment_intent, payment_id)
+    SELECT $2::text, p.id FROM payments p
+    WHERE p.id = $6::text AND $2::text IS NOT NULL
+      AND p.stripe_payment_intent IS DISTINCT FROM $2::text
+)
 UPDATE payments
-SET status = $1, stripe_payment_intent = $2, amount_captured = $3,
+SET status = $1, stripe_payment_intent = $2::text, amount_captured = $3,
     failure_code = $4, failure_message = $5, updated_at = now()
-WHERE id = $6
+WHERE id = $6::text
 `
 
 type TransitionPaymentParams struct {
@@ -587,7 +597,10 @@ type TransitionPaymentParams struct {
 // Moves a payment to a new status with what Stripe said about it. Only
 // applyMove calls it, with the payment locked, after checking the move is
 // allowed and computing the payment after it: nothing is returned, so the
-// update can be queued (db.Tx.Queued).
+// update can be queued (db.Tx.Queued). A PaymentIntent new to the payment
+// goes into payment_intents in the same statement (one already recorded for
+// another payment fails it on that table's primary key); the update itself
+// changes no indexed column, so it is a HOT update (migration 000024).
 func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg TransitionPaymentParams) error {
 	_, err := db.Exec(ctx, transitionPayment,
 		arg.Status,
@@ -603,16 +616,21 @@ func (q *Queries) TransitionPayment(ctx context.Context, db DBTX, arg Transition
 const transitionPaymentIfUnchanged = `-- name: TransitionPaymentIfUnchanged :exec
 WITH moved AS (
     UPDATE payments
-    SET status = $1, stripe_payment_intent = $2, amount_captured = $3,
+    SET status = $1, stripe_payment_intent = $2::text, amount_captured = $3,
         failure_code = $4, failure_message = $5, updated_at = now()
-    WHERE id = $6
+    WHERE id = $6::text
       AND status = $7
-      AND stripe_payment_intent IS NOT DISTINCT FROM $8
+      AND stripe_payment_intent IS NOT DISTINCT FROM $8::text
       AND amount_captured = $9
       AND amount_refunded = $10
       AND failure_code IS NOT DISTINCT FROM $11
       AND failure_message IS NOT DISTINCT FROM $12
     RETURNING 1
+), intent AS (
+    INSERT INTO payment_intents (stripe_payment_intent, payment_id)
+    SELECT $2::text, $6::text FROM moved
+    WHERE $2::text IS NOT NULL
+      AND $2::text IS DISTINCT FROM $8::text
 )
 SELECT assert_unchanged(count(*), 'the payment') FROM moved
 `
@@ -639,7 +657,8 @@ type TransitionPaymentIfUnchangedParams struct {
 // never change), and else raises a serialization failure
 // (assert_unchanged, migration 000009), so that the transaction runs
 // again, and this time reads the payment under a lock. Nothing is
-// returned: it can be queued.
+// returned: it can be queued. A PaymentIntent new to the payment goes into
+// payment_intents, as TransitionPayment's does; the update is HOT.
 func (q *Queries) TransitionPaymentIfUnchanged(ctx context.Context, db DBTX, arg TransitionPaymentIfUnchangedParams) error {
 	_, err := db.Exec(ctx, transitionPaymentIfUnchanged,
 		arg.Status,

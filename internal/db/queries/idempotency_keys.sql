@@ -70,8 +70,27 @@ SELECT EXISTS (
 
 -- name: DeleteExpiredIdempotencyKey :exec
 -- An expired, finished key makes way for a new request with the same key.
-DELETE FROM idempotency_keys
-WHERE id = @id AND recovery_point = 'finished';
+-- The rows its request wrote stay, and let go of it, as ReapExpiredKeys's do.
+WITH deleted AS (
+    DELETE FROM idempotency_keys d
+    WHERE d.id = @id AND d.recovery_point = 'finished'
+    RETURNING d.id AS key_id
+), payments_let_go AS (
+    UPDATE payments SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), audit_records_let_go AS (
+    UPDATE audit_records SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), staged_jobs_let_go AS (
+    UPDATE staged_jobs SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), refunds_let_go AS (
+    UPDATE refunds SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), webhook_endpoints_let_go AS (
+    UPDATE webhook_endpoints SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), webhook_deliveries_let_go AS (
+    UPDATE webhook_deliveries SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), generations_gone AS (
+    DELETE FROM child_key_generations WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+)
+SELECT count(*) FROM deleted;
 
 -- name: LockIdempotencyKey :one
 -- Takes the lock of an existing key for the caller's lock lifetime: a new
@@ -171,16 +190,47 @@ SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_
 WHERE id = @id AND lock_token = @lock_token;
 
 
--- name: ReapExpiredKeys :execrows
--- A small batch of finished keys past their TTL. Unfinished keys are never
--- reaped: their work may include a charge that still needs recording.
-DELETE FROM idempotency_keys
-WHERE id IN (
-    SELECT id FROM idempotency_keys
-    WHERE recovery_point = 'finished' AND expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
-    LIMIT @batch_size
-    FOR UPDATE SKIP LOCKED
-);
+-- name: ReapExpiredKeys :one
+-- A small batch of finished keys past their TTL, and how many. Unfinished
+-- keys are never reaped: their work may include a charge that still needs
+-- recording.
+--
+-- The work a key produced stays, and lets go of the key in the same
+-- statement: no foreign key points at idempotency_keys (migration 000023:
+-- its checks read the page of the key table's primary key that every new
+-- key goes into, and on a young database made concurrent requests fail to
+-- serialize), so what ON DELETE SET NULL (and, for the child key
+-- generations, which are the key's alone, ON DELETE CASCADE) did is done
+-- here, for every table with an idempotency_key_id column, each found
+-- through an index led by that column. Only a key's lock holder writes
+-- rows that reference it, and a finished key has none, so none is written
+-- after its key is gone. This and DeleteExpiredIdempotencyKey are the only
+-- statements that delete keys (TestOnlyTheStatementsThatClearReferencesDeleteKeys).
+WITH deleted AS (
+    DELETE FROM idempotency_keys d
+    WHERE d.id IN (
+        SELECT k.id FROM idempotency_keys k
+        WHERE k.recovery_point = 'finished' AND k.expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
+        LIMIT @batch_size
+        FOR UPDATE SKIP LOCKED
+    )
+    RETURNING d.id AS key_id
+), payments_let_go AS (
+    UPDATE payments SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), audit_records_let_go AS (
+    UPDATE audit_records SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), staged_jobs_let_go AS (
+    UPDATE staged_jobs SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), refunds_let_go AS (
+    UPDATE refunds SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), webhook_endpoints_let_go AS (
+    UPDATE webhook_endpoints SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), webhook_deliveries_let_go AS (
+    UPDATE webhook_deliveries SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+), generations_gone AS (
+    DELETE FROM child_key_generations WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
+)
+SELECT count(*) FROM deleted;
 
 -- name: ListUnfinishedKeys :many
 -- A page of the unfinished keys (they live until they finish, and then a

@@ -40,21 +40,34 @@ SELECT * FROM payments WHERE id = @id FOR UPDATE;
 
 -- name: GetPaymentByIntent :one
 -- Any user's payment, by its PaymentIntent: for Stripe's refund events,
--- which name the PaymentIntent.
-SELECT * FROM payments WHERE stripe_payment_intent = @stripe_payment_intent;
+-- which name the PaymentIntent. Found through payment_intents (migration
+-- 000024: no index of payments names a column a move changes).
+SELECT * FROM payments
+WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = sqlc.narg('stripe_payment_intent')::text);
 
 -- name: GetPaymentByIntentForUpdate :one
-SELECT * FROM payments WHERE stripe_payment_intent = @stripe_payment_intent FOR UPDATE;
+SELECT * FROM payments
+WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = sqlc.narg('stripe_payment_intent')::text)
+FOR UPDATE;
 
 -- name: TransitionPayment :exec
 -- Moves a payment to a new status with what Stripe said about it. Only
 -- applyMove calls it, with the payment locked, after checking the move is
 -- allowed and computing the payment after it: nothing is returned, so the
--- update can be queued (db.Tx.Queued).
+-- update can be queued (db.Tx.Queued). A PaymentIntent new to the payment
+-- goes into payment_intents in the same statement (one already recorded for
+-- another payment fails it on that table's primary key); the update itself
+-- changes no indexed column, so it is a HOT update (migration 000024).
+WITH intent AS (
+    INSERT INTO payment_intents (stripe_payment_intent, payment_id)
+    SELECT sqlc.narg('stripe_payment_intent')::text, p.id FROM payments p
+    WHERE p.id = @id::text AND sqlc.narg('stripe_payment_intent')::text IS NOT NULL
+      AND p.stripe_payment_intent IS DISTINCT FROM sqlc.narg('stripe_payment_intent')::text
+)
 UPDATE payments
-SET status = @status, stripe_payment_intent = @stripe_payment_intent, amount_captured = @amount_captured,
+SET status = @status, stripe_payment_intent = sqlc.narg('stripe_payment_intent')::text, amount_captured = @amount_captured,
     failure_code = @failure_code, failure_message = @failure_message, updated_at = now()
-WHERE id = @id;
+WHERE id = @id::text;
 
 -- name: TransitionPaymentIfUnchanged :exec
 -- TransitionPayment for a payment the caller did not read in this
@@ -64,19 +77,25 @@ WHERE id = @id;
 -- never change), and else raises a serialization failure
 -- (assert_unchanged, migration 000009), so that the transaction runs
 -- again, and this time reads the payment under a lock. Nothing is
--- returned: it can be queued.
+-- returned: it can be queued. A PaymentIntent new to the payment goes into
+-- payment_intents, as TransitionPayment's does; the update is HOT.
 WITH moved AS (
     UPDATE payments
-    SET status = @status, stripe_payment_intent = @stripe_payment_intent, amount_captured = @amount_captured,
+    SET status = @status, stripe_payment_intent = sqlc.narg('stripe_payment_intent')::text, amount_captured = @amount_captured,
         failure_code = @failure_code, failure_message = @failure_message, updated_at = now()
-    WHERE id = @id
+    WHERE id = @id::text
       AND status = @was_status
-      AND stripe_payment_intent IS NOT DISTINCT FROM @was_stripe_payment_intent
+      AND stripe_payment_intent IS NOT DISTINCT FROM sqlc.narg('was_stripe_payment_intent')::text
       AND amount_captured = @was_amount_captured
       AND amount_refunded = @was_amount_refunded
       AND failure_code IS NOT DISTINCT FROM @was_failure_code
       AND failure_message IS NOT DISTINCT FROM @was_failure_message
     RETURNING 1
+), intent AS (
+    INSERT INTO payment_intents (stripe_payment_intent, payment_id)
+    SELECT sqlc.narg('stripe_payment_intent')::text, @id::text FROM moved
+    WHERE sqlc.narg('stripe_payment_intent')::text IS NOT NULL
+      AND sqlc.narg('stripe_payment_intent')::text IS DISTINCT FROM sqlc.narg('was_stripe_payment_intent')::text
 )
 SELECT assert_unchanged(count(*), 'the payment') FROM moved;
 

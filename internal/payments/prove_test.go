@@ -55,6 +55,7 @@ func TestProve_everyPaymentFlow(t *testing.T) {
 			recoverytest.Prove(t, recoverytest.Case{
 				Pool: b.pool, Flow: flow, Effects: b.stripeEffects(t),
 				Request: func() recovery.Request { return c.request(t, b, svc) },
+				State:   b.paymentState(t),
 				Faults:  stripesimtest.Faults(b.sim),
 			})
 		})
@@ -113,5 +114,33 @@ func (b *testBundle) stripeEffects(t *testing.T) func() int {
 			n += len(objs)
 		}
 		return n
+	}
+}
+
+// paymentState is the local state an answer speaks of, read anew as a
+// client would GET it: the payment (for a refund, the refund and its
+// payment, whose amount_refunded it moved).
+func (b *testBundle) paymentState(t *testing.T) func(recovery.Response) []byte {
+	return func(resp recovery.Response) []byte {
+		ctx := context.Background()
+		var answer struct {
+			ID      string `json:"id"`
+			Object  string `json:"object"`
+			Payment string `json:"payment"`
+		}
+		require.NoError(t, json.Unmarshal(resp.Body, &answer), "%s", resp.Body)
+		state := map[string]any{}
+		paymentID := answer.ID
+		if answer.Object == "refund" {
+			refund, err := payments.GetRefund(ctx, b.pool, b.userID, answer.ID)
+			require.NoError(t, err)
+			state["refund"], paymentID = refund, answer.Payment
+		}
+		payment, err := payments.Get(ctx, b.pool, b.userID, paymentID)
+		require.NoError(t, err)
+		state["payment"] = payment
+		out, err := json.Marshal(state)
+		require.NoError(t, err)
+		return out
 	}
 }

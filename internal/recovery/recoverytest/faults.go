@@ -75,7 +75,7 @@ const (
 //
 // It runs in the test's process, engines and all: a fault needs no kill.
 // Prove calls it last, and never in the process it kills.
-func proveFaults(t testing.TB, c Case, clean recovery.Response, same answerParts, effects int, trail []string) {
+func proveFaults(t testing.TB, c Case, clean recovery.Response, same, sameState answerParts, effects int, trail []string) {
 	t.Helper()
 	if len(c.Faults) == 0 {
 		return
@@ -86,7 +86,7 @@ func proveFaults(t testing.TB, c Case, clean recovery.Response, same answerParts
 	}
 	short := cfg
 	short.LockTimeout = faultLockTimeout
-	p := &faultProof{t: t, c: c, clean: clean, same: same, effects: effects, trail: trail,
+	p := &faultProof{t: t, c: c, clean: clean, same: same, sameState: sameState, effects: effects, trail: trail,
 		healthy: engine(t, c, cfg, nil), held: engine(t, c, short, nil)}
 	p.completer = recovery.NewCompleter(recovery.CompleterConfig{Engine: p.healthy, Grace: faultCompleterGrace})
 	for _, step := range externalSteps(c.Flow) {
@@ -112,6 +112,7 @@ type faultProof struct {
 	c             Case
 	clean         recovery.Response
 	same          answerParts // what the clean runs' answers agree on
+	sameState     answerParts // and the states they left (Case.State)
 	effects       int
 	trail         []string
 	healthy, held *recovery.Engine
@@ -193,6 +194,11 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 	}
 	if d := p.same.differs(got.Body); d != "" {
 		t.Errorf("recoverytest: %s: answered %s, where the clean runs agree on %s", where, got.Body, d)
+	}
+	if p.c.State != nil {
+		if st := p.c.State(got); p.sameState.differs(st) != "" {
+			t.Errorf("recoverytest: %s: left the state %s, where the clean runs agree on %s", where, st, p.sameState.differs(st))
+		}
 	}
 	time.Sleep(time.Until(settled))
 	if n := p.c.Effects() - before; n != p.effects {

@@ -5,7 +5,9 @@
 // asserts, for each, what the clean run did: as many effects at the remote
 // side, the same status, the same answer but for what differs between two
 // clean runs (ids, times), an answer every later retry gets byte for byte,
-// and the key's audit trail in the same order. Then, given the remote
+// the key's audit trail in the same order, and, given Case.State, the
+// local state the answer speaks of, read anew, as the clean runs left it
+// (but for ids and times). Then, given the remote
 // side's faults (Case.Faults: a failure before the work, an answer lost
 // after it, a call held past the lock timeout), it meets each at each
 // external call, in the test's own process, resumed the same two ways and
@@ -80,6 +82,12 @@ type Case struct {
 	// Config configures the engines (Pool and Failpoints are Prove's; the
 	// killed attempt's LockTimeout is CrashLockTimeout).
 	Config recovery.Config
+	// State reads anew, after a run, the local state its answer speaks of
+	// (the payment as a client would GET it, say), as JSON; nil leaves it
+	// unchecked. Every resumed run must leave what two clean runs agree on
+	// (all but ids and times), as its answer must: a flow can answer right
+	// and still leave its record wrong. It runs in the test's process only.
+	State func(recovery.Response) []byte
 	// Faults are the remote side's faults, each met at each external call
 	// of the flow (faults.go), in the test's process: no kill is needed
 	// to meet them, and the killed process meets none.
@@ -136,9 +144,16 @@ func Prove(t testing.TB, c Case) {
 		}
 		return resp, c.Effects() - before, auditTrail(t, c, request(key))
 	}
+	state := func(resp recovery.Response) []byte {
+		if c.State == nil {
+			return nil
+		}
+		return c.State(resp)
+	}
 	clean, effects, trail := cleanRun("recoverytest-clean")
+	cleanState := state(clean)
 	cleanDone := time.Now()
-	var answers []answered // checked against both clean runs, at the end
+	var answers, states []answered // checked against both clean runs, at the end
 
 	for _, name := range c.Flow.Failpoints() {
 		for _, way := range ways {
@@ -174,6 +189,7 @@ func Prove(t testing.TB, c Case) {
 				t.Errorf("recoverytest: %s: a retry got %d %s, not the answer %d %s", where, again.Status, again.Body, got.Status, got.Body)
 			}
 			answers = append(answers, answered{where, got.Body})
+			states = append(states, answered{where, state(got)})
 			if n := c.Effects() - before; n != effects {
 				t.Errorf("recoverytest: %s: %d effects at the remote side, the clean run %d", where, n, effects)
 			}
@@ -204,7 +220,16 @@ func Prove(t testing.TB, c Case) {
 			t.Errorf("recoverytest: %s: answered %s, where the clean runs agree on %s", a.where, a.body, d)
 		}
 	}
-	proveFaults(t, c, clean, same, effects, trail)
+	var sameState answerParts
+	if c.State != nil {
+		sameState = sameParts(cleanState, state(clean2))
+		for _, a := range states {
+			if d := sameState.differs(a.body); d != "" {
+				t.Errorf("recoverytest: %s: left the state %s, where the clean runs agree on %s", a.where, a.body, d)
+			}
+		}
+	}
+	proveFaults(t, c, clean, same, sameState, effects, trail)
 }
 
 // answered is the answer a resumed run got.

@@ -2,6 +2,7 @@ package recoverytest_test
 
 import (
 	"context"
+	"encoding/json"
 	"fmt"
 	"go/ast"
 	"go/parser"
@@ -157,4 +158,52 @@ func TestExample_customersIsSmall(t *testing.T) {
 	require.LessOrEqual(t, lines(f), 250, "the customers flow and its proof, in lines")
 	require.LessOrEqual(t, proof, 20, "the proof, in lines")
 	t.Logf("the customers example: 1 file, %d lines; its proof %d lines", lines(f), proof)
+}
+
+// The proof fails a flow that answers right but leaves its record wrong
+// when resumed in another process: its record phase writes the email from
+// the first phase's memory, which a killed process takes with it.
+func TestProve_failsAFlowWhoseStateForgets(t *testing.T) {
+	t.Parallel()
+	r := &remote{byKey: map[string]string{}}
+	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
+	pool := recoverytest.Database(t, createCustomersTable)
+	var emails sync.Map // key id to email, in this process's memory only: the bug
+	flow := recovery.NewFlow("create_customer",
+		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+			var p customerParams
+			if err := k.DecodeParams(&p); err != nil {
+				return recovery.Outcome{}, err
+			}
+			emails.Store(k.ID, p.Email)
+			return insertCustomer(ctx, tx, k)
+		}), customerSaved),
+		recovery.From(customerSaved, recovery.ExternalPhase("customer", createCustomer(remoteURL),
+			func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
+				email, _ := emails.Load(k.ID)
+				if _, err := tx.Exec(ctx, "UPDATE customers SET email = coalesce($1, '') WHERE key_id = $2", email, k.ID); err != nil {
+					return recovery.Outcome{}, err
+				}
+				return recordCustomer(ctx, tx, k, remoteID)
+			}), recovery.Finished),
+	)
+	state := func(resp recovery.Response) []byte {
+		var answer struct {
+			Customer string `json:"customer"`
+		}
+		require.NoError(t, json.Unmarshal(resp.Body, &answer))
+		var row []byte
+		require.NoError(t, pool.QueryRow(context.Background(),
+			"SELECT json_build_object('email', email, 'remote_id', remote_id) FROM customers WHERE key_id = $1", answer.Customer).Scan(&row))
+		return row
+	}
+	rec := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		recoverytest.Prove(rec, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects, State: state})
+	}()
+	<-done
+	require.Contains(t, rec.failures, "killed at after_commit:customer_saved, resumed by the retry: left the state", "the proof did not notice the record without the email")
+	require.NotContains(t, rec.failures, ": answered", "the answers were right")
 }

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/example/payments/internal/claimloop"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/telemetry"
@@ -65,9 +66,7 @@ type Dispatcher struct {
 	mu       sync.Mutex
 	inflight map[string]int // endpoint id -> attempts in flight
 	total    int
-	freed    chan struct{} // a slot was freed (buffered, 1)
-	wake     chan struct{} // Wake was called (buffered, 1)
-	attempts sync.WaitGroup
+	loop     *claimloop.Loop
 }
 
 // DispatcherConfig configures a Dispatcher.
@@ -139,11 +138,11 @@ func NewDispatcher(cfg DispatcherConfig) *Dispatcher {
 	if cfg.ShutdownTimeout <= 0 {
 		cfg.ShutdownTimeout = AttemptTimeout
 	}
-	d := &Dispatcher{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, freed: make(chan struct{}, 1),
-		wake: make(chan struct{}, 1), outcomes: make(chan attemptOutcome, cfg.Concurrency)}
+	d := &Dispatcher{cfg: cfg, log: cfg.Logger, inflight: map[string]int{}, outcomes: make(chan attemptOutcome, cfg.Concurrency)}
 	if d.log == nil {
 		d.log = slog.New(slog.DiscardHandler)
 	}
+	d.loop = claimloop.New("webhook dispatcher", d.log, cfg.PollInterval, cfg.ShutdownTimeout)
 	d.metrics = newDeliveryMetrics(cfg.Registry, cfg.Pool)
 	return d
 }
@@ -167,45 +166,10 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 		defer close(recorded)
 		d.record()
 	}()
-	// The attempts outlive ctx by ShutdownTimeout at most.
-	attemptCtx, cancelAttempts := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelAttempts()
-
-	for ctx.Err() == nil {
-		free := d.free()
-		if free == 0 {
-			select {
-			case <-ctx.Done():
-			case <-d.freed:
-			}
-			continue
-		}
-		claimed, err := d.claim(ctx, free)
-		if err != nil && ctx.Err() == nil {
-			d.log.Warn("webhook dispatcher: claiming due deliveries failed; trying again", slog.String("error", err.Error()))
-		}
-		for _, c := range claimed {
-			d.attempts.Add(1)
-			go func() {
-				defer d.attempts.Done()
-				defer d.release(c.EndpointID)
-				d.attempt(attemptCtx, c)
-			}()
-		}
-		if len(claimed) < free { // nothing more is due now
-			d.wait(ctx)
-		}
-	}
-
-	finished := make(chan struct{})
-	go func() { d.attempts.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(d.cfg.ShutdownTimeout):
-		d.log.Warn("webhook dispatcher: shutdown timeout reached: cancelling the attempts in flight (they are retried)")
-		cancelAttempts()
-		<-finished
-	}
+	claimloop.Run(ctx, d.loop, d.free, d.claim, func(ctx context.Context, c dbsqlc.ClaimDueDeliveriesRow) {
+		defer d.release(c.EndpointID)
+		d.attempt(ctx, c)
+	})
 	close(d.outcomes)
 	<-recorded
 	return nil
@@ -214,23 +178,7 @@ func (d *Dispatcher) Run(ctx context.Context) error {
 // Wake makes Run claim at once instead of at its next poll: the drain calls
 // it after it wrote deliveries (stagedjobs.EnqueuerConfig.OnWritten), so a
 // new delivery waits for no poll. It never blocks.
-func (d *Dispatcher) Wake() {
-	select {
-	case d.wake <- struct{}{}:
-	default:
-	}
-}
-
-// wait sleeps for PollInterval, or until ctx ends or Wake is called.
-func (d *Dispatcher) wait(ctx context.Context) {
-	t := time.NewTimer(d.cfg.PollInterval)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	case <-d.wake:
-	}
-}
+func (d *Dispatcher) Wake() { d.loop.Wake() }
 
 // free is how many more attempts may start now.
 func (d *Dispatcher) free() int {
@@ -278,10 +226,7 @@ func (d *Dispatcher) release(endpointID string) {
 	}
 	d.total--
 	d.mu.Unlock()
-	select {
-	case d.freed <- struct{}{}:
-	default:
-	}
+	d.loop.Freed()
 }
 
 // InFlight is how many attempts are in flight to endpointID (tests).

@@ -15,6 +15,7 @@ import (
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/trace"
 
+	"github.com/example/payments/internal/claimloop"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/telemetry"
 )
@@ -60,9 +61,7 @@ type ReceiptSender struct {
 	log      *slog.Logger
 	lease    time.Duration
 	outcomes chan receiptOutcome
-	wake     chan struct{} // buffered, 1
-	freed    chan struct{} // buffered, 1
-	sends    sync.WaitGroup
+	loop     *claimloop.Loop
 
 	mu       sync.Mutex
 	inflight int
@@ -142,11 +141,11 @@ func NewReceiptSender(cfg SenderConfig) *ReceiptSender {
 		// The send, then the wait for the writer and its write.
 		lease:    cfg.SendTimeout + 3*recordTimeout,
 		outcomes: make(chan receiptOutcome, cfg.Concurrency),
-		wake:     make(chan struct{}, 1), freed: make(chan struct{}, 1),
 	}
 	if s.log == nil {
 		s.log = slog.New(slog.DiscardHandler)
 	}
+	s.loop = claimloop.New("receipt sender", s.log, cfg.PollInterval, cfg.ShutdownTimeout)
 	if s.cfg.Mailer == nil { // as NewMailer without an SMTP URL
 		s.cfg.Mailer = LogMailer{Log: s.log}
 	}
@@ -166,12 +165,7 @@ func NewReceiptSender(cfg SenderConfig) *ReceiptSender {
 
 // Wake makes Run claim at once instead of at its next poll (the drain calls
 // it after it wrote receipts). It never blocks.
-func (s *ReceiptSender) Wake() {
-	select {
-	case s.wake <- struct{}{}:
-	default:
-	}
-}
+func (s *ReceiptSender) Wake() { s.loop.Wake() }
 
 // receiptOutcome is one send, to record.
 type receiptOutcome struct {
@@ -189,59 +183,13 @@ func (s *ReceiptSender) Run(ctx context.Context) error {
 		defer close(recorded)
 		s.record()
 	}()
-	// The sends outlive ctx by ShutdownTimeout at most.
-	sendCtx, cancelSends := context.WithCancel(context.WithoutCancel(ctx))
-	defer cancelSends()
-
-	for ctx.Err() == nil {
-		free := s.free()
-		if free == 0 {
-			select {
-			case <-ctx.Done():
-			case <-s.freed:
-			}
-			continue
-		}
-		claimed, err := s.claim(ctx, free)
-		if err != nil && ctx.Err() == nil {
-			s.log.Warn("receipt sender: claiming due receipts failed; trying again", slog.String("error", err.Error()))
-		}
-		for _, c := range claimed {
-			s.sends.Add(1)
-			go func() {
-				defer s.sends.Done()
-				defer s.release()
-				s.send(sendCtx, c)
-			}()
-		}
-		if len(claimed) < free { // nothing more is due now
-			s.wait(ctx)
-		}
-	}
-
-	finished := make(chan struct{})
-	go func() { s.sends.Wait(); close(finished) }()
-	select {
-	case <-finished:
-	case <-time.After(s.cfg.ShutdownTimeout):
-		s.log.Warn("receipt sender: shutdown timeout reached: cancelling the sends in flight (they are retried)")
-		cancelSends()
-		<-finished
-	}
+	claimloop.Run(ctx, s.loop, s.free, s.claim, func(ctx context.Context, c dbsqlc.ClaimDueReceiptsRow) {
+		defer s.release()
+		s.send(ctx, c)
+	})
 	close(s.outcomes)
 	<-recorded
 	return nil
-}
-
-// wait sleeps for PollInterval, or until ctx ends or Wake is called.
-func (s *ReceiptSender) wait(ctx context.Context) {
-	t := time.NewTimer(s.cfg.PollInterval)
-	defer t.Stop()
-	select {
-	case <-ctx.Done():
-	case <-t.C:
-	case <-s.wake:
-	}
 }
 
 func (s *ReceiptSender) free() int {
@@ -267,10 +215,7 @@ func (s *ReceiptSender) release() {
 	s.mu.Lock()
 	s.inflight--
 	s.mu.Unlock()
-	select {
-	case s.freed <- struct{}{}:
-	default:
-	}
+	s.loop.Freed()
 }
 
 // send sends the claimed receipt c and hands its outcome to the writer.

@@ -102,3 +102,26 @@ func (l *Loop) wait(ctx context.Context) {
 	case <-l.wake:
 	}
 }
+
+// Batches hands write the values sent on c, as many at once as have
+// gathered (at most max), until c is closed and drained: how a worker
+// records its outcomes in one statement a batch, off the work's path.
+func Batches[T any](c <-chan T, max int, write func([]T)) {
+	batch := make([]T, 0, max)
+	for v := range c {
+		batch = append(batch[:0], v)
+	gather:
+		for len(batch) < max {
+			select {
+			case v, ok := <-c:
+				if !ok {
+					break gather
+				}
+				batch = append(batch, v)
+			default:
+				break gather
+			}
+		}
+		write(batch)
+	}
+}

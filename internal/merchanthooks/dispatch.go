@@ -290,21 +290,7 @@ func (d *Dispatcher) attempt(ctx context.Context, c dbsqlc.ClaimDueDeliveriesRow
 // record writes the outcomes as they come, as many at once as have
 // gathered, until the channel is closed and drained.
 func (d *Dispatcher) record() {
-	batch := make([]attemptOutcome, 0, maxRecordBatch)
-	for o := range d.outcomes {
-		batch = append(batch[:0], o)
-	gather:
-		for len(batch) < maxRecordBatch {
-			select {
-			case o, ok := <-d.outcomes:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, o)
-			default:
-				break gather
-			}
-		}
+	claimloop.Batches(d.outcomes, maxRecordBatch, func(batch []attemptOutcome) {
 		if err := d.write(batch); err != nil {
 			// The attempts happened but are not recorded: their leases
 			// lapse and they are made again (a success is sent twice; the
@@ -312,7 +298,7 @@ func (d *Dispatcher) record() {
 			d.log.Warn("webhook dispatcher: recording attempts failed; they are made again when their leases lapse",
 				slog.Int("attempts", len(batch)), slog.String("error", err.Error()))
 		}
-	}
+	})
 }
 
 func (d *Dispatcher) write(batch []attemptOutcome) error {

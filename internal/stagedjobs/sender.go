@@ -266,21 +266,7 @@ func receiptArgsOf(c dbsqlc.ClaimDueReceiptsRow) ReceiptArgs {
 // record writes the outcomes as they come, as many at once as have
 // gathered, until the channel is closed and drained.
 func (s *ReceiptSender) record() {
-	batch := make([]receiptOutcome, 0, maxReceiptRecordBatch)
-	for o := range s.outcomes {
-		batch = append(batch[:0], o)
-	gather:
-		for len(batch) < maxReceiptRecordBatch {
-			select {
-			case o, ok := <-s.outcomes:
-				if !ok {
-					break gather
-				}
-				batch = append(batch, o)
-			default:
-				break gather
-			}
-		}
+	claimloop.Batches(s.outcomes, maxReceiptRecordBatch, func(batch []receiptOutcome) {
 		if err := s.write(batch); err != nil {
 			// The sends happened but are not recorded: their leases lapse
 			// and they are sent again, under the same Message-ID.
@@ -291,7 +277,7 @@ func (s *ReceiptSender) record() {
 				}
 			}
 		}
-	}
+	})
 }
 
 func (s *ReceiptSender) write(batch []receiptOutcome) error {

@@ -70,22 +70,9 @@ func TestProve_failsAFlowWhoseAnswerForgets(t *testing.T) {
 	r := &remote{byKey: map[string]string{}}
 	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
 	pool := recoverytest.Database(t, createCustomersTable)
-	var emails sync.Map // key id to email, in this process's memory only: the bug
-	flow := recovery.NewFlow("create_customer",
-		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
-			var p customerParams
-			if err := k.DecodeParams(&p); err != nil {
-				return recovery.Outcome{}, err
-			}
-			emails.Store(k.ID, p.Email)
-			return insertCustomer(ctx, tx, k)
-		}), customerSaved),
-		recovery.From(customerSaved, recovery.ExternalPhase("customer", createCustomer(remoteURL),
-			func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
-				email, _ := emails.Load(k.ID)
-				return recovery.RespondJSON(201, map[string]any{"customer": k.ID.String(), "email": email})
-			}), recovery.Finished),
-	)
+	flow := forgetfulFlow(remoteURL, func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string, email any) (recovery.Outcome, error) {
+		return recovery.RespondJSON(201, map[string]any{"customer": k.ID.String(), "email": email})
+	})
 	rec := &recorder{TB: t}
 	done := make(chan struct{})
 	go func() {
@@ -168,25 +155,12 @@ func TestProve_failsAFlowWhoseStateForgets(t *testing.T) {
 	r := &remote{byKey: map[string]string{}}
 	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
 	pool := recoverytest.Database(t, createCustomersTable)
-	var emails sync.Map // key id to email, in this process's memory only: the bug
-	flow := recovery.NewFlow("create_customer",
-		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
-			var p customerParams
-			if err := k.DecodeParams(&p); err != nil {
-				return recovery.Outcome{}, err
-			}
-			emails.Store(k.ID, p.Email)
-			return insertCustomer(ctx, tx, k)
-		}), customerSaved),
-		recovery.From(customerSaved, recovery.ExternalPhase("customer", createCustomer(remoteURL),
-			func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
-				email, _ := emails.Load(k.ID)
-				if _, err := tx.Exec(ctx, "UPDATE customers SET email = coalesce($1, '') WHERE key_id = $2", email, k.ID); err != nil {
-					return recovery.Outcome{}, err
-				}
-				return recordCustomer(ctx, tx, k, remoteID)
-			}), recovery.Finished),
-	)
+	flow := forgetfulFlow(remoteURL, func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string, email any) (recovery.Outcome, error) {
+		if _, err := tx.Exec(ctx, "UPDATE customers SET email = coalesce($1, '') WHERE key_id = $2", email, k.ID); err != nil {
+			return recovery.Outcome{}, err
+		}
+		return recordCustomer(ctx, tx, k, remoteID)
+	})
 	state := func(resp recovery.Response) []byte {
 		var answer struct {
 			Customer string `json:"customer"`
@@ -206,4 +180,28 @@ func TestProve_failsAFlowWhoseStateForgets(t *testing.T) {
 	<-done
 	require.Contains(t, rec.failures, "killed at after_commit:customer_saved, resumed by the retry: left the state", "the proof did not notice the record without the email")
 	require.NotContains(t, rec.failures, ": answered", "the answers were right")
+}
+
+// forgetfulFlow is the customers flow with a bug: its first phase keeps the
+// email in this process's memory, and its record phase, record, gets it
+// from there (nil in a process that did not run the first phase, as after
+// a kill).
+func forgetfulFlow(remoteURL string,
+	record func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string, email any) (recovery.Outcome, error)) *recovery.Flow {
+	var emails sync.Map // key id to email
+	return recovery.NewFlow("create_customer",
+		recovery.From(recovery.Started, recovery.LocalPhase(func(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {
+			var p customerParams
+			if err := k.DecodeParams(&p); err != nil {
+				return recovery.Outcome{}, err
+			}
+			emails.Store(k.ID, p.Email)
+			return insertCustomer(ctx, tx, k)
+		}), customerSaved),
+		recovery.From(customerSaved, recovery.ExternalPhase("customer", createCustomer(remoteURL),
+			func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
+				email, _ := emails.Load(k.ID)
+				return record(ctx, tx, k, remoteID, email)
+			}), recovery.Finished),
+	)
 }

@@ -391,15 +391,15 @@ func (b *bench) writeScaleNotes(p func(string, ...any)) {
 		"`-churn-variants`, compares it), so migration 000017 does not set it. At 10M live keys PostgreSQL's default (a vacuum " +
 		"once a fifth of the rows are dead) lets the table carry up to that much dead space between vacuums; that is not measured here.\n")
 	p("- **The filter's rebuild.** It paged through the keys by their random UUID: one random heap page per key, at 10M keys " +
-		"mostly outside shared_buffers. It now pages through the finished keys in expiry order (their index, in about the heap's " +
-		"order) and the unfinished ones through their own index, and reads the next page while the filter takes in the last. The " +
+		"mostly outside shared_buffers. It now pages through the finished keys in creation order (their index, in about the heap's " +
+		"order; before migration 000026, in expiry order) and the unfinished ones through their own table, and reads the next page while the filter takes in the last. The " +
 		"start-up table compares it with a binary built before the change when the run is given `-startup-baseline-bin`. What " +
 		"is left at 10M is reading 10M rows of a table of some 6.5 GB with two cores: PostgreSQL spends about 7 ms per page of " +
 		"5,000 (index scan and heap fetches, by hand with `EXPLAIN ANALYZE`), the service as long decoding them and setting bits, " +
 		"and the two overlap. A covering expiry index (index-only scans: about 5.6 ms per page by hand) or a snapshot of the " +
 		"filter's bits written now and then and read at start-up are the ways below 15 s. Issue 29 built the snapshot: `serve` " +
 		"stores the bits in `keyfilter_snapshots` every 10 minutes and at shutdown, and a start loads them and reads only the keys " +
-		"finished in the 10 minutes before the snapshot's time or since, and the unfinished ones; the full rebuild is the fallback " +
+		"created in the 10 minutes before the snapshot's time or since, and the unfinished ones; the full rebuild is the fallback " +
 		"(the start-up table has both).\n")
 	p("- **Memory after the rebuild.** The rebuild's pages are garbage once read, and the service's GOGC of 400 let the heap " +
 		"grow to five times what it keeps; `payments serve` now hands that memory back once the filter is ready " +

@@ -39,12 +39,26 @@ type livePage struct {
 	err  error
 }
 
-// liveKeys streams every live key (of those finished, only the ones that
-// finished after since, unless it is zero), page by page: the unfinished keys, then
-// the finished ones in the order they expire (ListUnfinishedKeys,
-// ListLiveFinishedKeys). A key that finishes while the rebuild runs is in
-// one list or the other: it leaves the first only when it finishes, and
-// then expires after every key already finished.
+// liveKeys streams every live key (of those finished, only the ones
+// created from since on, unless it is zero), page by page: the unfinished
+// keys, then the finished ones in the order they were created
+// (ListUnfinishedKeys, ListLiveFinishedKeys). A key that finishes while the
+// rebuild runs is in one list or the other: it leaves the first only when
+// it finishes, and the second reads the newest keys last. A key another
+// instance creates during the rebuild and that is still unfinished when
+// the second list reaches it is left out: a false "new" for that key, which
+// the unique index catches (this instance's own claims add their keys
+// themselves).
+//
+// With since set (a snapshot's covered time, less SnapshotMargin), a key
+// created before since and finished after it is not read: it was
+// unfinished when the snapshot was taken, and so in it, read by the first
+// list of the snapshot's own refresh (SaveKeyFilterSnapshot), live from
+// then. Its bits lapse a TTL after that refresh rather than a TTL after its
+// finish: for at most the snapshot interval at the end of its life such a
+// key (one that took longer than the interval to finish) is a false "new"
+// too. No index of the key table names its finish time, so that a key's
+// finish is a HOT update (migration 000026).
 //
 // The next page is read while the filter takes in the last one, so that
 // PostgreSQL and the filter work at once (on different cores), and at most
@@ -94,12 +108,11 @@ func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage, since
 		if len(keys) < rebuildPage {
 			break
 		}
-		last := keys[len(keys)-1]
-		unfinished.AfterLastRunAt, unfinished.AfterID = pgtype.Timestamptz{Time: last.LastRunAt, Valid: true}, last.ID
+		unfinished.AfterID = keys[len(keys)-1].ID
 	}
 	finished := dbsqlc.ListLiveFinishedKeysParams{Now: e.queryNow(), TtlSeconds: e.cfg.KeyTTL.Seconds(), PageSize: rebuildPage}
-	if !since.IsZero() { // a key finished at since expires a TTL later
-		finished.AfterExpiresAt = pgtype.Timestamptz{Time: since.Add(e.cfg.KeyTTL), Valid: true}
+	if !since.IsZero() {
+		finished.CreatedFrom = pgtype.Timestamptz{Time: since, Valid: true}
 	}
 	for {
 		keys, err := queries.ListLiveFinishedKeys(ctx, e.cfg.Pool, finished)
@@ -111,6 +124,6 @@ func (e *Engine) readLivePages(ctx context.Context, pages chan<- livePage, since
 			return
 		}
 		last := keys[len(keys)-1]
-		finished.AfterExpiresAt, finished.AfterID = last.ExpiresAt, last.ID
+		finished.CreatedFrom, finished.AfterID = pgtype.Timestamptz{Time: last.CreatedAt, Valid: true}, last.ID
 	}
 }

@@ -12,13 +12,13 @@ import (
 	"github.com/example/payments/internal/recovery"
 )
 
-// insertFinished writes a finished key whose finish was ago, by the
+// insertFinished writes a finished key created and finished ago, by the
 // database's clock, as another instance would have.
 const insertFinished = `
 	INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
-		request_fingerprint, recovery_point, response_code, response_body, expires_at)
+		request_fingerprint, recovery_point, response_code, response_body, created_at, last_run_at, expires_at)
 	VALUES (1, $1::text, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to($1::text, 'UTF8')), 'finished', 201, '\x7b7d'::bytea,
-		now() - $2::interval + interval '24 hours')`
+		now() - $2::interval, now() - $2::interval, now() - $2::interval + interval '24 hours')`
 
 // A new instance that loads a snapshot and reads the keys made since knows
 // every live key: those in the snapshot (read by nobody since), those made

@@ -39,7 +39,7 @@ func (r *Reaper) RunOnce(ctx context.Context) (int64, error) {
 	var total int64
 	for {
 		n, err := queries.ReapExpiredKeys(ctx, r.engine.cfg.Pool, dbsqlc.ReapExpiredKeysParams{
-			Now: r.engine.queryNow(), BatchSize: int32(r.batchSize),
+			Now: r.engine.queryNow(), TtlSeconds: r.engine.cfg.KeyTTL.Seconds(), BatchSize: int32(r.batchSize),
 		})
 		total += n
 		r.reaped.Add(float64(n))

@@ -21,7 +21,10 @@ SET locked_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1
 WHERE id IN (
-    SELECT k.id FROM idempotency_keys k
+    -- The unfinished keys are few (idempotency_keys_unfinished, migration
+    -- 000026): the requests in flight and those waiting for this.
+    SELECT k.id FROM idempotency_keys_unfinished u
+    JOIN idempotency_keys k ON k.id = u.id
     WHERE k.recovery_point <> 'finished'
       AND k.needs_attention_at IS NULL
       AND (k.lock_expires_at IS NULL OR k.lock_expires_at <= coalesce($1::timestamptz, now()))
@@ -29,7 +32,7 @@ WHERE id IN (
           - make_interval(secs => least($3::float8 * power(2, least(k.completer_attempts, 20)), $4::float8))
     ORDER BY k.last_run_at
     LIMIT $5
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF k SKIP LOCKED
 )
 RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $6::float8)
@@ -188,11 +191,12 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 }
 
 const countUnfinishedKeysByFlow = `-- name: CountUnfinishedKeysByFlow :many
-SELECT flow, count(*)::bigint AS keys
-FROM idempotency_keys
-WHERE recovery_point <> 'finished'
-GROUP BY flow
-ORDER BY flow
+SELECT k.flow, count(*)::bigint AS keys
+FROM idempotency_keys_unfinished u
+JOIN idempotency_keys k ON k.id = u.id
+WHERE k.recovery_point <> 'finished'
+GROUP BY k.flow
+ORDER BY k.flow
 `
 
 type CountUnfinishedKeysByFlowRow struct {
@@ -200,7 +204,7 @@ type CountUnfinishedKeysByFlowRow struct {
 	Keys int64
 }
 
-// The unfinished keys of each flow, read at start-up through the index of
+// The unfinished keys of each flow, read at start-up through the table of
 // unfinished keys: a flow this build does not declare cannot finish its
 // keys (an older build after a rollback, say).
 func (q *Queries) CountUnfinishedKeysByFlow(ctx context.Context, db DBTX) ([]CountUnfinishedKeysByFlowRow, error) {
@@ -491,47 +495,50 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 }
 
 const listLiveFinishedKeys = `-- name: ListLiveFinishedKeys :many
-SELECT id, user_id, idempotency_key, expires_at,
+SELECT id, user_id, idempotency_key, created_at,
     (expires_at - make_interval(secs => $1::float8))::timestamptz AS live_from
 FROM idempotency_keys
-WHERE recovery_point = 'finished'
-  AND expires_at > coalesce($2::timestamptz, now())
-  AND expires_at >= coalesce($3::timestamptz, '-infinity')
-  AND (expires_at, id) > (coalesce($3::timestamptz, '-infinity'), $4::uuid)
-ORDER BY expires_at, id
+WHERE created_at >= coalesce($2::timestamptz, '-infinity')
+  AND (created_at, id) > (coalesce($2::timestamptz, '-infinity'), $3::uuid)
+  AND recovery_point = 'finished'
+  AND expires_at > coalesce($4::timestamptz, now())
+ORDER BY created_at, id
 LIMIT $5
 `
 
 type ListLiveFinishedKeysParams struct {
-	TtlSeconds     float64
-	Now            pgtype.Timestamptz
-	AfterExpiresAt pgtype.Timestamptz
-	AfterID        uuid.UUID
-	PageSize       int32
+	TtlSeconds  float64
+	CreatedFrom pgtype.Timestamptz
+	AfterID     uuid.UUID
+	Now         pgtype.Timestamptz
+	PageSize    int32
 }
 
 type ListLiveFinishedKeysRow struct {
 	ID             uuid.UUID
 	UserID         int64
 	IdempotencyKey string
-	ExpiresAt      pgtype.Timestamptz
+	CreatedAt      time.Time
 	LiveFrom       time.Time
 }
 
 // A page of the finished keys a claim can still find, for rebuilding the
-// key filter at start-up, in the order they expire: keyset-paginated by
-// (expires_at, id) through the expiry index. Keys finish in about the
-// order their rows were written, so that order is nearly the heap's: a
-// page reads its rows from a few neighbouring heap pages, where paging by
-// id (a random UUID) read one random page per row, at ten million keys
-// most of them from outside shared_buffers. Each comes with the time from
-// which it lives one more TTL (live_from): its finish.
+// key filter at start-up, in the order they were created: keyset-paginated
+// by (created_at, id) through the index of creation times (migration
+// 000026), from created_from on. Rows are written in about that order, so
+// it is nearly the heap's: a page reads its rows from a few neighbouring
+// heap pages, where paging by id (a random UUID) read one random page per
+// row, at ten million keys most of them from outside shared_buffers. The
+// table holds little besides live keys (the reaper deletes the expired
+// ones), so reading from the first key costs about what reading the live
+// ones does. Each comes with the time from which it lives one more TTL
+// (live_from): its finish.
 func (q *Queries) ListLiveFinishedKeys(ctx context.Context, db DBTX, arg ListLiveFinishedKeysParams) ([]ListLiveFinishedKeysRow, error) {
 	rows, err := db.Query(ctx, listLiveFinishedKeys,
 		arg.TtlSeconds,
-		arg.Now,
-		arg.AfterExpiresAt,
+		arg.CreatedFrom,
 		arg.AfterID,
+		arg.Now,
 		arg.PageSize,
 	)
 	if err != nil {
@@ -545,7 +552,7 @@ func (q *Queries) ListLiveFinishedKeys(ctx context.Context, db DBTX, arg ListLiv
 			&i.ID,
 			&i.UserID,
 			&i.IdempotencyKey,
-			&i.ExpiresAt,
+			&i.CreatedAt,
 			&i.LiveFrom,
 		); err != nil {
 			return nil, err
@@ -559,44 +566,35 @@ func (q *Queries) ListLiveFinishedKeys(ctx context.Context, db DBTX, arg ListLiv
 }
 
 const listUnfinishedKeys = `-- name: ListUnfinishedKeys :many
-SELECT id, user_id, idempotency_key, last_run_at,
+SELECT k.id, k.user_id, k.idempotency_key,
     coalesce($1::timestamptz, now())::timestamptz AS live_from
-FROM idempotency_keys
-WHERE recovery_point <> 'finished'
-  AND last_run_at >= coalesce($2::timestamptz, '-infinity')
-  AND (last_run_at, id) > (coalesce($2::timestamptz, '-infinity'), $3::uuid)
-ORDER BY last_run_at, id
-LIMIT $4
+FROM idempotency_keys_unfinished u
+JOIN idempotency_keys k ON k.id = u.id
+WHERE u.id > $2::uuid AND k.recovery_point <> 'finished'
+ORDER BY u.id
+LIMIT $3
 `
 
 type ListUnfinishedKeysParams struct {
-	Now            pgtype.Timestamptz
-	AfterLastRunAt pgtype.Timestamptz
-	AfterID        uuid.UUID
-	PageSize       int32
+	Now      pgtype.Timestamptz
+	AfterID  uuid.UUID
+	PageSize int32
 }
 
 type ListUnfinishedKeysRow struct {
 	ID             uuid.UUID
 	UserID         int64
 	IdempotencyKey string
-	LastRunAt      time.Time
 	LiveFrom       time.Time
 }
 
 // A page of the unfinished keys (they live until they finish, and then a
 // TTL more), for rebuilding the key filter at start-up: keyset-paginated
-// by (last_run_at, id) through the index of unfinished keys, so a page
-// reads only its own entries however big the table is. last_run_at only
-// grows: a key the completer touches meanwhile may come twice, never not.
-// Each lives one more TTL from now (live_from), by the one clock.
+// by id through the table of unfinished keys (migration 000026), so a page
+// reads only its own rows however big the key table is. Each lives one
+// more TTL from now (live_from), by the one clock.
 func (q *Queries) ListUnfinishedKeys(ctx context.Context, db DBTX, arg ListUnfinishedKeysParams) ([]ListUnfinishedKeysRow, error) {
-	rows, err := db.Query(ctx, listUnfinishedKeys,
-		arg.Now,
-		arg.AfterLastRunAt,
-		arg.AfterID,
-		arg.PageSize,
-	)
+	rows, err := db.Query(ctx, listUnfinishedKeys, arg.Now, arg.AfterID, arg.PageSize)
 	if err != nil {
 		return nil, err
 	}
@@ -608,7 +606,6 @@ func (q *Queries) ListUnfinishedKeys(ctx context.Context, db DBTX, arg ListUnfin
 			&i.ID,
 			&i.UserID,
 			&i.IdempotencyKey,
-			&i.LastRunAt,
 			&i.LiveFrom,
 		); err != nil {
 			return nil, err
@@ -694,8 +691,10 @@ WITH deleted AS (
     DELETE FROM idempotency_keys d
     WHERE d.id IN (
         SELECT k.id FROM idempotency_keys k
-        WHERE k.recovery_point = 'finished' AND k.expires_at < coalesce($1::timestamptz, now())
-        LIMIT $2
+        WHERE k.created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $2::float8)
+          AND k.recovery_point = 'finished' AND k.expires_at < coalesce($1::timestamptz, now())
+        ORDER BY k.created_at, k.id
+        LIMIT $3
         FOR UPDATE SKIP LOCKED
     )
     RETURNING d.id AS key_id
@@ -718,13 +717,26 @@ SELECT count(*) FROM deleted
 `
 
 type ReapExpiredKeysParams struct {
-	Now       pgtype.Timestamptz
-	BatchSize int32
+	Now        pgtype.Timestamptz
+	TtlSeconds float64
+	BatchSize  int32
 }
 
 // A small batch of finished keys past their TTL, and how many. Unfinished
 // keys are never reaped: their work may include a charge that still needs
 // recording.
+//
+// A key expires a TTL after it finished, so an expired one was created
+// more than a TTL ago: the batch is found through the index of creation
+// times (migration 000026), oldest first, among the keys created before
+// now less ttl_seconds. No index names expires_at or recovery_point, so
+// that a key's finish is a HOT update; the keys at the head of that index
+// that are not to be reaped (unfinished ones, and ones that finished long
+// after they were created) are few, and each batch steps over them. A key
+// that finished under a longer TTL than ttl_seconds is reaped when it
+// expires; one that finished under a shorter TTL is answered as new by the
+// claim once it expired (ClaimLookup's expired), and reaped a TTL after its
+// creation.
 //
 // The work a key produced stays, and lets go of the key in the same
 // statement: no foreign key points at idempotency_keys (migration 000023:
@@ -738,7 +750,7 @@ type ReapExpiredKeysParams struct {
 // after its key is gone. This and DeleteExpiredIdempotencyKey are the only
 // statements that delete keys (TestOnlyTheStatementsThatClearReferencesDeleteKeys).
 func (q *Queries) ReapExpiredKeys(ctx context.Context, db DBTX, arg ReapExpiredKeysParams) (int64, error) {
-	row := db.QueryRow(ctx, reapExpiredKeys, arg.Now, arg.BatchSize)
+	row := db.QueryRow(ctx, reapExpiredKeys, arg.Now, arg.TtlSeconds, arg.BatchSize)
 	var count int64
 	err := row.Scan(&count)
 	return count, err

@@ -70,6 +70,10 @@ type IdempotencyKey struct {
 	TraceParent        pgtype.Text
 }
 
+type IdempotencyKeysUnfinished struct {
+	ID uuid.UUID
+}
+
 type KeyfilterSnapshot struct {
 	ID        bool
 	Covers    time.Time

@@ -458,10 +458,11 @@ func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg List
 
 const unfinishedKeyStats = `-- name: UnfinishedKeyStats :one
 SELECT
-    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention,
-    coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
-FROM idempotency_keys
-WHERE recovery_point <> 'finished'
+    count(*) FILTER (WHERE k.needs_attention_at IS NOT NULL)::bigint AS needing_attention,
+    coalesce(extract(epoch FROM now() - min(k.created_at) FILTER (WHERE k.needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
+FROM idempotency_keys_unfinished u
+JOIN idempotency_keys k ON k.id = u.id
+WHERE k.recovery_point <> 'finished'
 `
 
 type UnfinishedKeyStatsRow struct {
@@ -469,9 +470,9 @@ type UnfinishedKeyStatsRow struct {
 	OldestUnfinishedAgeSeconds float64
 }
 
-// For the metrics an operator alerts on, read on scrape through the
-// partial index of unfinished keys: how many keys need a person, and how
-// long the oldest request the completer should still finish has waited
+// For the metrics an operator alerts on, read on scrape through the table
+// of unfinished keys (migration 000026): how many keys need a person, and
+// how long the oldest request the completer should still finish has waited
 // for its final answer (0 when none has).
 func (q *Queries) UnfinishedKeyStats(ctx context.Context, db DBTX) (UnfinishedKeyStatsRow, error) {
 	row := db.QueryRow(ctx, unfinishedKeyStats)

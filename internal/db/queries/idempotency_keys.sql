@@ -168,7 +168,10 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1
 WHERE id IN (
-    SELECT k.id FROM idempotency_keys k
+    -- The unfinished keys are few (idempotency_keys_unfinished, migration
+    -- 000026): the requests in flight and those waiting for this.
+    SELECT k.id FROM idempotency_keys_unfinished u
+    JOIN idempotency_keys k ON k.id = u.id
     WHERE k.recovery_point <> 'finished'
       AND k.needs_attention_at IS NULL
       AND (k.lock_expires_at IS NULL OR k.lock_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))
@@ -176,7 +179,7 @@ WHERE id IN (
           - make_interval(secs => least(sqlc.arg('grace_seconds')::float8 * power(2, least(k.completer_attempts, 20)), sqlc.arg('max_backoff_seconds')::float8))
     ORDER BY k.last_run_at
     LIMIT @batch_size
-    FOR UPDATE SKIP LOCKED
+    FOR UPDATE OF k SKIP LOCKED
 )
 RETURNING sqlc.embed(idempotency_keys),
     (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
@@ -195,6 +198,18 @@ WHERE id = @id AND lock_token = @lock_token;
 -- keys are never reaped: their work may include a charge that still needs
 -- recording.
 --
+-- A key expires a TTL after it finished, so an expired one was created
+-- more than a TTL ago: the batch is found through the index of creation
+-- times (migration 000026), oldest first, among the keys created before
+-- now less ttl_seconds. No index names expires_at or recovery_point, so
+-- that a key's finish is a HOT update; the keys at the head of that index
+-- that are not to be reaped (unfinished ones, and ones that finished long
+-- after they were created) are few, and each batch steps over them. A key
+-- that finished under a longer TTL than ttl_seconds is reaped when it
+-- expires; one that finished under a shorter TTL is answered as new by the
+-- claim once it expired (ClaimLookup's expired), and reaped a TTL after its
+-- creation.
+--
 -- The work a key produced stays, and lets go of the key in the same
 -- statement: no foreign key points at idempotency_keys (migration 000023:
 -- its checks read the page of the key table's primary key that every new
@@ -210,7 +225,9 @@ WITH deleted AS (
     DELETE FROM idempotency_keys d
     WHERE d.id IN (
         SELECT k.id FROM idempotency_keys k
-        WHERE k.recovery_point = 'finished' AND k.expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
+        WHERE k.created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @ttl_seconds::float8)
+          AND k.recovery_point = 'finished' AND k.expires_at < coalesce(sqlc.narg('now')::timestamptz, now())
+        ORDER BY k.created_at, k.id
         LIMIT @batch_size
         FOR UPDATE SKIP LOCKED
     )
@@ -235,47 +252,49 @@ SELECT count(*) FROM deleted;
 -- name: ListUnfinishedKeys :many
 -- A page of the unfinished keys (they live until they finish, and then a
 -- TTL more), for rebuilding the key filter at start-up: keyset-paginated
--- by (last_run_at, id) through the index of unfinished keys, so a page
--- reads only its own entries however big the table is. last_run_at only
--- grows: a key the completer touches meanwhile may come twice, never not.
--- Each lives one more TTL from now (live_from), by the one clock.
-SELECT id, user_id, idempotency_key, last_run_at,
+-- by id through the table of unfinished keys (migration 000026), so a page
+-- reads only its own rows however big the key table is. Each lives one
+-- more TTL from now (live_from), by the one clock.
+SELECT k.id, k.user_id, k.idempotency_key,
     coalesce(sqlc.narg('now')::timestamptz, now())::timestamptz AS live_from
-FROM idempotency_keys
-WHERE recovery_point <> 'finished'
-  AND last_run_at >= coalesce(sqlc.narg('after_last_run_at')::timestamptz, '-infinity')
-  AND (last_run_at, id) > (coalesce(sqlc.narg('after_last_run_at')::timestamptz, '-infinity'), @after_id::uuid)
-ORDER BY last_run_at, id
+FROM idempotency_keys_unfinished u
+JOIN idempotency_keys k ON k.id = u.id
+WHERE u.id > @after_id::uuid AND k.recovery_point <> 'finished'
+ORDER BY u.id
 LIMIT @page_size;
 
 -- name: ListLiveFinishedKeys :many
 -- A page of the finished keys a claim can still find, for rebuilding the
--- key filter at start-up, in the order they expire: keyset-paginated by
--- (expires_at, id) through the expiry index. Keys finish in about the
--- order their rows were written, so that order is nearly the heap's: a
--- page reads its rows from a few neighbouring heap pages, where paging by
--- id (a random UUID) read one random page per row, at ten million keys
--- most of them from outside shared_buffers. Each comes with the time from
--- which it lives one more TTL (live_from): its finish.
-SELECT id, user_id, idempotency_key, expires_at,
+-- key filter at start-up, in the order they were created: keyset-paginated
+-- by (created_at, id) through the index of creation times (migration
+-- 000026), from created_from on. Rows are written in about that order, so
+-- it is nearly the heap's: a page reads its rows from a few neighbouring
+-- heap pages, where paging by id (a random UUID) read one random page per
+-- row, at ten million keys most of them from outside shared_buffers. The
+-- table holds little besides live keys (the reaper deletes the expired
+-- ones), so reading from the first key costs about what reading the live
+-- ones does. Each comes with the time from which it lives one more TTL
+-- (live_from): its finish.
+SELECT id, user_id, idempotency_key, created_at,
     (expires_at - make_interval(secs => @ttl_seconds::float8))::timestamptz AS live_from
 FROM idempotency_keys
-WHERE recovery_point = 'finished'
+WHERE created_at >= coalesce(sqlc.narg('created_from')::timestamptz, '-infinity')
+  AND (created_at, id) > (coalesce(sqlc.narg('created_from')::timestamptz, '-infinity'), @after_id::uuid)
+  AND recovery_point = 'finished'
   AND expires_at > coalesce(sqlc.narg('now')::timestamptz, now())
-  AND expires_at >= coalesce(sqlc.narg('after_expires_at')::timestamptz, '-infinity')
-  AND (expires_at, id) > (coalesce(sqlc.narg('after_expires_at')::timestamptz, '-infinity'), @after_id::uuid)
-ORDER BY expires_at, id
+ORDER BY created_at, id
 LIMIT @page_size;
 
 -- name: GetLockToken :one
 SELECT lock_token FROM idempotency_keys WHERE id = @id;
 
 -- name: CountUnfinishedKeysByFlow :many
--- The unfinished keys of each flow, read at start-up through the index of
+-- The unfinished keys of each flow, read at start-up through the table of
 -- unfinished keys: a flow this build does not declare cannot finish its
 -- keys (an older build after a rollback, say).
-SELECT flow, count(*)::bigint AS keys
-FROM idempotency_keys
-WHERE recovery_point <> 'finished'
-GROUP BY flow
-ORDER BY flow;
+SELECT k.flow, count(*)::bigint AS keys
+FROM idempotency_keys_unfinished u
+JOIN idempotency_keys k ON k.id = u.id
+WHERE k.recovery_point <> 'finished'
+GROUP BY k.flow
+ORDER BY k.flow;

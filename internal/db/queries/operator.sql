@@ -74,15 +74,16 @@ RETURNING sqlc.embed(idempotency_keys),
     )::bool AS past_external_window;
 
 -- name: UnfinishedKeyStats :one
--- For the metrics an operator alerts on, read on scrape through the
--- partial index of unfinished keys: how many keys need a person, and how
--- long the oldest request the completer should still finish has waited
+-- For the metrics an operator alerts on, read on scrape through the table
+-- of unfinished keys (migration 000026): how many keys need a person, and
+-- how long the oldest request the completer should still finish has waited
 -- for its final answer (0 when none has).
 SELECT
-    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention,
-    coalesce(extract(epoch FROM now() - min(created_at) FILTER (WHERE needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
-FROM idempotency_keys
-WHERE recovery_point <> 'finished';
+    count(*) FILTER (WHERE k.needs_attention_at IS NOT NULL)::bigint AS needing_attention,
+    coalesce(extract(epoch FROM now() - min(k.created_at) FILTER (WHERE k.needs_attention_at IS NULL)), 0)::float8 AS oldest_unfinished_age_seconds
+FROM idempotency_keys_unfinished u
+JOIN idempotency_keys k ON k.id = u.id
+WHERE k.recovery_point <> 'finished';
 
 -- name: ListKeysPageForOperator :many
 -- The console's key list (docs/API.md section 10): keys in one state

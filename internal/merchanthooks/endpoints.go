@@ -4,7 +4,6 @@ import (
 	"context"
 	"crypto/rand"
 	"encoding/base64"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -20,6 +19,7 @@ import (
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/events"
+	"github.com/example/payments/internal/ids"
 	"github.com/example/payments/internal/recovery"
 )
 
@@ -201,7 +201,7 @@ func InsertEndpointTx(ctx context.Context, tx dbsqlc.DBTX, userID int64, p Creat
 		return Endpoint{}, fmt.Errorf("locking the endpoints of user %d: %w", userID, err)
 	}
 	row, err := queries.InsertWebhookEndpoint(ctx, tx, dbsqlc.InsertWebhookEndpointParams{
-		ID: newEndpointID(), UserID: userID, Url: p.URL, EnabledEvents: p.EnabledEvents,
+		ID: ids.New("we"), UserID: userID, Url: p.URL, EnabledEvents: p.EnabledEvents,
 		Description: textOrNull(p.Description), Secret: newSecret(), IdempotencyKeyID: keyID,
 	})
 	if err != nil {
@@ -210,13 +210,6 @@ func InsertEndpointTx(ctx context.Context, tx dbsqlc.DBTX, userID int64, p Creat
 	e := toEndpoint(row)
 	e.Secret = row.Secret
 	return e, nil
-}
-
-// newEndpointID returns "we_" and 24 random hex characters.
-func newEndpointID() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
-	return "we_" + hex.EncodeToString(b)
 }
 
 // newSecret returns "whsec_" and the base64 of 32 random bytes, the form

@@ -11,6 +11,7 @@ import (
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/ids"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripeclient"
@@ -101,7 +102,7 @@ func (s *Service) insertPayment(ctx context.Context, tx *db.Tx, k *recovery.Key)
 		return recovery.Outcome{}, err
 	}
 	pay := Payment{
-		ID: newPaymentID(), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Status: StatusProcessing,
+		ID: ids.New("pay"), UserID: k.UserID, Amount: p.Amount, Currency: p.Currency, Status: StatusProcessing,
 		PaymentMethod: p.PaymentMethod, Capture: p.Capture, Description: p.Description, Metadata: nonNil(p.Metadata),
 		// Created when its request was claimed, to the microsecond that
 		// PostgreSQL keeps, so that the handed-off payment is the stored one.

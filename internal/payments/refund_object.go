@@ -106,7 +106,11 @@ func fromRefundRow(row dbsqlc.Refund) Refund {
 	}
 }
 
-// newRefundID returns "re_" and 24 random hex characters.
+// newRefundID returns "re_" and 24 random hex characters. Refund ids stay
+// random, unlike payments' (package ids): a refund's record sets
+// stripe_refund, which a unique index names, so it is not a HOT update, and
+// a time-ordered id would put every refund's record on the one leaf page of
+// the primary key that concurrent refunds read and insert into.
 func newRefundID() string {
 	b := make([]byte, 12)
 	_, _ = rand.Read(b) // never fails (crypto/rand documents it)

@@ -2,8 +2,6 @@ package payments
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 
 	"github.com/google/uuid"
@@ -87,13 +85,6 @@ func (s *Service) execute(ctx context.Context, req KeyedRequest, flow *recovery.
 		UserID: req.UserID, Key: req.Key, Method: req.Method, Path: req.Path, Body: req.Body,
 		Params: params, Flow: flow,
 	})
-}
-
-// newPaymentID returns "pay_" and 24 random hex characters.
-func newPaymentID() string {
-	b := make([]byte, 12)
-	_, _ = rand.Read(b) // never fails (crypto/rand documents it)
-	return "pay_" + hex.EncodeToString(b)
 }
 
 // audit records an action of the request k on a payment, inside tx. Nothing

@@ -7,12 +7,12 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/ids"
 	"github.com/example/payments/internal/telemetry"
 )
 
@@ -257,7 +257,7 @@ func (e *Engine) claimKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key
 // recovery point it moves to, and is written once.
 func (e *Engine) insertKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key, error) {
 	k := &Key{
-		ID: uuid.New(), UserID: c.UserID, Key: c.Key, Flow: c.Flow.Name,
+		ID: ids.NewUUID(), UserID: c.UserID, Key: c.Key, Flow: c.Flow.Name,
 		Method: c.Method, Path: c.Path, Params: c.params,
 		RecoveryPoint: Started, Locked: true, Created: e.wallClock(),
 		lockToken: 1, insertedByThisClaim: true,

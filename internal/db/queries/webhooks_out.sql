@@ -142,13 +142,18 @@ WITH due AS (
 ), claimed AS (
     -- Each chosen row by its key (LATERAL: a lookup each, never a scan of
     -- every due row, however long the backlog), locked unless another
-    -- dispatcher has it, and still due and unleased once locked.
+    -- dispatcher has it, and still due and unleased once locked. "Not
+    -- succeeded and not failed" is "pending" (the column's CHECK), written
+    -- so that no partial index (WHERE status = 'pending') can serve the
+    -- lookup: once the table had statistics, the planner chose to scan all
+    -- of webhook_deliveries_due_idx for each row instead of one probe of
+    -- the primary key, a read of every due row per row claimed.
     SELECT l.event_id, l.endpoint_id
     FROM due, LATERAL (
         SELECT d.event_id, d.endpoint_id
         FROM webhook_deliveries d
         WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
-          AND d.status = 'pending' AND d.next_attempt_at <= now()
+          AND d.status NOT IN ('succeeded', 'failed') AND d.next_attempt_at <= now()
           AND (d.leased_until IS NULL OR d.leased_until <= now())
         FOR UPDATE SKIP LOCKED
     ) l

@@ -46,8 +46,9 @@ var pageNames = []string{"login", "error", "dashboard", "keys", "story", "confir
 	"payments", "payment", "endpoints", "endpoint", "receipts"}
 
 var funcs = template.FuncMap{
-	"keyPath": keyPath,
-	"age":     fmtAge,
+	"keyPath":     keyPath,
+	"age":         fmtAge,
+	"nextAttempt": merchanthooks.NextAttempt,
 	"time": func(t any) string {
 		switch v := t.(type) {
 		case time.Time:

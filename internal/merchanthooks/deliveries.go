@@ -64,10 +64,24 @@ func toDelivery(r dbsqlc.WebhookDelivery) Delivery {
 	if r.LastError.Valid {
 		d.LastError = &r.LastError.String
 	}
-	if r.NextAttemptAt.Valid && r.Status == StatusPending {
-		d.NextAttempt = &r.NextAttemptAt.Time
-	}
+	d.NextAttempt = NextAttempt(r.Status, r.NextAttemptAt, r.LeasedUntil)
 	return d
+}
+
+// NextAttempt is when a delivery's next attempt is due, from its row's
+// status, next_attempt_at and leased_until; nil unless it is pending. While
+// an attempt is in flight it is when that attempt's lease lapses: the next
+// one is made then if the attempt is not recorded by then (migration
+// 000027: the claim sets the lease and leaves next_attempt_at as it was).
+func NextAttempt(status string, nextAttemptAt, leasedUntil pgtype.Timestamptz) *time.Time {
+	if status != StatusPending || !nextAttemptAt.Valid {
+		return nil
+	}
+	next := nextAttemptAt.Time
+	if leasedUntil.Valid && leasedUntil.Time.After(next) {
+		next = leasedUntil.Time
+	}
+	return &next
 }
 
 // ListDeliveries returns the deliveries of the user's event eventID, one

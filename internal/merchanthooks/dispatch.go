@@ -32,11 +32,12 @@ import (
 //
 //  1. claim: one statement (ClaimDueDeliveries) takes up to as many due
 //     deliveries as it has free slots, with their endpoints and events,
-//     FOR UPDATE SKIP LOCKED, and leases them (next_attempt_at moves
-//     Lease ahead), so any number of dispatchers run side by side and a
-//     dispatcher that dies mid-attempt leaves its deliveries due again
-//     when their leases lapse. No transaction stays open: the claim
-//     commits at once.
+//     FOR UPDATE SKIP LOCKED, and leases them (leased_until is set Lease
+//     ahead; next_attempt_at, which the due index names, stays, so the
+//     claim is a HOT update), so any number of dispatchers run side by
+//     side and a dispatcher that dies mid-attempt leaves its deliveries
+//     due again when their leases lapse. No transaction stays open: the
+//     claim commits at once.
 //  2. attempt: each delivery is POSTed by a goroutine of its own, with
 //     nothing held, as DeliveryWorker did, and at most PerEndpoint
 //     attempts in flight to one endpoint (the claim leaves out what would

@@ -128,6 +128,76 @@ func TestDispatcher_aDeliveryClaimedByADeadDispatcherIsSentWhenItsLeaseLapses(t 
 	require.Empty(t, r.Invalid())
 }
 
+// The claim leases a delivery in leased_until, a column no index names, and
+// leaves next_attempt_at (which the due index names) as it was, so it is a
+// HOT update (migration 000027). While the lease holds no claim takes the
+// delivery again, and the API's next_attempt is when the lease lapses; a
+// recorded failure ends the lease (the retry is due at its own time), and
+// an attempt nobody records is claimed again once its lease lapses.
+func TestClaimDueDeliveries_aClaimIsAHOTLeaseThatHoldsUntilItIsRecordedOrLapses(t *testing.T) {
+	t.Parallel()
+	b := newDispatchBundle(t)
+	b.endpoint(t, "we_1", "http://127.0.0.1:9/")
+	event := b.events(t, "lease", 1, "we_1")[0]
+	ctx := context.Background()
+	var due time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_attempt_at FROM webhook_deliveries WHERE event_id = $1", event).Scan(&due))
+
+	const lease = 1500 * time.Millisecond
+	claim := func(conn dbsqlc.DBTX) []dbsqlc.ClaimDueDeliveriesRow {
+		t.Helper()
+		rows, err := dbsqlc.New().ClaimDueDeliveries(ctx, conn, dbsqlc.ClaimDueDeliveriesParams{
+			LeaseSeconds: lease.Seconds(), Busy: []string{}, ScanSize: 10, InflightEndpoints: []string{}, InflightCounts: []int32{},
+			PerEndpoint: 10, BatchSize: 10,
+		})
+		require.NoError(t, err)
+		return rows
+	}
+	// pg_stat_xact_user_tables counts this transaction's updates.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	first := claim(tx)
+	require.Len(t, first, 1)
+	require.Equal(t, int32(1), first[0].CycleAttempts)
+	var updates, hot int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+		WHERE relid = 'webhook_deliveries'::regclass`).Scan(&updates, &hot))
+	require.Equal(t, [2]int64{1, 1}, [2]int64{updates, hot}, "the claim is one HOT update")
+	require.NoError(t, tx.Commit(ctx))
+
+	var next, leasedUntil time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_attempt_at, leased_until FROM webhook_deliveries WHERE event_id = $1",
+		event).Scan(&next, &leasedUntil))
+	require.True(t, next.Equal(due), "the claim leaves next_attempt_at as it was")
+	deliveries, err := merchanthooks.ListDeliveries(ctx, b.pool, b.alice, event)
+	require.NoError(t, err)
+	require.Len(t, deliveries, 1)
+	require.NotNil(t, deliveries[0].NextAttempt)
+	require.True(t, deliveries[0].NextAttempt.Equal(leasedUntil), "next_attempt: when the attempt in flight's lease lapses")
+	require.Empty(t, claim(b.pool), "not claimed again while its lease holds")
+
+	// The attempt failed and is recorded, due again at once: the record
+	// ends the lease.
+	_, err = dbsqlc.New().RecordWebhookAttempts(ctx, b.pool, dbsqlc.RecordWebhookAttemptsParams{
+		EventIds: []string{event}, EndpointIds: []string{"we_1"}, Cycles: []int32{0}, Statuses: []string{merchanthooks.StatusPending},
+		AttemptTimes: []time.Time{time.Now()}, DurationMs: []int32{1}, StatusCodes: []int32{500}, Errors: []string{"status 500"},
+		NextAttempts: []time.Time{time.Now()},
+	})
+	require.NoError(t, err)
+	second := claim(b.pool)
+	require.Len(t, second, 1, "a recorded failure is due at its next attempt, not when the lease lapses")
+	require.Equal(t, int32(2), second[0].CycleAttempts)
+	claimedAt := time.Now()
+
+	// Nobody records the second attempt (its dispatcher died).
+	require.Empty(t, claim(b.pool))
+	var third []dbsqlc.ClaimDueDeliveriesRow
+	require.Eventually(t, func() bool { third = claim(b.pool); return len(third) == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(claimedAt), lease-100*time.Millisecond, "claimed again once the lease lapsed")
+	require.Equal(t, int32(3), third[0].CycleAttempts)
+}
+
 // slowEndpoint holds every request for hold and counts how many it holds
 // at once.
 type slowEndpoint struct {

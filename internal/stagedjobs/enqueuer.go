@@ -126,7 +126,7 @@ func (e *Enqueuer) DrainOnce(ctx context.Context) (int, error) {
 				return fmt.Errorf("inserting into River: %w", err)
 			}
 		}
-		if err := queries.DeleteStagedJobs(ctx, tx, ids(jobs)); err != nil {
+		if err := queries.DeleteStagedJobs(ctx, tx, jobIDs(jobs)); err != nil {
 			return err
 		}
 		if e.cfg.BeforeCommit != nil {
@@ -280,7 +280,7 @@ func withCreated(args []byte, created time.Time) json.RawMessage {
 	return out
 }
 
-func ids(jobs []dbsqlc.StagedJob) []int64 {
+func jobIDs(jobs []dbsqlc.StagedJob) []int64 {
 	out := make([]int64, len(jobs))
 	for i, job := range jobs {
 		out[i] = job.ID

@@ -11,6 +11,7 @@ import (
 
 	"github.com/stretchr/testify/require"
 
+	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/smtptest"
 	"github.com/example/payments/internal/stagedjobs"
 )
@@ -144,9 +145,9 @@ func TestReceiptSender_aReceiptWhoseSenderDiedIsSentWhenItsLeaseLapses(t *testin
 	b.stageReceipts(t, "pay_orphan")
 	require.NoError(t, stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river}).DrainAll(context.Background()))
 	// The dead sender's claim, with a lease of a second and a half.
-	_, err := b.pool.Exec(context.Background(), `UPDATE receipts SET attempts = 1,
-		sending_until = now() + interval '1.5 seconds', next_attempt_at = now() + interval '1.5 seconds'`)
+	dead, err := dbsqlc.New().ClaimDueReceipts(context.Background(), b.pool, dbsqlc.ClaimDueReceiptsParams{LeaseMs: 1500, BatchSize: 10})
 	require.NoError(t, err)
+	require.Len(t, dead, 1)
 	claimed := time.Now()
 
 	mailer := &recordingMailer{}
@@ -155,6 +156,51 @@ func TestReceiptSender_aReceiptWhoseSenderDiedIsSentWhenItsLeaseLapses(t *testin
 	require.GreaterOrEqual(t, time.Since(claimed), 1400*time.Millisecond, "not before the lease lapsed")
 	require.Equal(t, 1, mailer.count())
 	require.Equal(t, 2, b.count(t, "SELECT attempts FROM receipts WHERE payment_id = 'pay_orphan'"))
+}
+
+// The claim leases a receipt in sending_until, a column no index names, and
+// leaves next_attempt_at (which receipts_due_idx names) as it was, so it is
+// a HOT update (migration 000027); the lease alone keeps other claims off
+// the receipt until it lapses.
+func TestClaimDueReceipts_aClaimIsAHOTUpdateAndItsLeaseHoldsUntilItLapses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.stageReceipts(t, "pay_lease")
+	require.NoError(t, stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river}).DrainAll(context.Background()))
+	ctx := context.Background()
+	var due time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_attempt_at FROM receipts WHERE payment_id = 'pay_lease'").Scan(&due))
+
+	const lease = 1500 * time.Millisecond
+	claim := func(conn dbsqlc.DBTX) []dbsqlc.ClaimDueReceiptsRow {
+		t.Helper()
+		rows, err := dbsqlc.New().ClaimDueReceipts(ctx, conn, dbsqlc.ClaimDueReceiptsParams{LeaseMs: lease.Milliseconds(), BatchSize: 10})
+		require.NoError(t, err)
+		return rows
+	}
+	// pg_stat_xact_user_tables counts this transaction's updates.
+	tx, err := b.pool.Begin(ctx)
+	require.NoError(t, err)
+	defer func() { _ = tx.Rollback(ctx) }()
+	first := claim(tx)
+	require.Len(t, first, 1)
+	claimedAt := time.Now()
+	var updates, hot int64
+	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+		WHERE relid = 'receipts'::regclass`).Scan(&updates, &hot))
+	require.Equal(t, [2]int64{1, 1}, [2]int64{updates, hot}, "the claim is one HOT update")
+	require.NoError(t, tx.Commit(ctx))
+
+	var next time.Time
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT next_attempt_at FROM receipts WHERE payment_id = 'pay_lease'").Scan(&next))
+	require.True(t, next.Equal(due), "the claim leaves next_attempt_at as it was")
+	require.Empty(t, claim(b.pool), "not claimed again while its lease holds")
+
+	var again []dbsqlc.ClaimDueReceiptsRow
+	require.Eventually(t, func() bool { again = claim(b.pool); return len(again) == 1 }, 10*time.Second, 50*time.Millisecond)
+	require.GreaterOrEqual(t, time.Since(claimedAt), lease-100*time.Millisecond, "claimed again once the lease lapsed")
+	require.Equal(t, int32(2), again[0].Attempts)
+	require.True(t, again[0].SendingUntil.Time.After(first[0].SendingUntil.Time), "under a lease of its own")
 }
 
 // Shutdown while the mail server has a receipt: the send is left to finish

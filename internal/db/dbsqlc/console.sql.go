@@ -123,7 +123,7 @@ func (q *Queries) ConsoleGetPayment(ctx context.Context, db DBTX, id string) (Co
 }
 
 const consoleListDeliveriesOfEndpoint = `-- name: ConsoleListDeliveriesOfEndpoint :many
-SELECT d.event_id, d.endpoint_id, d.user_id, d.status, d.cycle, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.pending_since, d.created_at, d.updated_at, d.idempotency_key_id, d.cycle_attempts, d.trace_parent, ev.type AS event_type
+SELECT d.event_id, d.endpoint_id, d.user_id, d.status, d.cycle, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.pending_since, d.created_at, d.updated_at, d.idempotency_key_id, d.cycle_attempts, d.trace_parent, d.leased_until, ev.type AS event_type
 FROM webhook_deliveries d
 JOIN events ev ON ev.id = d.event_id
 WHERE d.endpoint_id = $1
@@ -152,6 +152,7 @@ type ConsoleListDeliveriesOfEndpointRow struct {
 	IdempotencyKeyID *uuid.UUID
 	CycleAttempts    int32
 	TraceParent      pgtype.Text
+	LeasedUntil      pgtype.Timestamptz
 	EventType        string
 }
 
@@ -181,6 +182,7 @@ func (q *Queries) ConsoleListDeliveriesOfEndpoint(ctx context.Context, db DBTX, 
 			&i.IdempotencyKeyID,
 			&i.CycleAttempts,
 			&i.TraceParent,
+			&i.LeasedUntil,
 			&i.EventType,
 		); err != nil {
 			return nil, err

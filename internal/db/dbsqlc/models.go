@@ -200,6 +200,7 @@ type WebhookDelivery struct {
 	IdempotencyKeyID *uuid.UUID
 	CycleAttempts    int32
 	TraceParent      pgtype.Text
+	LeasedUntil      pgtype.Timestamptz
 }
 
 type WebhookEndpoint struct {

@@ -23,6 +23,7 @@ WITH due AS (
             SELECT d.event_id, d.endpoint_id, d.next_attempt_at
             FROM webhook_deliveries d
             WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+              AND (d.leased_until IS NULL OR d.leased_until <= now())
               AND NOT (d.endpoint_id = ANY($2::text[]))
             ORDER BY d.next_attempt_at
             LIMIT $3
@@ -37,18 +38,24 @@ WITH due AS (
 ), claimed AS (
     -- Each chosen row by its key (LATERAL: a lookup each, never a scan of
     -- every due row, however long the backlog), locked unless another
-    -- dispatcher has it, and still due once locked.
+    -- dispatcher has it, and still due and unleased once locked. "Not
+    -- succeeded and not failed" is "pending" (the column's CHECK), written
+    -- so that no partial index (WHERE status = 'pending') can serve the
+    -- lookup: once the table had statistics, the planner chose to scan all
+    -- of webhook_deliveries_due_idx for each row instead of one probe of
+    -- the primary key, a read of every due row per row claimed.
     SELECT l.event_id, l.endpoint_id
     FROM due, LATERAL (
         SELECT d.event_id, d.endpoint_id
         FROM webhook_deliveries d
         WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
-          AND d.status = 'pending' AND d.next_attempt_at <= now()
+          AND d.status NOT IN ('succeeded', 'failed') AND d.next_attempt_at <= now()
+          AND (d.leased_until IS NULL OR d.leased_until <= now())
         FOR UPDATE SKIP LOCKED
     ) l
 )
 UPDATE webhook_deliveries d
-SET next_attempt_at = now() + make_interval(0, 0, 0, 0, 0, 0, $1::float8), cycle_attempts = d.cycle_attempts + 1
+SET leased_until = now() + make_interval(0, 0, 0, 0, 0, 0, $1::float8), cycle_attempts = d.cycle_attempts + 1
 FROM claimed c, webhook_endpoints e, events ev
 WHERE d.event_id = c.event_id AND d.endpoint_id = c.endpoint_id
   AND e.id = d.endpoint_id AND ev.id = d.event_id
@@ -86,12 +93,15 @@ type ClaimDueDeliveriesRow struct {
 // their attempts need (the endpoint and the event), so that no endpoint has
 // more than per_endpoint attempts in flight from this dispatcher: the
 // endpoints in inflight_endpoints have inflight_counts already (those at
-// per_endpoint are left out of the scan). Each is leased:
-// next_attempt_at moves lease_seconds ahead, so no other dispatcher claims it
-// while its attempt runs, and a dispatcher that dies mid-attempt leaves it
-// due again when the lease lapses. cycle_attempts counts the claim: it is
-// the attempt's number in its cycle, the retry schedule's position.
-// SKIP LOCKED lets dispatchers claim side by side.
+// per_endpoint are left out of the scan). Each is leased: leased_until is
+// set lease_seconds ahead, so no other dispatcher claims it while its
+// attempt runs, and a dispatcher that dies mid-attempt leaves it due again
+// when the lease lapses. The lease is a column no index names, so the claim
+// is a HOT update (migration 000027); next_attempt_at stays where it was,
+// and the scan reads past the rows whose lease is live (at most the
+// attempts in flight). cycle_attempts counts the claim: it is the attempt's
+// number in its cycle, the retry schedule's position. SKIP LOCKED lets
+// dispatchers claim side by side.
 func (q *Queries) ClaimDueDeliveries(ctx context.Context, db DBTX, arg ClaimDueDeliveriesParams) ([]ClaimDueDeliveriesRow, error) {
 	rows, err := db.Query(ctx, claimDueDeliveries,
 		arg.LeaseSeconds,
@@ -152,7 +162,7 @@ func (q *Queries) DeleteWebhookEndpoint(ctx context.Context, db DBTX, arg Delete
 
 const failDeliveryOfDeletedEndpoint = `-- name: FailDeliveryOfDeletedEndpoint :exec
 UPDATE webhook_deliveries
-SET status = 'failed', last_error = 'endpoint deleted', next_attempt_at = NULL, updated_at = now()
+SET status = 'failed', last_error = 'endpoint deleted', next_attempt_at = NULL, leased_until = NULL, updated_at = now()
 WHERE event_id = $1 AND endpoint_id = $2 AND cycle = $3 AND status = 'pending'
 `
 
@@ -338,7 +348,7 @@ func (q *Queries) ListWebhookAttempts(ctx context.Context, db DBTX, arg ListWebh
 }
 
 const listWebhookDeliveries = `-- name: ListWebhookDeliveries :many
-SELECT event_id, endpoint_id, user_id, status, cycle, attempts, last_status_code, last_error, next_attempt_at, pending_since, created_at, updated_at, idempotency_key_id, cycle_attempts, trace_parent FROM webhook_deliveries
+SELECT event_id, endpoint_id, user_id, status, cycle, attempts, last_status_code, last_error, next_attempt_at, pending_since, created_at, updated_at, idempotency_key_id, cycle_attempts, trace_parent, leased_until FROM webhook_deliveries
 WHERE event_id = $1 AND user_id = $2
 ORDER BY created_at, endpoint_id
 `
@@ -373,6 +383,7 @@ func (q *Queries) ListWebhookDeliveries(ctx context.Context, db DBTX, arg ListWe
 			&i.IdempotencyKeyID,
 			&i.CycleAttempts,
 			&i.TraceParent,
+			&i.LeasedUntil,
 		); err != nil {
 			return nil, err
 		}
@@ -533,7 +544,7 @@ WITH outcome AS (
 UPDATE webhook_deliveries d
 SET attempts = d.attempts + 1, status = o.status, last_status_code = nullif(o.status_code, 0),
     last_error = nullif(o.error, ''), updated_at = now(),
-    next_attempt_at = CASE WHEN o.status = 'pending' THEN o.next_attempt_at END
+    next_attempt_at = CASE WHEN o.status = 'pending' THEN o.next_attempt_at END, leased_until = NULL
 FROM outcome o
 WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id AND d.cycle = o.cycle AND d.status = 'pending'
 `
@@ -554,7 +565,9 @@ type RecordWebhookAttemptsParams struct {
 // attempt): each in the log, and its outcome on its delivery, unless a
 // redelivery started another cycle meanwhile (then only the log keeps it).
 // A status_code of 0 is none (no answer), an empty error none (success);
-// next_attempt_at counts only for a delivery left pending.
+// next_attempt_at counts only for a delivery left pending. The attempt's
+// lease ends with its record: a failed attempt's delivery is due at its
+// next_attempt_at, not once the lease lapses.
 func (q *Queries) RecordWebhookAttempts(ctx context.Context, db DBTX, arg RecordWebhookAttemptsParams) (int64, error) {
 	result, err := db.Exec(ctx, recordWebhookAttempts,
 		arg.EventIds,
@@ -575,13 +588,14 @@ func (q *Queries) RecordWebhookAttempts(ctx context.Context, db DBTX, arg Record
 
 const restartWebhookDeliveries = `-- name: RestartWebhookDeliveries :many
 UPDATE webhook_deliveries d
-SET status = 'pending', cycle = d.cycle + 1, cycle_attempts = 0, next_attempt_at = now(), pending_since = now(),
-    updated_at = now(), idempotency_key_id = $1, trace_parent = $2::text
+SET status = 'pending', cycle = d.cycle + 1, cycle_attempts = 0, next_attempt_at = now(), leased_until = NULL,
+    pending_since = now(), updated_at = now(), idempotency_key_id = $1,
+    trace_parent = $2::text
 FROM webhook_endpoints e
 WHERE d.event_id = $3 AND d.user_id = $4
   AND e.id = d.endpoint_id AND e.deleted_at IS NULL AND e.status = 'enabled'
   AND e.enabled_events && $5::text[]
-RETURNING d.event_id, d.endpoint_id, d.user_id, d.status, d.cycle, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.pending_since, d.created_at, d.updated_at, d.idempotency_key_id, d.cycle_attempts, d.trace_parent
+RETURNING d.event_id, d.endpoint_id, d.user_id, d.status, d.cycle, d.attempts, d.last_status_code, d.last_error, d.next_attempt_at, d.pending_since, d.created_at, d.updated_at, d.idempotency_key_id, d.cycle_attempts, d.trace_parent, d.leased_until
 `
 
 type RestartWebhookDeliveriesParams struct {
@@ -593,7 +607,9 @@ type RestartWebhookDeliveriesParams struct {
 }
 
 // A redelivery: every delivery of the event whose endpoint still exists,
-// is enabled and subscribes to it starts a new cycle of attempts, due now.
+// is enabled and subscribes to it starts a new cycle of attempts, due now,
+// whatever the lease of an attempt of the earlier cycle still in flight
+// (its record finds another cycle and only logs it).
 func (q *Queries) RestartWebhookDeliveries(ctx context.Context, db DBTX, arg RestartWebhookDeliveriesParams) ([]WebhookDelivery, error) {
 	rows, err := db.Query(ctx, restartWebhookDeliveries,
 		arg.IdempotencyKeyID,
@@ -625,6 +641,7 @@ func (q *Queries) RestartWebhookDeliveries(ctx context.Context, db DBTX, arg Res
 			&i.IdempotencyKeyID,
 			&i.CycleAttempts,
 			&i.TraceParent,
+			&i.LeasedUntil,
 		); err != nil {
 			return nil, err
 		}

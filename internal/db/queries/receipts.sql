@@ -31,10 +31,13 @@ WHERE payment_id = @payment_id AND kind = @kind AND sent_at IS NULL AND sending_
 -- The receipt sender's claim (stagedjobs.ReceiptSender): up to batch_size
 -- due receipts, FOR UPDATE SKIP LOCKED, each reserved for one attempt for
 -- lease_ms (sending_until, as ReserveReceipt's reservation, so a River
--- receipt job of the same receipt waits for it, and next_attempt_at, so
--- the claim finds it again if the sender dies mid-attempt). Its attempts
--- count the one about to be made. A receipt River's job reserved is left
--- to it until its reservation lapses.
+-- receipt job of the same receipt waits for it). The reservation is the
+-- lease: the claim skips a receipt while it holds, and finds it again once
+-- it lapses if the sender died mid-attempt. next_attempt_at stays where it
+-- was: receipts_due_idx names it, and sending_until no index names, so the
+-- claim is a HOT update (migration 000027). Its attempts count the one
+-- about to be made. A receipt River's job reserved is left to it until its
+-- reservation lapses.
 WITH due AS (
     SELECT r.payment_id, r.kind FROM receipts r
     WHERE r.next_attempt_at <= now() AND r.sent_at IS NULL
@@ -45,7 +48,6 @@ WITH due AS (
 )
 UPDATE receipts r
 SET sending_until = now() + make_interval(secs => sqlc.arg(lease_ms)::bigint / 1000.0),
-    next_attempt_at = now() + make_interval(secs => sqlc.arg(lease_ms)::bigint / 1000.0),
     attempts = r.attempts + 1
 FROM due
 WHERE r.payment_id = due.payment_id AND r.kind = due.kind

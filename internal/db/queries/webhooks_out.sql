@@ -85,10 +85,13 @@ RETURNING endpoint_id, cycle;
 
 -- name: RestartWebhookDeliveries :many
 -- A redelivery: every delivery of the event whose endpoint still exists,
--- is enabled and subscribes to it starts a new cycle of attempts, due now.
+-- is enabled and subscribes to it starts a new cycle of attempts, due now,
+-- whatever the lease of an attempt of the earlier cycle still in flight
+-- (its record finds another cycle and only logs it).
 UPDATE webhook_deliveries d
-SET status = 'pending', cycle = d.cycle + 1, cycle_attempts = 0, next_attempt_at = now(), pending_since = now(),
-    updated_at = now(), idempotency_key_id = @idempotency_key_id, trace_parent = sqlc.narg('trace_parent')::text
+SET status = 'pending', cycle = d.cycle + 1, cycle_attempts = 0, next_attempt_at = now(), leased_until = NULL,
+    pending_since = now(), updated_at = now(), idempotency_key_id = @idempotency_key_id,
+    trace_parent = sqlc.narg('trace_parent')::text
 FROM webhook_endpoints e
 WHERE d.event_id = @event_id AND d.user_id = @user_id
   AND e.id = d.endpoint_id AND e.deleted_at IS NULL AND e.status = 'enabled'
@@ -106,12 +109,15 @@ ORDER BY created_at, endpoint_id;
 -- their attempts need (the endpoint and the event), so that no endpoint has
 -- more than per_endpoint attempts in flight from this dispatcher: the
 -- endpoints in inflight_endpoints have inflight_counts already (those at
--- per_endpoint are left out of the scan). Each is leased:
--- next_attempt_at moves lease_seconds ahead, so no other dispatcher claims it
--- while its attempt runs, and a dispatcher that dies mid-attempt leaves it
--- due again when the lease lapses. cycle_attempts counts the claim: it is
--- the attempt's number in its cycle, the retry schedule's position.
--- SKIP LOCKED lets dispatchers claim side by side.
+-- per_endpoint are left out of the scan). Each is leased: leased_until is
+-- set lease_seconds ahead, so no other dispatcher claims it while its
+-- attempt runs, and a dispatcher that dies mid-attempt leaves it due again
+-- when the lease lapses. The lease is a column no index names, so the claim
+-- is a HOT update (migration 000027); next_attempt_at stays where it was,
+-- and the scan reads past the rows whose lease is live (at most the
+-- attempts in flight). cycle_attempts counts the claim: it is the attempt's
+-- number in its cycle, the retry schedule's position. SKIP LOCKED lets
+-- dispatchers claim side by side.
 WITH due AS (
     SELECT r.event_id, r.endpoint_id
     FROM (
@@ -121,6 +127,7 @@ WITH due AS (
             SELECT d.event_id, d.endpoint_id, d.next_attempt_at
             FROM webhook_deliveries d
             WHERE d.status = 'pending' AND d.next_attempt_at <= now()
+              AND (d.leased_until IS NULL OR d.leased_until <= now())
               AND NOT (d.endpoint_id = ANY(@busy::text[]))
             ORDER BY d.next_attempt_at
             LIMIT @scan_size
@@ -135,18 +142,24 @@ WITH due AS (
 ), claimed AS (
     -- Each chosen row by its key (LATERAL: a lookup each, never a scan of
     -- every due row, however long the backlog), locked unless another
-    -- dispatcher has it, and still due once locked.
+    -- dispatcher has it, and still due and unleased once locked. "Not
+    -- succeeded and not failed" is "pending" (the column's CHECK), written
+    -- so that no partial index (WHERE status = 'pending') can serve the
+    -- lookup: once the table had statistics, the planner chose to scan all
+    -- of webhook_deliveries_due_idx for each row instead of one probe of
+    -- the primary key, a read of every due row per row claimed.
     SELECT l.event_id, l.endpoint_id
     FROM due, LATERAL (
         SELECT d.event_id, d.endpoint_id
         FROM webhook_deliveries d
         WHERE d.event_id = due.event_id AND d.endpoint_id = due.endpoint_id
-          AND d.status = 'pending' AND d.next_attempt_at <= now()
+          AND d.status NOT IN ('succeeded', 'failed') AND d.next_attempt_at <= now()
+          AND (d.leased_until IS NULL OR d.leased_until <= now())
         FOR UPDATE SKIP LOCKED
     ) l
 )
 UPDATE webhook_deliveries d
-SET next_attempt_at = now() + make_interval(0, 0, 0, 0, 0, 0, @lease_seconds::float8), cycle_attempts = d.cycle_attempts + 1
+SET leased_until = now() + make_interval(0, 0, 0, 0, 0, 0, @lease_seconds::float8), cycle_attempts = d.cycle_attempts + 1
 FROM claimed c, webhook_endpoints e, events ev
 WHERE d.event_id = c.event_id AND d.endpoint_id = c.endpoint_id
   AND e.id = d.endpoint_id AND ev.id = d.event_id
@@ -159,7 +172,9 @@ RETURNING d.event_id, d.endpoint_id, d.cycle, d.cycle_attempts, d.trace_parent,
 -- attempt): each in the log, and its outcome on its delivery, unless a
 -- redelivery started another cycle meanwhile (then only the log keeps it).
 -- A status_code of 0 is none (no answer), an empty error none (success);
--- next_attempt_at counts only for a delivery left pending.
+-- next_attempt_at counts only for a delivery left pending. The attempt's
+-- lease ends with its record: a failed attempt's delivery is due at its
+-- next_attempt_at, not once the lease lapses.
 WITH outcome AS (
     SELECT unnest(@event_ids::text[]) AS event_id, unnest(@endpoint_ids::text[]) AS endpoint_id,
            unnest(@cycles::int[]) AS cycle, unnest(@statuses::text[]) AS status,
@@ -176,7 +191,7 @@ WITH outcome AS (
 UPDATE webhook_deliveries d
 SET attempts = d.attempts + 1, status = o.status, last_status_code = nullif(o.status_code, 0),
     last_error = nullif(o.error, ''), updated_at = now(),
-    next_attempt_at = CASE WHEN o.status = 'pending' THEN o.next_attempt_at END
+    next_attempt_at = CASE WHEN o.status = 'pending' THEN o.next_attempt_at END, leased_until = NULL
 FROM outcome o
 WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id AND d.cycle = o.cycle AND d.status = 'pending';
 
@@ -184,7 +199,7 @@ WHERE d.event_id = o.event_id AND d.endpoint_id = o.endpoint_id AND d.cycle = o.
 -- The endpoint was deleted before the attempt: nothing is sent, and the
 -- delivery stops.
 UPDATE webhook_deliveries
-SET status = 'failed', last_error = 'endpoint deleted', next_attempt_at = NULL, updated_at = now()
+SET status = 'failed', last_error = 'endpoint deleted', next_attempt_at = NULL, leased_until = NULL, updated_at = now()
 WHERE event_id = @event_id AND endpoint_id = @endpoint_id AND cycle = @cycle AND status = 'pending';
 
 -- name: OldestPendingDeliveryAge :one

@@ -211,3 +211,16 @@ func (t *exampleTB) cleanup() {
 		t.cleanups[i]()
 	}
 }
+
+// UpdatesInTx says how many rows of table the transaction tx has updated so
+// far, and how many of those updates were HOT (pg_stat_xact_user_tables):
+// the tests that a claim or a move writes no index entry use it.
+func UpdatesInTx(t testing.TB, tx pgx.Tx, table string) (updates, hot int64) {
+	t.Helper()
+	err := tx.QueryRow(context.Background(), `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
+		WHERE relid = $1::regclass`, table).Scan(&updates, &hot)
+	if err != nil {
+		t.Fatalf("reading the transaction's updates of %s: %v", table, err)
+	}
+	return updates, hot
+}

@@ -153,16 +153,13 @@ func TestClaimDueDeliveries_aClaimIsAHOTLeaseThatHoldsUntilItIsRecordedOrLapses(
 		require.NoError(t, err)
 		return rows
 	}
-	// pg_stat_xact_user_tables counts this transaction's updates.
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	first := claim(tx)
 	require.Len(t, first, 1)
 	require.Equal(t, int32(1), first[0].CycleAttempts)
-	var updates, hot int64
-	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
-		WHERE relid = 'webhook_deliveries'::regclass`).Scan(&updates, &hot))
+	updates, hot := dbtest.UpdatesInTx(t, tx, "webhook_deliveries")
 	require.Equal(t, [2]int64{1, 1}, [2]int64{updates, hot}, "the claim is one HOT update")
 	require.NoError(t, tx.Commit(ctx))
 

@@ -12,6 +12,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/dbtest"
 	"github.com/example/payments/internal/smtptest"
 	"github.com/example/payments/internal/stagedjobs"
 )
@@ -178,16 +179,13 @@ func TestClaimDueReceipts_aClaimIsAHOTUpdateAndItsLeaseHoldsUntilItLapses(t *tes
 		require.NoError(t, err)
 		return rows
 	}
-	// pg_stat_xact_user_tables counts this transaction's updates.
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
 	first := claim(tx)
 	require.Len(t, first, 1)
 	claimedAt := time.Now()
-	var updates, hot int64
-	require.NoError(t, tx.QueryRow(ctx, `SELECT n_tup_upd, n_tup_hot_upd FROM pg_stat_xact_user_tables
-		WHERE relid = 'receipts'::regclass`).Scan(&updates, &hot))
+	updates, hot := dbtest.UpdatesInTx(t, tx, "receipts")
 	require.Equal(t, [2]int64{1, 1}, [2]int64{updates, hot}, "the claim is one HOT update")
 	require.NoError(t, tx.Commit(ctx))
 

@@ -4,12 +4,15 @@ import (
 	"cmp"
 	"context"
 	"errors"
+	"fmt"
 	"log/slog"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 )
 
@@ -75,6 +78,9 @@ func NewCompleter(cfg CompleterConfig) *Completer {
 // until none is left to claim.
 func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 	c.metrics.runs.Inc()
+	if err := c.sweepUnfinished(ctx); err != nil {
+		return CompleterRun{}, err
+	}
 	stopClaiming := time.Now().Add(c.cfg.RunBudget)
 	var (
 		mu       sync.Mutex
@@ -115,6 +121,39 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 	c.metrics.failed.Add(float64(run.Failed))
 	c.metrics.attention.Add(float64(run.NeedsAttention))
 	return run, cmp.Or(claimErr, ctx.Err())
+}
+
+// sweepPage is how many rows of the table of unfinished keys one sweep
+// statement reads: a run's sweep takes one statement per sweepPage rows.
+const sweepPage = 5000
+
+// sweepUnfinished takes the rows of keys that finished since the last run
+// out of the table of unfinished keys, through which claimOne finds its
+// keys: a key's finish leaves its row there, since taking it out in the
+// request's transaction cost more than the rest of the finish (migration
+// 000029). A run starts with it, so the table holds the keys in flight,
+// those waiting for the completer, and the keys finished since (at most a
+// completer interval of them). It runs in READ COMMITTED: it sees only
+// committed keys, and takes no predicate lock for a request's SERIALIZABLE
+// transaction to conflict with.
+func (c *Completer) sweepUnfinished(ctx context.Context) error {
+	page := dbsqlc.SweepUnfinishedKeysParams{PageSize: sweepPage}
+	for {
+		var swept dbsqlc.SweepUnfinishedKeysRow
+		err := db.WithTx(ctx, c.cfg.Engine.cfg.Pool, db.TxOptions{Isolation: pgx.ReadCommitted},
+			func(ctx context.Context, tx *db.Tx) (err error) {
+				swept, err = queries.SweepUnfinishedKeys(ctx, tx, page)
+				return err
+			})
+		if err != nil {
+			return fmt.Errorf("sweeping the table of unfinished keys: %w", err)
+		}
+		c.metrics.swept.Add(float64(swept.Swept))
+		if swept.PageRows < sweepPage {
+			return nil
+		}
+		page.AfterID = swept.LastID
+	}
 }
 
 // claimOne claims the abandoned key that waited longest, or returns nil
@@ -166,7 +205,7 @@ func (c *Completer) resume(ctx context.Context, k *Key, who string, claimStarted
 }
 
 type completerMetrics struct {
-	runs, finished, failed, attention prometheus.Counter
+	runs, finished, failed, attention, swept prometheus.Counter
 }
 
 func newCompleterMetrics(reg prometheus.Registerer) completerMetrics {
@@ -178,9 +217,10 @@ func newCompleterMetrics(reg prometheus.Registerer) completerMetrics {
 		finished:  counter("payments_completer_keys_finished_total", "Abandoned requests the completer finished."),
 		failed:    counter("payments_completer_keys_failed_total", "Completer attempts that failed; the key is tried again after a backoff."),
 		attention: counter("payments_completer_keys_needing_attention_total", "Keys the completer gave up on: past Stripe's idempotency window with no trace at Stripe."),
+		swept:     counter("payments_completer_unfinished_rows_swept_total", "Rows of finished or deleted keys the completer took out of the table of unfinished keys."),
 	}
 	if reg != nil {
-		reg.MustRegister(m.runs, m.finished, m.failed, m.attention)
+		reg.MustRegister(m.runs, m.finished, m.failed, m.attention, m.swept)
 	}
 	return m
 }

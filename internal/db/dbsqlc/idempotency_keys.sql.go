@@ -21,8 +21,9 @@ SET locked_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1
 WHERE id IN (
-    -- The unfinished keys are few (idempotency_keys_unfinished, migration
-    -- 000026): the requests in flight and those waiting for this.
+    -- The unfinished keys are few (idempotency_keys_unfinished, migrations
+    -- 000026 and 000029): the requests in flight, those waiting for this,
+    -- and the keys finished since the run's sweep.
     SELECT k.id FROM idempotency_keys_unfinished u
     JOIN idempotency_keys k ON k.id = u.id
     WHERE k.recovery_point <> 'finished'
@@ -787,6 +788,49 @@ func (q *Queries) SetRecoveryPoint(ctx context.Context, db DBTX, arg SetRecovery
 		arg.LockToken,
 	)
 	return err
+}
+
+const sweepUnfinishedKeys = `-- name: SweepUnfinishedKeys :one
+WITH page AS (
+    SELECT u.id FROM idempotency_keys_unfinished u
+    WHERE u.id > $1::uuid
+    ORDER BY u.id
+    LIMIT $2
+), swept AS (
+    DELETE FROM idempotency_keys_unfinished u
+    WHERE u.id IN (SELECT id FROM page)
+      AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.id = u.id AND k.recovery_point <> 'finished')
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM page)::bigint AS page_rows,
+    (SELECT count(*) FROM swept)::bigint AS swept,
+    coalesce((SELECT id FROM page ORDER BY id DESC LIMIT 1), $1::uuid)::uuid AS last_id
+`
+
+type SweepUnfinishedKeysParams struct {
+	AfterID  uuid.UUID
+	PageSize int32
+}
+
+type SweepUnfinishedKeysRow struct {
+	PageRows int64
+	Swept    int64
+	LastID   uuid.UUID
+}
+
+// Takes out of idempotency_keys_unfinished the rows of keys that finished,
+// or are gone, since the last sweep: a key's finish leaves its row there
+// (migration 000029). One page of the table's primary key at a time, after
+// after_id; it says how many rows the page read, how many it took out, and
+// the page's last id, where the next page starts. The completer runs it in
+// READ COMMITTED: it sees only committed keys, so a key whose request is
+// still running keeps its row, and it takes no predicate lock that a
+// request's SERIALIZABLE transaction could conflict with.
+func (q *Queries) SweepUnfinishedKeys(ctx context.Context, db DBTX, arg SweepUnfinishedKeysParams) (SweepUnfinishedKeysRow, error) {
+	row := db.QueryRow(ctx, sweepUnfinishedKeys, arg.AfterID, arg.PageSize)
+	var i SweepUnfinishedKeysRow
+	err := row.Scan(&i.PageRows, &i.Swept, &i.LastID)
+	return i, err
 }
 
 const unlockIdempotencyKey = `-- name: UnlockIdempotencyKey :execrows

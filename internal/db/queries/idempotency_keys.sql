@@ -168,8 +168,9 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1
 WHERE id IN (
-    -- The unfinished keys are few (idempotency_keys_unfinished, migration
-    -- 000026): the requests in flight and those waiting for this.
+    -- The unfinished keys are few (idempotency_keys_unfinished, migrations
+    -- 000026 and 000029): the requests in flight, those waiting for this,
+    -- and the keys finished since the run's sweep.
     SELECT k.id FROM idempotency_keys_unfinished u
     JOIN idempotency_keys k ON k.id = u.id
     WHERE k.recovery_point <> 'finished'
@@ -184,6 +185,30 @@ WHERE id IN (
 RETURNING sqlc.embed(idempotency_keys),
     (created_at < coalesce(sqlc.narg('now')::timestamptz, now()) - make_interval(secs => @external_window_seconds::float8)
     )::bool AS past_external_window;
+
+-- name: SweepUnfinishedKeys :one
+-- Takes out of idempotency_keys_unfinished the rows of keys that finished,
+-- or are gone, since the last sweep: a key's finish leaves its row there
+-- (migration 000029). One page of the table's primary key at a time, after
+-- after_id; it says how many rows the page read, how many it took out, and
+-- the page's last id, where the next page starts. The completer runs it in
+-- READ COMMITTED: it sees only committed keys, so a key whose request is
+-- still running keeps its row, and it takes no predicate lock that a
+-- request's SERIALIZABLE transaction could conflict with.
+WITH page AS (
+    SELECT u.id FROM idempotency_keys_unfinished u
+    WHERE u.id > @after_id::uuid
+    ORDER BY u.id
+    LIMIT @page_size
+), swept AS (
+    DELETE FROM idempotency_keys_unfinished u
+    WHERE u.id IN (SELECT id FROM page)
+      AND NOT EXISTS (SELECT 1 FROM idempotency_keys k WHERE k.id = u.id AND k.recovery_point <> 'finished')
+    RETURNING 1
+)
+SELECT (SELECT count(*) FROM page)::bigint AS page_rows,
+    (SELECT count(*) FROM swept)::bigint AS swept,
+    coalesce((SELECT id FROM page ORDER BY id DESC LIMIT 1), @after_id::uuid)::uuid AS last_id;
 
 -- name: MarkNeedsAttention :execrows
 -- Gives up on a key for good: its Stripe step is past Stripe's idempotency

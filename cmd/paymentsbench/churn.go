@@ -349,6 +349,7 @@ type churnPeriod struct {
 	rowsMin           float64
 	deadMax           int64
 	sizeEnd, sizeMax  int64 // table + indexes
+	tableEnd          int64 // the table alone (its heap, free space map and visibility map), at the end
 	lagMax            float64
 	unexpiredMean     float64
 	deliveriesEnd     int64
@@ -379,6 +380,7 @@ func (r *churnResult) periods() []churnPeriod {
 			p.rowsMin = min(p.rowsMin, float64(s.rows))
 			p.deadMax = max(p.deadMax, s.nDead)
 			p.sizeEnd = s.table + s.indexes
+			p.tableEnd = s.table
 			p.sizeMax = max(p.sizeMax, s.table+s.indexes)
 			p.lagMax = max(p.lagMax, s.lag)
 		}

@@ -111,6 +111,15 @@ done
     echo '```'
     go tool pprof -top -cum -nodecount 25 "$tmp/$cell.pprof" 2>/dev/null | sed -n '/^Showing\|^ *flat/,$p'
     echo '```'
+    echo
+    echo "### $cell at $profile_clients clients: by part of the process"
+    echo
+    echo "\`go tool pprof -tags\`: the share of each part (its \"part\" label, cmd/paymentsbench/parts.go). Unlabelled"
+    echo "is the HTTP servers' reading of each request and their last write, pgxpool's own goroutines and the Go runtime."
+    echo
+    echo '```'
+    go tool pprof -tags "$tmp/$cell.pprof" 2>/dev/null
+    echo '```'
   done
   echo
   echo "## At scale"

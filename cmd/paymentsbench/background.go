@@ -132,7 +132,7 @@ func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, 
 		return nil, err
 	}
 	bg.url = "http://" + ln.Addr().String()
-	bg.srv = &http.Server{Handler: http.HandlerFunc(bg.receive), ReadHeaderTimeout: 5 * time.Second}
+	bg.srv = &http.Server{Handler: labelled(partReceiver, http.HandlerFunc(bg.receive)), ReadHeaderTimeout: 5 * time.Second}
 	go func() { _ = bg.srv.Serve(ln) }()
 	for _, u := range b.users {
 		if err := registerEndpoint(ctx, client, serviceURL, u, bg.url+"/hooks"); err != nil {
@@ -145,6 +145,7 @@ func (b *bench) startBackground(ctx context.Context, dbname, serviceURL string, 
 	bg.startWorker = func() {
 		bg.started = true
 		go func() {
+			labelGoroutine(workerCtx, partWorker)
 			bg.done <- worker.Run(workerCtx, worker.Config{
 				Pool: a.Pool, Logger: log, Registry: a.Registry, Engine: a.Engine, Payments: a.Payments,
 				Mailer: stagedjobs.LogMailer{Log: log},

@@ -193,7 +193,7 @@ func (b *bench) startSimulator() error {
 		return err
 	}
 	b.sim = stripesim.New(stripesim.Config{})
-	b.simSrv = &http.Server{Handler: b.sim.Handler(), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
+	b.simSrv = &http.Server{Handler: labelled(partSimulator, b.sim.Handler()), ReadHeaderTimeout: 5 * time.Second, IdleTimeout: 120 * time.Second}
 	go func() { _ = b.simSrv.Serve(ln) }()
 	b.simURL = "http://" + ln.Addr().String()
 	return nil

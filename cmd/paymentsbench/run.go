@@ -118,6 +118,7 @@ func driveClosedLoop(ctx context.Context, clients int, warmup, window time.Durat
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
+			labelGoroutine(ctx, partLoad)
 			rng := rand.New(rand.NewPCG(uint64(i)+1, uint64(start.UnixNano())))
 			for !stop.Load() && ctx.Err() == nil {
 				t0 := time.Now()
@@ -146,6 +147,7 @@ func driveRounds(ctx context.Context, clients int, warmup, window time.Duration,
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
+		labelGoroutine(ctx, partLoad)
 		rngs := make([]*rand.Rand, clients)
 		for i := range rngs {
 			rngs[i] = rand.New(rand.NewPCG(uint64(i)+1, uint64(start.UnixNano())))

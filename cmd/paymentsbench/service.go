@@ -73,7 +73,7 @@ func (b *bench) startService(ctx context.Context, dbname string, filterOn bool, 
 		a.Close()
 		return nil, err
 	}
-	srv := app.NewServer(a.APIHandler(api.RateLimit{}, 0), log)
+	srv := app.NewServer(labelled(partService, a.APIHandler(api.RateLimit{}, 0)), log)
 	go func() { _ = srv.Serve(ln) }()
 	return &service{app: a, srv: srv, url: "http://" + ln.Addr().String()}, nil
 }

@@ -79,7 +79,10 @@ func NewCompleter(cfg CompleterConfig) *Completer {
 func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 	c.metrics.runs.Inc()
 	if err := c.sweepUnfinished(ctx); err != nil {
-		return CompleterRun{}, err
+		// The keys' rows are still there to be claimed: a sweep that fails
+		// (or takes too long) leaves the table bigger, never a key unfound,
+		// so the run goes on to its real work.
+		c.cfg.Engine.log.WarnContext(ctx, "completer: the sweep of the table of unfinished keys failed", slog.Any("error", err))
 	}
 	stopClaiming := time.Now().Add(c.cfg.RunBudget)
 	var (

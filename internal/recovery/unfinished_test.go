@@ -89,13 +89,8 @@ func TestUnfinishedKeys_theSweepGoesThroughEveryPage(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, recovery.Config{})
+	insertStartedKeys(t, b, "key-", 12001)
 	_, err := b.pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
-			request_fingerprint, recovery_point)
-		SELECT 1, 'key-' || i, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to('key-' || i, 'UTF8')), 'started'
-		FROM generate_series(1, 12001) AS i`)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `
 		UPDATE idempotency_keys SET recovery_point = 'finished', response_code = 201, response_body = '\x7b7d'::bytea,
 			expires_at = now() + interval '1 day'
 		WHERE idempotency_key <> 'key-7000'`)
@@ -130,12 +125,7 @@ func TestUnfinishedKeys_finishesAtOnceDoNotConflictThroughTheTable(t *testing.T)
 			'finished', 201, '\x7b7d'::bytea, now() + interval '1 day'
 		FROM generate_series(1, 1000) AS i`)
 	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
-			request_fingerprint, recovery_point)
-		SELECT 1, 'open-' || i, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to('open-' || i, 'UTF8')), 'started'
-		FROM generate_series(1, 20) AS i`)
-	require.NoError(t, err)
+	insertStartedKeys(t, b, "open-", 20)
 	_, err = b.pool.Exec(ctx, `ANALYZE idempotency_keys, idempotency_keys_unfinished`)
 	require.NoError(t, err)
 
@@ -170,4 +160,17 @@ func TestUnfinishedKeys_finishesAtOnceDoNotConflictThroughTheTable(t *testing.T)
 		SELECT count(*) FROM idempotency_keys_unfinished u JOIN idempotency_keys k ON k.id = u.id
 		WHERE k.idempotency_key IN ('open-1', 'open-2')`).Scan(&held))
 	require.Equal(t, 2, held, "the finishes left their rows, for the sweep")
+}
+
+// insertStartedKeys inserts n unfinished keys of user 1, named prefix1 to
+// prefixN, by hand: the insert's trigger puts them in the table of
+// unfinished keys.
+func insertStartedKeys(t *testing.T, b *testBundle, prefix string, n int) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), `
+		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
+			request_fingerprint, recovery_point)
+		SELECT 1, $1 || i, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to($1 || i, 'UTF8')), 'started'
+		FROM generate_series(1, $2::int) AS i`, prefix, n)
+	require.NoError(t, err)
 }

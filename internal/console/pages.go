@@ -145,9 +145,11 @@ type dashboardData struct {
 	Counts []keyadmin.Count
 	// Totals by state, over every flow.
 	Unfinished, Locked, NeedingAttention, Finished int64
-	Recent                                         []keyadmin.Summary
-	Unprocessable                                  int64
-	At                                             time.Time
+	// FinishedEstimated: Finished is PostgreSQL's estimate (keyadmin.Admin.Counts).
+	FinishedEstimated bool
+	Recent            []keyadmin.Summary
+	Unprocessable     int64
+	At                time.Time
 }
 
 func (h *handler) dashboardData(r *http.Request) (dashboardData, error) {
@@ -160,6 +162,7 @@ func (h *handler) dashboardData(r *http.Request) (dashboardData, error) {
 	for _, c := range counts {
 		if c.Finished() {
 			d.Finished += c.Keys
+			d.FinishedEstimated = d.FinishedEstimated || c.Estimated
 		} else {
 			d.Unfinished += c.Keys
 		}

@@ -20,7 +20,6 @@ import (
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
-	"github.com/jackc/pgx/v5/pgxpool"
 
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/recovery"
@@ -63,20 +62,33 @@ var (
 
 // Admin answers the operator's questions about keys.
 type Admin struct {
-	pool  *pgxpool.Pool
+	// db is a pool, or a transaction (the tests that count what a query
+	// reads).
+	db    dbsqlc.DBTX
 	flows map[string]*recovery.Flow
 	// completer drives a retried key; nil for an Admin that only reads.
 	completer *recovery.Completer
+	// exactCountBytes: Counts.
+	exactCountBytes int64
 }
 
-// New returns an Admin over pool. flows are every flow a key may name (for
-// the child keys each derives); completer, when set, drives retries.
-func New(pool *pgxpool.Pool, flows []*recovery.Flow, completer *recovery.Completer) *Admin {
-	a := &Admin{pool: pool, flows: map[string]*recovery.Flow{}, completer: completer}
+// New returns an Admin over db, a pool (or a transaction). flows are every
+// flow a key may name (for the child keys each derives); completer, when
+// set, drives retries.
+func New(db dbsqlc.DBTX, flows []*recovery.Flow, completer *recovery.Completer) *Admin {
+	a := &Admin{db: db, flows: map[string]*recovery.Flow{}, completer: completer, exactCountBytes: ExactCountBytes}
 	for _, f := range flows {
 		a.flows[f.Name] = f
 	}
 	return a
+}
+
+// WithExactCountBytes returns a copy of a whose Counts counts the finished
+// keys one by one up to a key table of n bytes, not ExactCountBytes.
+func (a *Admin) WithExactCountBytes(n int64) *Admin {
+	c := *a
+	c.exactCountBytes = n
+	return &c
 }
 
 // Summary is one key as `keys list` shows it. The JSON names are stable
@@ -129,7 +141,7 @@ func (a *Admin) List(ctx context.Context, p ListParams) ([]Summary, error) {
 	if err != nil {
 		return nil, err
 	}
-	rows, err := queries.ListKeysForOperator(ctx, a.pool, dbsqlc.ListKeysForOperatorParams{
+	rows, err := queries.ListKeysForOperator(ctx, a.db, dbsqlc.ListKeysForOperatorParams{
 		UserID: userID, State: string(p.State), RowLimit: int32(p.Limit),
 	})
 	if err != nil {
@@ -197,7 +209,7 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 	if err != nil {
 		return nil, err
 	}
-	row, err := queries.GetKeyForOperator(ctx, a.pool, dbsqlc.GetKeyForOperatorParams{UserID: userID, IdempotencyKey: key})
+	row, err := queries.GetKeyForOperator(ctx, a.db, dbsqlc.GetKeyForOperatorParams{UserID: userID, IdempotencyKey: key})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return nil, fmt.Errorf("%w: no idempotency key %q for %s", ErrUnknownKey, key, email)
 	}
@@ -205,7 +217,7 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 		return nil, err
 	}
 	k := row.IdempotencyKey
-	children, err := queries.ListChildKeyStates(ctx, a.pool, k.ID)
+	children, err := queries.ListChildKeyStates(ctx, a.db, k.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -223,7 +235,7 @@ func (a *Admin) Show(ctx context.Context, email, key string) (*Story, error) {
 	if k.ResponseCode.Valid {
 		s.Response = &StoredResponse{Status: int(k.ResponseCode.Int32), Body: MaskSecrets(k.ResponseBody)}
 	}
-	records, err := queries.ListAuditRecordsForKey(ctx, a.pool, &k.ID)
+	records, err := queries.ListAuditRecordsForKey(ctx, a.db, &k.ID)
 	if err != nil {
 		return nil, err
 	}
@@ -303,7 +315,7 @@ func (a *Admin) retryKey(ctx context.Context, id uuid.UUID) (recovery.Response, 
 }
 
 func (a *Admin) userID(ctx context.Context, email string) (int64, error) {
-	id, err := queries.GetUserIDByEmail(ctx, a.pool, email)
+	id, err := queries.GetUserIDByEmail(ctx, a.db, email)
 	if errors.Is(err, pgx.ErrNoRows) {
 		return 0, fmt.Errorf("%w: no user %s", ErrUnknownUser, email)
 	}

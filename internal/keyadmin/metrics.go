@@ -9,8 +9,8 @@ import (
 )
 
 // RegisterMetrics adds to reg the two gauges an operator alerts on, read
-// from the database on each scrape (one query, through the partial index of
-// unfinished keys):
+// from the database on each scrape (one query, through the table of
+// unfinished keys, migrations 000026 and 000029):
 //
 //   - payments_idempotency_keys_needing_attention: keys the completer gave
 //     up on; each needs a person (`payments keys list --state needs_attention`).

@@ -79,17 +79,53 @@ func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParam
 	return i, err
 }
 
-const countKeysByFlowAndPoint = `-- name: CountKeysByFlowAndPoint :many
-SELECT flow, recovery_point,
-    count(*)::bigint AS keys,
-    count(*) FILTER (WHERE coalesce(lock_expires_at > now(), false))::bigint AS locked,
-    count(*) FILTER (WHERE needs_attention_at IS NOT NULL)::bigint AS needing_attention
+const countFinishedKeysByFlow = `-- name: CountFinishedKeysByFlow :many
+SELECT flow, count(*)::bigint AS keys
 FROM idempotency_keys
-GROUP BY flow, recovery_point
-ORDER BY flow, recovery_point
+WHERE recovery_point = 'finished'
+GROUP BY flow
+ORDER BY flow
 `
 
-type CountKeysByFlowAndPointRow struct {
+type CountFinishedKeysByFlowRow struct {
+	Flow string
+	Keys int64
+}
+
+// The finished keys of each flow, counted: it reads the whole key table.
+func (q *Queries) CountFinishedKeysByFlow(ctx context.Context, db DBTX) ([]CountFinishedKeysByFlowRow, error) {
+	rows, err := db.Query(ctx, countFinishedKeysByFlow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []CountFinishedKeysByFlowRow
+	for rows.Next() {
+		var i CountFinishedKeysByFlowRow
+		if err := rows.Scan(&i.Flow, &i.Keys); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const countUnfinishedKeysByFlowAndPoint = `-- name: CountUnfinishedKeysByFlowAndPoint :many
+SELECT k.flow, k.recovery_point,
+    count(*)::bigint AS keys,
+    count(*) FILTER (WHERE coalesce(k.lock_expires_at > now(), false))::bigint AS locked,
+    count(*) FILTER (WHERE k.needs_attention_at IS NOT NULL)::bigint AS needing_attention
+FROM idempotency_keys_unfinished uf
+JOIN idempotency_keys k ON k.id = uf.id
+WHERE k.recovery_point <> 'finished'
+GROUP BY k.flow, k.recovery_point
+ORDER BY k.flow, k.recovery_point
+`
+
+type CountUnfinishedKeysByFlowAndPointRow struct {
 	Flow             string
 	RecoveryPoint    string
 	Keys             int64
@@ -97,17 +133,18 @@ type CountKeysByFlowAndPointRow struct {
 	NeedingAttention int64
 }
 
-// The console's live counts: the keys of each flow at each recovery point,
-// and of those how many are locked now and how many need attention.
-func (q *Queries) CountKeysByFlowAndPoint(ctx context.Context, db DBTX) ([]CountKeysByFlowAndPointRow, error) {
-	rows, err := db.Query(ctx, countKeysByFlowAndPoint)
+// The console's live counts of unfinished keys: those of each flow at each
+// recovery point, and of those how many are locked now and how many need
+// attention, through the table of unfinished keys.
+func (q *Queries) CountUnfinishedKeysByFlowAndPoint(ctx context.Context, db DBTX) ([]CountUnfinishedKeysByFlowAndPointRow, error) {
+	rows, err := db.Query(ctx, countUnfinishedKeysByFlowAndPoint)
 	if err != nil {
 		return nil, err
 	}
 	defer rows.Close()
-	var items []CountKeysByFlowAndPointRow
+	var items []CountUnfinishedKeysByFlowAndPointRow
 	for rows.Next() {
-		var i CountKeysByFlowAndPointRow
+		var i CountUnfinishedKeysByFlowAndPointRow
 		if err := rows.Scan(
 			&i.Flow,
 			&i.RecoveryPoint,
@@ -115,6 +152,38 @@ func (q *Queries) CountKeysByFlowAndPoint(ctx context.Context, db DBTX) ([]Count
 			&i.Locked,
 			&i.NeedingAttention,
 		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const estimateKeysByFlow = `-- name: EstimateKeysByFlow :many
+SELECT flow::text AS flow, keys::bigint AS keys FROM idempotency_keys_estimated_by_flow()
+ORDER BY flow
+`
+
+type EstimateKeysByFlowRow struct {
+	Flow string
+	Keys int64
+}
+
+// How many keys of each flow the table holds, by PostgreSQL's statistics
+// (migration 000030): no row at all when it has none yet.
+func (q *Queries) EstimateKeysByFlow(ctx context.Context, db DBTX) ([]EstimateKeysByFlowRow, error) {
+	rows, err := db.Query(ctx, estimateKeysByFlow)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []EstimateKeysByFlowRow
+	for rows.Next() {
+		var i EstimateKeysByFlowRow
+		if err := rows.Scan(&i.Flow, &i.Keys); err != nil {
 			return nil, err
 		}
 		items = append(items, i)
@@ -196,6 +265,19 @@ func (q *Queries) GetUserIDByEmail(ctx context.Context, db DBTX, email string) (
 	return id, err
 }
 
+const keyTableBytes = `-- name: KeyTableBytes :one
+SELECT pg_relation_size('idempotency_keys')::bigint
+`
+
+// The size of the key table's heap: the console counts its finished keys
+// one by one only while it is small (keyadmin.Admin.Counts).
+func (q *Queries) KeyTableBytes(ctx context.Context, db DBTX) (int64, error) {
+	row := db.QueryRow(ctx, keyTableBytes)
+	var column_1 int64
+	err := row.Scan(&column_1)
+	return column_1, err
+}
+
 const listAuditRecordsForKey = `-- name: ListAuditRecordsForKey :many
 SELECT id, user_id, action, resource_type, resource_id, data, idempotency_key_id, created_at FROM audit_records
 WHERE idempotency_key_id = $1
@@ -275,11 +357,13 @@ SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_p
     coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
     coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
               WHERE g.idempotency_key_id = k.id AND g.spent_at IS NOT NULL), '{}')::text[] AS spent_steps
-FROM idempotency_keys k
+FROM idempotency_keys_unfinished uf
+JOIN idempotency_keys k ON k.id = uf.id
 JOIN users u ON u.id = k.user_id
-WHERE ($1::bigint IS NULL OR k.user_id = $1)
+WHERE k.recovery_point <> 'finished'
+  AND ($1::bigint IS NULL OR k.user_id = $1)
   AND CASE $2::text
-      WHEN 'unfinished' THEN k.recovery_point <> 'finished'
+      WHEN 'unfinished' THEN true
       WHEN 'needs_attention' THEN k.needs_attention_at IS NOT NULL
       WHEN 'locked' THEN coalesce(k.lock_expires_at > now(), false)
       ELSE false
@@ -306,6 +390,10 @@ type ListKeysForOperatorRow struct {
 // Keys in one state, oldest first: 'unfinished' (every key not finished),
 // 'needs_attention' (given up on by the completer), 'locked' (a live lock:
 // some process is executing the request now). Optionally one user's only.
+// Every state is one of unfinished keys, so the keys are read through the
+// table of unfinished keys (migrations 000026 and 000029): however many
+// keys are finished, it reads only the unfinished and the few finished
+// since the completer's last sweep.
 // spent_steps are the Stripe steps whose current child key Stripe replays
 // a stored failure for (child_key_generations).
 func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeysForOperatorParams) ([]ListKeysForOperatorRow, error) {
@@ -368,9 +456,6 @@ WHERE ($1::bigint IS NULL OR k.user_id = $1)
   AND ($3::float8 <= 0 OR k.created_at <= now() - make_interval(secs => $3::float8))
   AND (k.created_at, k.id) < ($4::timestamptz, $5::uuid)
   AND CASE $6::text
-      WHEN 'unfinished' THEN k.recovery_point <> 'finished'
-      WHEN 'needs_attention' THEN k.needs_attention_at IS NOT NULL
-      WHEN 'locked' THEN coalesce(k.lock_expires_at > now(), false)
       WHEN 'finished' THEN k.recovery_point = 'finished'
       WHEN '' THEN true
       ELSE false
@@ -398,10 +483,11 @@ type ListKeysPageForOperatorRow struct {
 	SpentSteps     []string
 }
 
-// The console's key list (docs/API.md section 10): keys in one state
-// ('unfinished', 'needs_attention', 'locked', 'finished', or ” for all),
-// optionally one user's and one flow's, at least min_age_seconds old,
-// newest first, keyset-paged before (before_created, before_id).
+// The console's key list (docs/API.md section 10): the finished keys
+// ('finished') or every key (”), optionally one user's and one flow's, at
+// least min_age_seconds old, newest first, keyset-paged before
+// (before_created, before_id), through the index of creation times. The
+// unfinished states have a query of their own, below.
 func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg ListKeysPageForOperatorParams) ([]ListKeysPageForOperatorRow, error) {
 	rows, err := db.Query(ctx, listKeysPageForOperator,
 		arg.UserID,
@@ -419,6 +505,110 @@ func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg List
 	var items []ListKeysPageForOperatorRow
 	for rows.Next() {
 		var i ListKeysPageForOperatorRow
+		if err := rows.Scan(
+			&i.IdempotencyKey.ID,
+			&i.IdempotencyKey.UserID,
+			&i.IdempotencyKey.IdempotencyKey,
+			&i.IdempotencyKey.Flow,
+			&i.IdempotencyKey.RequestMethod,
+			&i.IdempotencyKey.RequestPath,
+			&i.IdempotencyKey.RequestParams,
+			&i.IdempotencyKey.RequestFingerprint,
+			&i.IdempotencyKey.RecoveryPoint,
+			&i.IdempotencyKey.LockedAt,
+			&i.IdempotencyKey.LockToken,
+			&i.IdempotencyKey.LastRunAt,
+			&i.IdempotencyKey.ResponseCode,
+			&i.IdempotencyKey.ResponseBody,
+			&i.IdempotencyKey.CreatedAt,
+			&i.IdempotencyKey.ExpiresAt,
+			&i.IdempotencyKey.CompleterAttempts,
+			&i.IdempotencyKey.NeedsAttentionAt,
+			&i.IdempotencyKey.LockExpiresAt,
+			&i.IdempotencyKey.TraceParent,
+			&i.Email,
+			&i.AgeSeconds,
+			&i.LockLive,
+			&i.LockOverdue,
+			&i.SpentSteps,
+		); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
+}
+
+const listUnfinishedKeysPageForOperator = `-- name: ListUnfinishedKeysPageForOperator :many
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
+    extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
+    coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
+    coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
+    coalesce((SELECT array_agg(g.step ORDER BY g.step) FROM child_key_generations g
+              WHERE g.idempotency_key_id = k.id AND g.spent_at IS NOT NULL), '{}')::text[] AS spent_steps
+FROM idempotency_keys_unfinished uf
+JOIN idempotency_keys k ON k.id = uf.id
+JOIN users u ON u.id = k.user_id
+WHERE k.recovery_point <> 'finished'
+  AND ($1::bigint IS NULL OR k.user_id = $1)
+  AND ($2::text IS NULL OR k.flow = $2)
+  AND ($3::float8 <= 0 OR k.created_at <= now() - make_interval(secs => $3::float8))
+  AND (k.created_at, k.id) < ($4::timestamptz, $5::uuid)
+  AND CASE $6::text
+      WHEN 'unfinished' THEN true
+      WHEN 'needs_attention' THEN k.needs_attention_at IS NOT NULL
+      WHEN 'locked' THEN coalesce(k.lock_expires_at > now(), false)
+      ELSE false
+  END
+ORDER BY k.created_at DESC, k.id DESC
+LIMIT $7
+`
+
+type ListUnfinishedKeysPageForOperatorParams struct {
+	UserID        pgtype.Int8
+	Flow          pgtype.Text
+	MinAgeSeconds float64
+	BeforeCreated time.Time
+	BeforeID      uuid.UUID
+	State         string
+	RowLimit      int32
+}
+
+type ListUnfinishedKeysPageForOperatorRow struct {
+	IdempotencyKey IdempotencyKey
+	Email          string
+	AgeSeconds     float64
+	LockLive       bool
+	LockOverdue    bool
+	SpentSteps     []string
+}
+
+// ListKeysPageForOperator for the states that are sets of unfinished keys
+// ('unfinished', 'needs_attention', 'locked'), read through the table of
+// unfinished keys, as ListKeysForOperator is: the console's dashboard asks
+// for the newest unfinished keys every two seconds, and through the index
+// of creation times that walked every finished key when none was
+// unfinished (a quarter of a second at a million keys).
+func (q *Queries) ListUnfinishedKeysPageForOperator(ctx context.Context, db DBTX, arg ListUnfinishedKeysPageForOperatorParams) ([]ListUnfinishedKeysPageForOperatorRow, error) {
+	rows, err := db.Query(ctx, listUnfinishedKeysPageForOperator,
+		arg.UserID,
+		arg.Flow,
+		arg.MinAgeSeconds,
+		arg.BeforeCreated,
+		arg.BeforeID,
+		arg.State,
+		arg.RowLimit,
+	)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListUnfinishedKeysPageForOperatorRow
+	for rows.Next() {
+		var i ListUnfinishedKeysPageForOperatorRow
 		if err := rows.Scan(
 			&i.IdempotencyKey.ID,
 			&i.IdempotencyKey.UserID,

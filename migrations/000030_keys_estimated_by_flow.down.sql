@@ -1,0 +1,1 @@
+DROP FUNCTION idempotency_keys_estimated_by_flow();

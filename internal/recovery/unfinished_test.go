@@ -107,6 +107,58 @@ func TestUnfinishedKeys_theSweepGoesThroughEveryPage(t *testing.T) {
 	require.Equal(t, []string{"key-7000"}, left, "three pages of 5,000 swept, the unfinished key kept")
 }
 
+// A sweep longer than its budget (after a long outage of the worker, the
+// table holds every key made since) stops after its page: the run still
+// claims and finishes the key waiting for it, and the next run's sweep goes
+// on from where this one stopped, until a short page ends the table and
+// the sweep after it starts over.
+func TestUnfinishedKeys_aSweepPastItsBudgetGoesOnInTheNextRun(t *testing.T) {
+	t.Parallel()
+	ctx := context.Background()
+	b := setup(t, recovery.Config{})
+	insertStartedKeys(t, b, "key-", 12001)
+	_, err := b.pool.Exec(ctx, `
+		UPDATE idempotency_keys SET recovery_point = 'finished', response_code = 201, response_body = '\x7b7d'::bytea,
+			expires_at = now() + interval '1 day'`)
+	require.NoError(t, err)
+	b.remote.fail.Store(1)
+	_, err = b.execute(t, 1, "left", `{"name":"lamp"}`)
+	require.True(t, recovery.IsTransient(err), "%v", err)
+	held := func() int {
+		t.Helper()
+		var n int
+		require.NoError(t, b.pool.QueryRow(ctx, `SELECT count(*) FROM idempotency_keys_unfinished`).Scan(&n))
+		return n
+	}
+	require.Equal(t, 12002, held())
+
+	// A run whose sweep takes its whole budget claims nothing: each claim
+	// would read every row of the table.
+	spent := recovery.NewCompleter(recovery.CompleterConfig{Engine: b.engine, Grace: time.Nanosecond,
+		RunBudget: time.Nanosecond})
+	run, err := spent.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, run.Claimed, "no time left to claim")
+	// "left" stays, if it was in the page: it was unfinished then.
+	require.InDelta(t, 12002-5000, held(), 1, "one page of 5,000 rows swept, then the budget was spent")
+
+	// A sweep budget so short that every sweep stops after its first page,
+	// and the run's own budget left to claim.
+	completer := recovery.NewCompleter(recovery.CompleterConfig{Engine: b.engine, Grace: time.Nanosecond, SweepBudget: time.Nanosecond})
+	run, err = completer.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Equal(t, recovery.CompleterRun{Claimed: 1, Finished: 1}, run, "the run goes on to the key waiting for it")
+	// A new completer's sweep starts at the head of the table: "left" is
+	// in its page if it was in the first.
+	require.InDelta(t, 12002-10000+1, held(), 1, "a second page swept")
+	_, err = completer.RunOnce(ctx)
+	require.NoError(t, err)
+	require.LessOrEqual(t, held(), 1, "the next run went on from the last page, and its page was short: the end of the table")
+	_, err = completer.RunOnce(ctx)
+	require.NoError(t, err)
+	require.Zero(t, held(), "the next started over, and took out the finished key's row")
+}
+
 // Two requests finishing their keys at once, in SERIALIZABLE transactions,
 // on a database whose statistics make a scan of the small table of
 // unfinished keys look cheapest, both commit: a finish does not touch that

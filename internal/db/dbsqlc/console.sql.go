@@ -263,19 +263,20 @@ func (q *Queries) ConsoleListEndpoints(ctx context.Context, db DBTX, arg Console
 
 const consoleListEventsOfPayment = `-- name: ConsoleListEventsOfPayment :many
 SELECT id, user_id, type, data, created_at, trace_parent FROM events
-WHERE user_id = $1 AND (data->>'id' = $2::text OR data->>'payment' = $2::text)
+WHERE coalesce(data->>'payment', data->>'id') = $1::text AND user_id = $2
 ORDER BY created_at, id
 `
 
 type ConsoleListEventsOfPaymentParams struct {
-	UserID    int64
 	PaymentID string
+	UserID    int64
 }
 
 // The events about a payment or about one of its refunds (an event's data
-// is the object it is about).
+// is the object it is about: the payment, whose id is the payment's, or the
+// refund, whose payment is), through events_payment_idx (migration 000031).
 func (q *Queries) ConsoleListEventsOfPayment(ctx context.Context, db DBTX, arg ConsoleListEventsOfPaymentParams) ([]Event, error) {
-	rows, err := db.Query(ctx, consoleListEventsOfPayment, arg.UserID, arg.PaymentID)
+	rows, err := db.Query(ctx, consoleListEventsOfPayment, arg.PaymentID, arg.UserID)
 	if err != nil {
 		return nil, err
 	}
@@ -394,7 +395,11 @@ func (q *Queries) ConsoleListPayments(ctx context.Context, db DBTX, arg ConsoleL
 }
 
 const consoleListReceipts = `-- name: ConsoleListReceipts :many
-SELECT r.payment_id, r.kind, r.recipient, r.sent_at, r.created_at, r.sending_until, r.next_attempt_at, r.attempts, r.amount, r.currency, r.last_error, r.trace_parent, p.user_id FROM receipts r
+SELECT r.payment_id, r.kind, r.recipient, r.sent_at, r.created_at, r.sending_until, r.next_attempt_at, r.attempts, r.amount, r.currency, r.last_error, r.trace_parent, p.user_id FROM (
+    (SELECT payment_id, kind, recipient, sent_at, created_at, sending_until, next_attempt_at, attempts, amount, currency, last_error, trace_parent FROM receipts WHERE sent_at IS NULL ORDER BY created_at DESC LIMIT $1)
+    UNION ALL
+    (SELECT payment_id, kind, recipient, sent_at, created_at, sending_until, next_attempt_at, attempts, amount, currency, last_error, trace_parent FROM receipts WHERE sent_at IS NOT NULL ORDER BY created_at DESC LIMIT $1)
+) r
 JOIN payments p ON p.id = r.payment_id
 ORDER BY (r.sent_at IS NULL) DESC, r.created_at DESC
 LIMIT $1
@@ -416,7 +421,10 @@ type ConsoleListReceiptsRow struct {
 	UserID        int64
 }
 
-// Receipts, pending ones (not sent) first, then the newest.
+// Receipts, those not sent (pending, or given up) first, then the sent
+// ones, each newest first. Each part is read from its index in its order
+// (migration 000031), at most a page of each, so a view reads two pages of
+// rows however many receipts were sent.
 func (q *Queries) ConsoleListReceipts(ctx context.Context, db DBTX, rowLimit int32) ([]ConsoleListReceiptsRow, error) {
 	rows, err := db.Query(ctx, consoleListReceipts, rowLimit)
 	if err != nil {

@@ -21,9 +21,10 @@ SELECT * FROM refunds WHERE payment_id = @payment_id ORDER BY created_at, id;
 
 -- name: ConsoleListEventsOfPayment :many
 -- The events about a payment or about one of its refunds (an event's data
--- is the object it is about).
+-- is the object it is about: the payment, whose id is the payment's, or the
+-- refund, whose payment is), through events_payment_idx (migration 000031).
 SELECT * FROM events
-WHERE user_id = @user_id AND (data->>'id' = @payment_id::text OR data->>'payment' = @payment_id::text)
+WHERE coalesce(data->>'payment', data->>'id') = @payment_id::text AND user_id = @user_id
 ORDER BY created_at, id;
 
 -- name: ConsoleListReceiptsOfPayment :many
@@ -63,8 +64,15 @@ ORDER BY d.created_at DESC, d.event_id DESC
 LIMIT @row_limit;
 
 -- name: ConsoleListReceipts :many
--- Receipts, pending ones (not sent) first, then the newest.
-SELECT r.*, p.user_id FROM receipts r
+-- Receipts, those not sent (pending, or given up) first, then the sent
+-- ones, each newest first. Each part is read from its index in its order
+-- (migration 000031), at most a page of each, so a view reads two pages of
+-- rows however many receipts were sent.
+SELECT r.*, p.user_id FROM (
+    (SELECT * FROM receipts WHERE sent_at IS NULL ORDER BY created_at DESC LIMIT @row_limit)
+    UNION ALL
+    (SELECT * FROM receipts WHERE sent_at IS NOT NULL ORDER BY created_at DESC LIMIT @row_limit)
+) r
 JOIN payments p ON p.id = r.payment_id
 ORDER BY (r.sent_at IS NULL) DESC, r.created_at DESC
 LIMIT @row_limit;

@@ -1,0 +1,3 @@
+DROP INDEX receipts_unsent_created_idx;
+DROP INDEX receipts_created_idx;
+DROP INDEX events_payment_idx;

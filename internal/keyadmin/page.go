@@ -59,29 +59,27 @@ func (a *Admin) Page(ctx context.Context, p PageParams) ([]Summary, error) {
 	if p.Limit <= 0 {
 		return nil, fmt.Errorf("keyadmin: limit %d", p.Limit)
 	}
-	out := []Summary{}
-	if p.State == Finished || p.State == "" {
-		rows, err := queries.ListKeysPageForOperator(ctx, a.db, dbsqlc.ListKeysPageForOperatorParams{
-			UserID: userID, Flow: pgtype.Text{String: p.Flow, Valid: p.Flow != ""}, MinAgeSeconds: p.MinAge.Seconds(),
-			BeforeCreated: p.BeforeCreated, BeforeID: p.BeforeID, State: string(p.State), RowLimit: int32(p.Limit),
-		})
-		if err != nil {
-			return nil, err
-		}
-		for _, r := range rows {
-			out = append(out, toSummary(r.IdempotencyKey, r.Email, r.AgeSeconds, r.LockLive, r.LockOverdue, r.SpentSteps))
-		}
-		return out, nil
-	}
-	// The unfinished states: through the table of unfinished keys, so that
-	// the dashboard's newest unfinished keys do not walk the finished ones.
-	rows, err := queries.ListUnfinishedKeysPageForOperator(ctx, a.db, dbsqlc.ListUnfinishedKeysPageForOperatorParams{
+	params := dbsqlc.ListKeysPageForOperatorParams{
 		UserID: userID, Flow: pgtype.Text{String: p.Flow, Valid: p.Flow != ""}, MinAgeSeconds: p.MinAge.Seconds(),
 		BeforeCreated: p.BeforeCreated, BeforeID: p.BeforeID, State: string(p.State), RowLimit: int32(p.Limit),
-	})
+	}
+	var rows []dbsqlc.ListKeysPageForOperatorRow
+	if p.State == Finished || p.State == "" {
+		rows, err = queries.ListKeysPageForOperator(ctx, a.db, params)
+	} else {
+		// The unfinished states: through the table of unfinished keys, so
+		// that the dashboard's newest unfinished keys do not walk the
+		// finished ones. The two queries take and return the same columns.
+		var unfinished []dbsqlc.ListUnfinishedKeysPageForOperatorRow
+		unfinished, err = queries.ListUnfinishedKeysPageForOperator(ctx, a.db, dbsqlc.ListUnfinishedKeysPageForOperatorParams(params))
+		for _, r := range unfinished {
+			rows = append(rows, dbsqlc.ListKeysPageForOperatorRow(r))
+		}
+	}
 	if err != nil {
 		return nil, err
 	}
+	out := make([]Summary, 0, len(rows))
 	for _, r := range rows {
 		out = append(out, toSummary(r.IdempotencyKey, r.Email, r.AgeSeconds, r.LockLive, r.LockOverdue, r.SpentSteps))
 	}

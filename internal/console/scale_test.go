@@ -12,13 +12,15 @@ import (
 	"github.com/example/payments/internal/users"
 )
 
-// A payment's page and the list of receipts read their own rows, however
-// many events and receipts the database holds (migration 000031): here one
-// user's 20,000 payments, each with an event and a sent receipt, and one
-// payment with three events (its own, and two of a refund's) and a receipt
-// not sent. The rows each query reads, by sequential scans and through
+// A payment's page, the list of receipts and an endpoint's pages read
+// their own rows, however many events, receipts and deliveries the
+// database holds (migrations 000031 and 000032): here one user's 20,000
+// payments, each with an event, a sent receipt and a delivery that
+// succeeded to the user's endpoint; one payment with three events (its
+// own, and two of a refund's) and a receipt not sent; and a second
+// endpoint with one delivery pending and one failed. The rows each query reads, by sequential scans and through
 // indexes, are counted in the transaction it runs in.
-func TestConsole_aPaymentsEventsAndTheReceiptsAreReadThroughIndexes(t *testing.T) {
+func TestConsole_pagesReadTheirRowsThroughIndexes(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	pool := dbtest.NewPool(t)
@@ -53,7 +55,23 @@ func TestConsole_aPaymentsEventsAndTheReceiptsAreReadThroughIndexes(t *testing.T
 		_, err = pool.Exec(ctx, stmt, u.ID, target)
 		require.NoError(t, err)
 	}
-	_, err = pool.Exec(ctx, `ANALYZE payments, events, receipts`)
+	_, err = pool.Exec(ctx, `
+		INSERT INTO webhook_endpoints (id, user_id, url, enabled_events, secret, created_at) VALUES
+			('we_busy', $1, 'https://example.com/busy', '{*}', 'whsec_busy', now() - interval '2 days'),
+			('we_new', $1, 'https://example.com/new', '{*}', 'whsec_new', now() - interval '1 day')`, u.ID)
+	require.NoError(t, err)
+	for _, stmt := range []string{`
+		INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id, status, created_at)
+		SELECT 'evt_' || lpad(g::text, 8, '0'), 'we_busy', $1, 'succeeded', now() - make_interval(secs => $2 - g)
+		FROM generate_series(1, $2::int) g`, `
+		INSERT INTO webhook_deliveries (event_id, endpoint_id, user_id, status)
+		SELECT 'evt_t' || g, 'we_new', $1, CASE g WHEN 1 THEN 'pending' ELSE 'failed' END
+		FROM generate_series(1, 2) g WHERE $2::int IS NOT NULL`,
+	} {
+		_, err = pool.Exec(ctx, stmt, u.ID, many)
+		require.NoError(t, err)
+	}
+	_, err = pool.Exec(ctx, `ANALYZE payments, events, receipts, webhook_endpoints, webhook_deliveries`)
 	require.NoError(t, err)
 
 	// rowsRead runs query in a transaction of its own and says how many
@@ -96,4 +114,22 @@ func TestConsole_aPaymentsEventsAndTheReceiptsAreReadThroughIndexes(t *testing.T
 		require.Equal(t, "pay_00019952", receipts[49].PaymentID)
 	})
 	require.LessOrEqual(t, read, int64(2*50+10), "receipts read for a page of 50")
+
+	read = rowsRead("webhook_deliveries", func(tx pgx.Tx) {
+		endpoints, err := queries.ConsoleListEndpoints(ctx, tx, dbsqlc.ConsoleListEndpointsParams{RowLimit: 50})
+		require.NoError(t, err)
+		require.Len(t, endpoints, 2)
+		require.Equal(t, "we_new", endpoints[0].ID)
+		require.Equal(t, [2]int64{1, 1}, [2]int64{endpoints[0].Pending, endpoints[0].Failed})
+		require.Equal(t, [2]int64{0, 0}, [2]int64{endpoints[1].Pending, endpoints[1].Failed}, "we_busy: every delivery succeeded")
+	})
+	require.LessOrEqual(t, read, int64(10), "deliveries read to count the endpoints' pending and failed ones")
+
+	read = rowsRead("webhook_deliveries", func(tx pgx.Tx) {
+		deliveries, err := queries.ConsoleListDeliveriesOfEndpoint(ctx, tx, dbsqlc.ConsoleListDeliveriesOfEndpointParams{EndpointID: "we_busy", RowLimit: 50})
+		require.NoError(t, err)
+		require.Len(t, deliveries, 50)
+		require.Equal(t, "evt_00020000", deliveries[0].EventID, "the newest first")
+	})
+	require.LessOrEqual(t, read, int64(50+10), "deliveries read for a page of 50 of one endpoint's")
 }

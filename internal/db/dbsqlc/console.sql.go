@@ -156,7 +156,8 @@ type ConsoleListDeliveriesOfEndpointRow struct {
 	EventType        string
 }
 
-// An endpoint's deliveries, newest event first, with the event's type.
+// An endpoint's deliveries, newest first, with the event's type, through
+// webhook_deliveries_endpoint_idx (migration 000032).
 func (q *Queries) ConsoleListDeliveriesOfEndpoint(ctx context.Context, db DBTX, arg ConsoleListDeliveriesOfEndpointParams) ([]ConsoleListDeliveriesOfEndpointRow, error) {
 	rows, err := db.Query(ctx, consoleListDeliveriesOfEndpoint, arg.EndpointID, arg.RowLimit)
 	if err != nil {
@@ -227,6 +228,9 @@ type ConsoleListEndpointsRow struct {
 	Failed           int64
 }
 
+// Newest first, with each one's deliveries pending and failed, counted
+// through the indexes of the pending deliveries and of the failed ones
+// (migration 000032).
 func (q *Queries) ConsoleListEndpoints(ctx context.Context, db DBTX, arg ConsoleListEndpointsParams) ([]ConsoleListEndpointsRow, error) {
 	rows, err := db.Query(ctx, consoleListEndpoints, arg.UserID, arg.RowLimit)
 	if err != nil {

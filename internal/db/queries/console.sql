@@ -40,6 +40,9 @@ ORDER BY id DESC
 LIMIT 20;
 
 -- name: ConsoleListEndpoints :many
+-- Newest first, with each one's deliveries pending and failed, counted
+-- through the indexes of the pending deliveries and of the failed ones
+-- (migration 000032).
 SELECT e.*, u.email,
     (SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = e.id AND d.status = 'pending')::bigint AS pending,
     (SELECT count(*) FROM webhook_deliveries d WHERE d.endpoint_id = e.id AND d.status = 'failed')::bigint AS failed
@@ -55,7 +58,8 @@ JOIN users u ON u.id = e.user_id
 WHERE e.id = @id;
 
 -- name: ConsoleListDeliveriesOfEndpoint :many
--- An endpoint's deliveries, newest event first, with the event's type.
+-- An endpoint's deliveries, newest first, with the event's type, through
+-- webhook_deliveries_endpoint_idx (migration 000032).
 SELECT d.*, ev.type AS event_type
 FROM webhook_deliveries d
 JOIN events ev ON ev.id = d.event_id

@@ -1,0 +1,2 @@
+DROP INDEX webhook_deliveries_failed_idx;
+DROP INDEX webhook_deliveries_endpoint_idx;

@@ -20,7 +20,8 @@ LANGUAGE sql STABLE AS $$
         round(c.reltuples / c.relpages * (pg_relation_size(c.oid) / current_setting('block_size')::float8)
               * s.most_common_freqs[i])::bigint
     FROM pg_class c
-    JOIN pg_stats s ON s.schemaname = c.relnamespace::regnamespace::text AND s.tablename = c.relname AND s.attname = 'flow'
+    JOIN pg_namespace n ON n.oid = c.relnamespace
+    JOIN pg_stats s ON s.schemaname = n.nspname AND s.tablename = c.relname AND s.attname = 'flow'
     CROSS JOIN LATERAL generate_series(1, cardinality(s.most_common_freqs)) AS i
     WHERE c.oid = 'idempotency_keys'::regclass AND c.relpages > 0 AND c.reltuples >= 0
 $$;

@@ -180,6 +180,9 @@ func (c *Completer) sweepUnfinished(ctx context.Context, deadline time.Time) err
 				return err
 			})
 		if err != nil {
+			// The pages before this one are swept: the next run goes on
+			// from here (a job's context that ends mid-page, say).
+			c.sweepFrom = page.AfterID
 			return fmt.Errorf("sweeping the table of unfinished keys: %w", err)
 		}
 		c.metrics.swept.Add(float64(swept.Swept))
@@ -189,7 +192,7 @@ func (c *Completer) sweepUnfinished(ctx context.Context, deadline time.Time) err
 		}
 		page.AfterID = swept.LastID
 		if time.Now().After(deadline) {
-			c.sweepFrom = swept.LastID
+			c.sweepFrom = page.AfterID
 			return nil
 		}
 	}

@@ -26,10 +26,12 @@ func TestProve_everyMerchantWebhookFlow(t *testing.T) {
 		// effects counts what the flow's runs did, beyond what one run per
 		// key does: 0 when none acted twice.
 		effects string
+		want    recoverytest.Want
 	}{
 		{"create_webhook_endpoint", func(*testing.T, *pgxpool.Pool) (string, any) {
 			return "/v1/webhook_endpoints", merchanthooks.CreateParams{URL: "https://example.com/hooks", EnabledEvents: []string{"*"}}
-		}, `SELECT count(*) - count(DISTINCT idempotency_key_id) FROM webhook_endpoints`},
+		}, `SELECT count(*) - count(DISTINCT idempotency_key_id) FROM webhook_endpoints`,
+			recoverytest.Want{Status: 201, JSON: `{"url": "https://example.com/hooks", "enabled_events": ["*"], "status": "enabled"}`}},
 		{"redeliver_event", func(t *testing.T, pool *pgxpool.Pool) (string, any) {
 			// A new event for each run: its one delivery (to the endpoint
 			// setup made) is in its first cycle once redelivered.
@@ -38,7 +40,8 @@ func TestProve_everyMerchantWebhookFlow(t *testing.T) {
 				SELECT $1, id, 'payment.succeeded', '{"id":"pay_1"}' FROM users WHERE email = $2`, id, users.DemoUsers[0].Email)
 			require.NoError(t, err)
 			return "/v1/events/" + id + "/redeliver", merchanthooks.RedeliverParams{Event: id}
-		}, `SELECT coalesce(sum(cycle), 0) - count(*) FROM webhook_deliveries`},
+		}, `SELECT coalesce(sum(cycle), 0) - count(*) FROM webhook_deliveries`,
+			recoverytest.Want{Status: 200, JSON: `{"object": "list"}`}},
 	} {
 		t.Run(c.flow, func(t *testing.T) {
 			t.Parallel()
@@ -70,6 +73,7 @@ func TestProve_everyMerchantWebhookFlow(t *testing.T) {
 					require.NoError(t, pool.QueryRow(ctx, c.effects).Scan(&extra))
 					return extra
 				},
+				Want: c.want,
 			})
 		})
 	}

@@ -30,21 +30,22 @@ func TestProve_everyPaymentFlow(t *testing.T) {
 	for _, c := range []struct {
 		flow    string
 		request func(t *testing.T, b *testBundle, svc *payments.Service) recovery.Request
+		want    recoverytest.Want
 	}{
 		{"create_payment", func(_ *testing.T, b *testBundle, _ *payments.Service) recovery.Request {
 			return b.proofRequest("/v1/payments", payments.CreateParams{Amount: 4200, Currency: "eur", PaymentMethod: "pm_card_visa", Capture: true})
-		}},
+		}, recoverytest.Want{Status: 201, JSON: `{"status": "succeeded", "amount_captured": 4200}`}},
 		{"capture_payment", func(t *testing.T, b *testBundle, svc *payments.Service) recovery.Request {
 			id := b.proofPayment(t, svc, false)
 			return b.proofRequest("/v1/payments/"+id+"/capture", payments.ActionParams{Payment: id})
-		}},
+		}, recoverytest.Want{Status: 200, JSON: `{"status": "succeeded", "captured": true}`}},
 		{"cancel_payment", func(t *testing.T, b *testBundle, svc *payments.Service) recovery.Request {
 			id := b.proofPayment(t, svc, false)
 			return b.proofRequest("/v1/payments/"+id+"/cancel", payments.ActionParams{Payment: id})
-		}},
+		}, recoverytest.Want{Status: 200, JSON: `{"status": "canceled"}`}},
 		{"refund_payment", func(t *testing.T, b *testBundle, svc *payments.Service) recovery.Request {
 			return b.proofRequest("/v1/refunds", payments.RefundParams{Payment: b.proofPayment(t, svc, true), Amount: 1000})
-		}},
+		}, recoverytest.Want{Status: 201, JSON: `{"status": "succeeded", "amount": 1000}`}},
 	} {
 		t.Run(c.flow, func(t *testing.T) {
 			t.Parallel()
@@ -57,6 +58,7 @@ func TestProve_everyPaymentFlow(t *testing.T) {
 				Request: func() recovery.Request { return c.request(t, b, svc) },
 				State:   b.paymentState(t),
 				Faults:  stripesimtest.Faults(b.sim),
+				Want:    c.want,
 			})
 		})
 	}

@@ -129,5 +129,6 @@ func TestProve_customers(t *testing.T) {
 	recoverytest.Prove(t, recoverytest.Case{
 		Pool: recoverytest.Database(t, createCustomersTable), Flow: customersFlow(remoteURL),
 		Request: customerRequest, Effects: r.effects, Faults: r.faults(),
+		Want: recoverytest.Want{Status: 201},
 	})
 }

@@ -87,7 +87,7 @@ func proveFaults(t testing.TB, c Case, clean recovery.Response, same, sameState 
 	short := cfg
 	short.LockTimeout = faultLockTimeout
 	p := &faultProof{t: t, c: c, clean: clean, same: same, sameState: sameState, effects: effects, trail: trail,
-		healthy: engine(t, c, cfg, nil), held: engine(t, c, short, nil)}
+		healthy: engine(t, c, cfg, nil), held: engine(t, c, short, nil), calls: remoteCallsOf(t.Name())}
 	p.completer = recovery.NewCompleter(recovery.CompleterConfig{Engine: p.healthy, Grace: faultCompleterGrace})
 	for _, step := range externalSteps(c.Flow) {
 		for _, f := range c.Faults {
@@ -117,6 +117,7 @@ type faultProof struct {
 	trail         []string
 	healthy, held *recovery.Engine
 	completer     *recovery.Completer
+	calls         remoteCalls // what the test's Servers saw
 }
 
 // externalSteps names the external calls of the flow's declaration, in order.
@@ -140,9 +141,10 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 		where = fmt.Sprintf("%s at %s, contended by a retry and the completer", f.Name, step)
 	}
 	start := time.Now()
+	v := &verdict{t: t, where: where}
 	req := p.c.Request()
 	req.Key, req.Flow = "recoverytest-"+f.Name+"-"+step+"-"+way, p.c.Flow
-	before := p.c.Effects()
+	before, mark := p.c.Effects(), p.calls.mark()
 	if err := f.Arm(step, faultHold); err != nil {
 		t.Fatalf("recoverytest: %s: arming: %v", where, err)
 	}
@@ -150,7 +152,7 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 	var err error
 	settled := time.Now().Add(f.Lag) // when the call's work has surely landed
 	if f.Holds {
-		first, err = p.contend(req, f, where)
+		first, err = p.contend(req, f, v)
 	} else {
 		first, err = p.healthy.Execute(ctx, req)
 	}
@@ -166,7 +168,7 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 	case err == nil:
 		t.Logf("recoverytest: %s: the attempt got past the fault (the call's own client retried it, say)", where)
 	case !recovery.IsTransient(err): // a finding; the key is still resumable, and is resumed
-		t.Errorf("recoverytest: %s: the attempt answered %s (%v), not 503: a fault of the remote side leaves the request to resume", where, answer(first, err), err)
+		v.Errorf("the attempt answered %s (%v), not 503: a fault of the remote side leaves the request to resume", answer(first, err), err)
 	}
 
 	got, err := first, err
@@ -177,7 +179,7 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 		got, err = p.complete(req, where)
 	case way == heldWay: // answered: the completer must find nothing to do
 		if run, rerr := p.completer.RunOnce(ctx); rerr != nil || run.Claimed != 0 {
-			t.Errorf("recoverytest: %s: a completer run after the answer: %+v, %v; want nothing claimed", where, run, rerr)
+			v.Errorf("a completer run after the answer: %+v, %v; want nothing claimed", run, rerr)
 		}
 	}
 	if err != nil { // the key is left unfinished, for every later completer run to meet: stop
@@ -186,28 +188,36 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 	again, err := p.healthy.Execute(ctx, req)
 	switch {
 	case err != nil:
-		t.Errorf("recoverytest: %s: the retry after it: %v", where, err)
+		v.Errorf("the retry after it: %v", err)
 	case got.Status != p.clean.Status:
-		t.Errorf("recoverytest: %s: answered %d %s, the clean run %d", where, got.Status, got.Body, p.clean.Status)
+		v.Errorf("answered %d %s, the clean run %d", got.Status, got.Body, p.clean.Status)
 	case !again.Replayed || again.Status != got.Status || string(again.Body) != string(got.Body):
-		t.Errorf("recoverytest: %s: a retry got %d %s, not the answer %d %s", where, again.Status, again.Body, got.Status, got.Body)
+		v.Errorf("a retry got %d %s, not the answer %d %s", again.Status, again.Body, got.Status, got.Body)
+	}
+	if d := p.c.Want.check(got); d != "" {
+		v.Errorf("%s", d)
 	}
 	if d := p.same.differs(got.Body); d != "" {
-		t.Errorf("recoverytest: %s: answered %s, where the clean runs agree on %s", where, got.Body, d)
+		v.Errorf("answered %s, where the clean runs agree on %s", got.Body, d)
 	}
 	if p.c.State != nil {
 		if st := p.c.State(got); p.sameState.differs(st) != "" {
-			t.Errorf("recoverytest: %s: left the state %s, where the clean runs agree on %s", where, st, p.sameState.differs(st))
+			v.Errorf("left the state %s, where the clean runs agree on %s", st, p.sameState.differs(st))
 		}
 	}
 	time.Sleep(time.Until(settled))
 	if n := p.c.Effects() - before; n != p.effects {
-		t.Errorf("recoverytest: %s: %d effects at the remote side, the clean run %d", where, n, p.effects)
+		v.Errorf("%d effects at the remote side, the clean run %d", n, p.effects)
+	}
+	// The keys are not counted: a fault may spend a child key (a 500
+	// stored under it), and the flow rightly goes on under a new one.
+	if _, missing := p.calls.since(mark); missing > 0 {
+		v.Errorf("the remote side saw %d call(s) with no Idempotency-Key", missing)
 	}
 	if got := auditTrail(t, p.c, req); fmt.Sprint(got) != fmt.Sprint(p.trail) {
-		t.Errorf("recoverytest: %s: audit trail %v, the clean run's %v", where, got, p.trail)
+		v.Errorf("audit trail %v, the clean run's %v", got, p.trail)
 	}
-	t.Logf("recoverytest: %s: proven in %v", where, time.Since(start).Round(time.Millisecond))
+	v.end(start)
 }
 
 // contend runs req on the engine with the short lock timeout, whose call
@@ -215,7 +225,7 @@ func (p *faultProof) prove(step string, f Fault, way string) {
 // the heartbeat, has a retry and then the completer contend for the key:
 // the retry must be turned away (409), the completer claim nothing. It
 // returns the attempt's answer (at once if the attempt never met f).
-func (p *faultProof) contend(req recovery.Request, f Fault, where string) (recovery.Response, error) {
+func (p *faultProof) contend(req recovery.Request, f Fault, v *verdict) (recovery.Response, error) {
 	t, ctx := p.t, context.Background()
 	t.Helper()
 	type answered struct {
@@ -232,20 +242,20 @@ func (p *faultProof) contend(req recovery.Request, f Fault, where string) (recov
 	select {
 	case a := <-done:
 		if !f.Armed() { // else the request does not reach the step: Prove says so
-			t.Errorf("recoverytest: %s: the held attempt answered before the lock timeout had passed: the hold proves nothing", where)
+			v.Errorf("the held attempt answered before the lock timeout had passed: the hold proves nothing")
 		}
 		return a.resp, a.err
 	case <-contend.C:
 	}
 	if resp, err := p.healthy.Execute(ctx, req); !errors.Is(err, recovery.ErrKeyInUse) {
-		t.Errorf("recoverytest: %s: a retry during the held call got %s (%v), not 409: the heartbeat must keep the lock", where, answer(resp, err), err)
+		v.Errorf("a retry during the held call got %s (%v), not 409: the heartbeat must keep the lock", answer(resp, err), err)
 	}
 	if run, err := p.completer.RunOnce(ctx); err != nil || run.Claimed != 0 {
-		t.Errorf("recoverytest: %s: a completer run during the held call: %+v, %v; want nothing claimed: the heartbeat must keep the lock", where, run, err)
+		v.Errorf("a completer run during the held call: %+v, %v; want nothing claimed: the heartbeat must keep the lock", run, err)
 	}
 	select {
 	case a := <-done:
-		t.Errorf("recoverytest: %s: the held call ended before its contenders were answered: the hold proves nothing", where)
+		v.Errorf("the held call ended before its contenders were answered: the hold proves nothing")
 		return a.resp, a.err
 	default:
 	}

@@ -97,7 +97,7 @@ func TestProve_failsAFlowThatFailsOnAFault(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		recoverytest.Prove(rec, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects, Faults: r.faults()})
+		recoverytest.Prove(rec, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects, Faults: r.faults(), Want: created})
 	}()
 	<-done
 	require.Contains(t, rec.failures, "unreachable at customer, resumed by the retry: the attempt answered 500", "the proof did not notice the 500")

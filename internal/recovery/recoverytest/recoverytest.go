@@ -11,7 +11,11 @@
 // side's faults (Case.Faults: a failure before the work, an answer lost
 // after it, a call held past the lock timeout), it meets each at each
 // external call, in the test's own process, resumed the same two ways and
-// held to the same answer, effects and audit trail (faults.go).
+// held to the same answer, effects and audit trail (faults.go). Every run
+// is also held to Case.Want, what the request should be answered, and to
+// the child keys its remote side saw (a Server notes them): each call
+// carries one, and a killed attempt and its resume send no more than a
+// clean run does.
 //
 // The attempt that crashes runs in a process of its own, killed at the
 // failpoint: the test binary runs again, told to run only the test that
@@ -92,6 +96,72 @@ type Case struct {
 	// of the flow (faults.go), in the test's process: no kill is needed
 	// to meet them, and the killed process meets none.
 	Faults []Fault
+	// Want is what the request should be answered: required. Every run,
+	// the clean ones first, is held to it, so that runs which agree with
+	// each other on a wrong answer (a call refused in every run, say, and
+	// stored as a decline) fail the proof instead of passing it.
+	Want Want
+}
+
+// Want is the answer a Case's request should get.
+type Want struct {
+	// Status is the answer's HTTP status: 201, 402, ... Required.
+	Status int
+	// JSON, when set, is a JSON object the answer's body must contain:
+	// every field it names, with that value (objects compared the same
+	// way, field by field; other values, arrays included, as they are).
+	// `{"status": "succeeded"}` holds a payment's answer to its status
+	// and leaves its ids and times free.
+	JSON string
+}
+
+// check says how resp differs from w, "" when it does not.
+func (w Want) check(resp recovery.Response) string {
+	if resp.Status != w.Status {
+		return fmt.Sprintf("answered %d %s, the case wants %d", resp.Status, resp.Body, w.Status)
+	}
+	if w.JSON == "" {
+		return ""
+	}
+	var want, got any
+	if err := json.Unmarshal([]byte(w.JSON), &want); err != nil {
+		return fmt.Sprintf("Case.Want.JSON is not JSON: %v", err)
+	}
+	if err := json.Unmarshal(resp.Body, &got); err != nil {
+		return fmt.Sprintf("answered %d %s, not JSON; the case wants %s", resp.Status, resp.Body, w.JSON)
+	}
+	if d := contains("$", want, got); d != "" {
+		return fmt.Sprintf("answered %s, where the case wants %s", resp.Body, d)
+	}
+	return ""
+}
+
+// contains says where got lacks what want holds, "" when it holds it all.
+func contains(path string, want, got any) string {
+	wm, ok := want.(map[string]any)
+	if !ok {
+		w, _ := json.Marshal(want)
+		g, _ := json.Marshal(got)
+		if string(w) != string(g) {
+			return fmt.Sprintf("%s: %s, here %s", path, w, g)
+		}
+		return ""
+	}
+	gm, ok := got.(map[string]any)
+	if !ok {
+		return fmt.Sprintf("%s: an object", path)
+	}
+	for _, k := range slices.Sorted(maps.Keys(wm)) {
+		g, ok := gm[k]
+		if !ok {
+			w, _ := json.Marshal(wm[k])
+			return fmt.Sprintf("%s.%s: %s, here absent", path, k, w)
+		}
+		if d := contains(path+"."+k, wm[k], g); d != "" {
+			return d
+		}
+	}
+	return ""
 }
 
 // CrashLockTimeout is the lifetime the killed attempt gives the locks it
@@ -119,8 +189,13 @@ func Prove(t testing.TB, c Case) {
 		crashHere(t, c, o)
 		return // never reached (crashHere exits): the killed process runs nothing more, no fault above all
 	}
+	if c.Want.Status == 0 {
+		t.Fatalf("recoverytest: Case.Want.Status is required: what the request should be answered (a proof that only compares runs with each other passes a flow that is wrong in every run)")
+	}
 	ctx := context.Background()
 	healthy := engine(t, c, c.Config, nil)
+	calls := remoteCallsOf(t.Name()) // what the test's Servers saw, for the child keys
+	external := len(externalSteps(c.Flow)) > 0
 	requests := map[string]recovery.Request{}
 	request := func(key string) recovery.Request { // the same request for every attempt with key
 		req, ok := requests[key]
@@ -135,14 +210,21 @@ func Prove(t testing.TB, c Case) {
 		return e.Execute(ctx, request(key))
 	}
 
-	cleanRun := func(key string) (resp recovery.Response, effects int, trail []string) {
+	cleanRun := func(key string) (resp recovery.Response, effects int, trail []string, childKeys []string) {
 		request(key)
-		before := c.Effects()
+		before, mark := c.Effects(), calls.mark()
 		resp, err := run(healthy, key)
 		if err != nil {
 			t.Fatalf("recoverytest: the clean run %s failed: %v", key, err)
 		}
-		return resp, c.Effects() - before, auditTrail(t, c, request(key))
+		if d := c.Want.check(resp); d != "" {
+			t.Fatalf("recoverytest: the clean run %s %s", key, d)
+		}
+		childKeys, missing := calls.since(mark)
+		if missing > 0 {
+			t.Fatalf("recoverytest: the clean run %s: the remote side saw %d call(s) with no Idempotency-Key: each external call must send its child key (Key.ChildKey)", key, missing)
+		}
+		return resp, c.Effects() - before, auditTrail(t, c, request(key)), childKeys
 	}
 	state := func(resp recovery.Response) []byte {
 		if c.State == nil {
@@ -150,7 +232,13 @@ func Prove(t testing.TB, c Case) {
 		}
 		return c.State(resp)
 	}
-	clean, effects, trail := cleanRun("recoverytest-clean")
+	clean, effects, trail, cleanKeys := cleanRun("recoverytest-clean")
+	switch {
+	case external && calls.servers == 0:
+		t.Logf("recoverytest: the flow calls a remote side, but no recoverytest.Server serves this test: its child keys are unchecked")
+	case external:
+		t.Logf("recoverytest: the clean run: %d effect(s) at the remote side, %d child key(s) sent", effects, len(cleanKeys))
+	}
 	cleanState := state(clean)
 	cleanDone := time.Now()
 	var answers, states []answered // checked against both clean runs, at the end
@@ -159,11 +247,14 @@ func Prove(t testing.TB, c Case) {
 		for _, way := range ways {
 			key := "recoverytest-" + way + "-" + name
 			req := request(key)
-			before := c.Effects()
-			if !killAt(t, name, req) {
+			before, mark, start := c.Effects(), calls.mark(), time.Now()
+			pid, killed := killAt(t, name, req)
+			if !killed {
 				break // nor by the next way: the same request goes the same path
 			}
 			where := fmt.Sprintf("killed at %s, resumed by the %s", name, way)
+			t.Logf("recoverytest: %s: process %d ran the request and was killed (SIGKILL) at %s", where, pid, name)
+			v := &verdict{t: t, where: where}
 			var (
 				got recovery.Response
 				err error
@@ -184,18 +275,29 @@ func Prove(t testing.TB, c Case) {
 			case err != nil:
 				t.Fatalf("recoverytest: %s: the retry after it: %v", where, err)
 			case got.Status != clean.Status:
-				t.Errorf("recoverytest: %s: answered %d, the clean run %d", where, got.Status, clean.Status)
+				v.Errorf("answered %d, the clean run %d", got.Status, clean.Status)
 			case !again.Replayed || again.Status != got.Status || string(again.Body) != string(got.Body):
-				t.Errorf("recoverytest: %s: a retry got %d %s, not the answer %d %s", where, again.Status, again.Body, got.Status, got.Body)
+				v.Errorf("a retry got %d %s, not the answer %d %s", again.Status, again.Body, got.Status, got.Body)
+			}
+			if d := c.Want.check(got); d != "" {
+				v.Errorf("%s", d)
 			}
 			answers = append(answers, answered{where, got.Body})
 			states = append(states, answered{where, state(got)})
 			if n := c.Effects() - before; n != effects {
-				t.Errorf("recoverytest: %s: %d effects at the remote side, the clean run %d", where, n, effects)
+				v.Errorf("%d effects at the remote side, the clean run %d", n, effects)
+			}
+			keys, missing := calls.since(mark)
+			switch {
+			case missing > 0:
+				v.Errorf("the remote side saw %d call(s) with no Idempotency-Key", missing)
+			case len(keys) != len(cleanKeys):
+				v.Errorf("the remote side saw %d child key(s) %v for the killed attempt and its resume, the clean run %d: a resumed call must send the key the first attempt sent", len(keys), keys, len(cleanKeys))
 			}
 			if got := auditTrail(t, c, req); fmt.Sprint(got) != fmt.Sprint(trail) {
-				t.Errorf("recoverytest: %s: audit trail %v, the clean run's %v", where, got, trail)
+				v.Errorf("audit trail %v, the clean run's %v", got, trail)
 			}
+			v.end(start)
 		}
 	}
 
@@ -205,7 +307,7 @@ func Prove(t testing.TB, c Case) {
 	for time.Now().Unix() <= cleanDone.Unix() {
 		time.Sleep(10 * time.Millisecond)
 	}
-	clean2, effects2, trail2 := cleanRun("recoverytest-clean-2")
+	clean2, effects2, trail2, _ := cleanRun("recoverytest-clean-2")
 	switch {
 	case clean2.Status != clean.Status:
 		t.Fatalf("recoverytest: two clean runs answered %d and %d", clean.Status, clean2.Status)
@@ -414,9 +516,10 @@ var order = sync.OnceValue(func() *crashOrder {
 })
 
 // killAt runs req in a process of its own, the test binary running the
-// test t only, killed at failpoint name. It reports whether the failpoint
-// killed it; false when the attempt finished without passing it (logged).
-func killAt(t testing.TB, name string, req recovery.Request) bool {
+// test t only, killed at failpoint name. It returns the process's id and
+// whether the failpoint killed it; false when the attempt finished without
+// passing it (logged).
+func killAt(t testing.TB, name string, req recovery.Request) (pid int, killed bool) {
 	t.Helper()
 	params, err := json.Marshal(req.Params)
 	if err != nil {
@@ -440,13 +543,13 @@ func killAt(t testing.TB, name string, req recovery.Request) bool {
 	case ctx.Err() != nil:
 		t.Fatalf("recoverytest: the process to be killed at %s ran past %v:\n%s", name, time.Minute, out)
 	case status.Signaled() && status.Signal() == syscall.SIGKILL:
-		return true
+		return cmd.ProcessState.Pid(), true
 	case status.Exited() && status.ExitStatus() == exitNotReached:
 		t.Logf("recoverytest: %s: not reached by this request", name)
-		return false
+		return cmd.ProcessState.Pid(), false
 	}
 	t.Fatalf("recoverytest: the process to be killed at %s ended otherwise (%v):\n%s", name, cmd.ProcessState, out)
-	return false
+	return 0, false
 }
 
 // runPattern is the -test.run pattern that runs only the test named name.
@@ -569,11 +672,24 @@ func open(t testing.TB, url string) *pgxpool.Pool {
 // Server serves the handler handler makes over HTTP, in the test's process,
 // for the test, and returns its URL, also in the process to be killed,
 // which calls the same server: the remote side remembers what both did.
+//
+// It notes the Idempotency-Key of every call that changes something (any
+// method but GET and HEAD), for Prove: every such call must carry one, and
+// a request killed and resumed must send the remote side no more keys than
+// a clean run does.
 func Server(t testing.TB, name string, handler func() http.Handler) string {
 	t.Helper()
 	return Shared(t, name, func() string {
-		s := httptest.NewServer(handler())
+		log := &callLog{}
+		h := handler()
+		s := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.Method != http.MethodGet && r.Method != http.MethodHead {
+				log.note(r.Header.Get("Idempotency-Key"))
+			}
+			h.ServeHTTP(w, r)
+		}))
 		t.Cleanup(s.Close)
+		remotes.add(t, log)
 		return s.URL
 	})
 }

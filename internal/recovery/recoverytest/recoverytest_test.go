@@ -7,10 +7,13 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
+	"io"
 	"net/http"
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"testing"
@@ -36,7 +39,7 @@ func TestProve_failsAFlowThatActsTwice(t *testing.T) {
 	go func() {
 		defer close(done)
 		recoverytest.Prove(rec, recoverytest.Case{
-			Pool: pool, Flow: customersFlow(remoteURL), Request: customerRequest, Effects: r.effects,
+			Pool: pool, Flow: customersFlow(remoteURL), Request: customerRequest, Effects: r.effects, Want: created,
 		})
 	}()
 	<-done
@@ -48,6 +51,19 @@ type recorder struct {
 	testing.TB
 	mu       sync.Mutex
 	failures string
+	logs     string
+}
+
+// prove runs Prove on c with a recorder, and returns it once Prove is done.
+func prove(t *testing.T, c recoverytest.Case) *recorder {
+	rec := &recorder{TB: t}
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		recoverytest.Prove(rec, c)
+	}()
+	<-done
+	return rec
 }
 
 func (r *recorder) Errorf(format string, args ...any) {
@@ -55,6 +71,13 @@ func (r *recorder) Errorf(format string, args ...any) {
 	defer r.mu.Unlock()
 	r.failures += fmt.Sprintf(format, args...) + "\n"
 	r.TB.Logf("(expected) "+format, args...)
+}
+
+func (r *recorder) Logf(format string, args ...any) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.logs += fmt.Sprintf(format, args...) + "\n"
+	r.TB.Logf(format, args...)
 }
 
 func (r *recorder) Fatalf(format string, args ...any) {
@@ -77,7 +100,7 @@ func TestProve_failsAFlowWhoseAnswerForgets(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		recoverytest.Prove(rec, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects})
+		recoverytest.Prove(rec, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects, Want: created})
 	}()
 	<-done
 	require.Contains(t, rec.failures, "killed at after_commit:customer_saved, resumed by the retry: answered", "the proof did not notice the answer without the email")
@@ -108,7 +131,8 @@ func TestProve_killsTheRealProcess(t *testing.T) {
 		}), recovery.Finished),
 	)
 	recoverytest.Prove(t, recoverytest.Case{Pool: pool, Flow: flow, Effects: func() int { return 0 },
-		Request: func() recovery.Request { return recovery.Request{UserID: 1, Method: "POST", Path: "/v1/pids"} }})
+		Request: func() recovery.Request { return recovery.Request{UserID: 1, Method: "POST", Path: "/v1/pids"} },
+		Want:    recoverytest.Want{Status: 200, JSON: `{"noted": "yes"}`}})
 
 	rows, err := pool.Query(context.Background(), "SELECT DISTINCT pid FROM pids WHERE pid <> $1", os.Getpid())
 	require.NoError(t, err)
@@ -175,7 +199,7 @@ func TestProve_failsAFlowWhoseStateForgets(t *testing.T) {
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
-		recoverytest.Prove(rec, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects, State: state})
+		recoverytest.Prove(rec, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects, State: state, Want: created})
 	}()
 	<-done
 	require.Contains(t, rec.failures, "killed at after_commit:customer_saved, resumed by the retry: left the state", "the proof did not notice the record without the email")
@@ -204,4 +228,108 @@ func forgetfulFlow(remoteURL string,
 				return record(ctx, tx, k, remoteID, email)
 			}), recovery.Finished),
 	)
+}
+
+// created is what the customers flow answers.
+var created = recoverytest.Want{Status: 201}
+
+// A proof holds every run to what the flow should answer, not only to the
+// other runs: a flow that calls its remote side without the child key, is
+// refused in every run, and stores the refusal as its answer, agrees with
+// itself, and fails.
+func TestProve_failsAFlowThatIsWrongInEveryRun(t *testing.T) {
+	t.Parallel()
+	refusing := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("Idempotency-Key") == "" {
+			http.Error(w, "no key", http.StatusBadRequest)
+			return
+		}
+		_, _ = io.WriteString(w, "cus_1")
+	})
+	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return refusing })
+	pool := recoverytest.Database(t, createCustomersTable)
+	keyless := func(ctx context.Context, k *recovery.Key) (string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, remoteURL+"/customers", nil) // the bug: no Idempotency-Key
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", recovery.Transient(err)
+		}
+		defer resp.Body.Close()
+		return resp.Status, nil
+	}
+	declined := func(ctx context.Context, tx *db.Tx, k *recovery.Key, status string) (recovery.Outcome, error) {
+		if status != "200 OK" {
+			return recovery.RespondJSON(402, map[string]string{"error": status}) // the refusal, stored as a decline
+		}
+		return recordCustomer(ctx, tx, k, "cus_1")
+	}
+	flow := recovery.NewFlow("create_customer",
+		recovery.From(recovery.Started, recovery.LocalPhase(insertCustomer), customerSaved),
+		recovery.From(customerSaved, recovery.ExternalPhase("customer", keyless, declined), recovery.Finished),
+	)
+	rec := prove(t, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: func() int { return 0 }, Want: created})
+	require.Contains(t, rec.failures, "answered 402", "the proof did not hold the runs to the answer the case wants")
+	require.Contains(t, rec.failures, "the case wants 201")
+	require.NotContains(t, rec.logs, "proven in")
+
+	// Accepted without a key, the call still fails the proof.
+	rec = prove(t, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: func() int { return 0 },
+		Want: recoverytest.Want{Status: 402}})
+	require.Contains(t, rec.failures, "with no Idempotency-Key", "the proof did not notice the call without a child key")
+}
+
+// A flow that makes a new child key for each attempt (a random one, say)
+// sends a resumed call under another key than the first: the proof fails
+// it, by the keys its remote side saw as well as by the second customer.
+func TestProve_failsAFlowWhoseChildKeyChangesPerAttempt(t *testing.T) {
+	t.Parallel()
+	r := &remote{byKey: map[string]string{}}
+	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
+	pool := recoverytest.Database(t, createCustomersTable)
+	fresh := func(ctx context.Context, k *recovery.Key) (string, error) {
+		req, _ := http.NewRequestWithContext(ctx, http.MethodPost, remoteURL+"/customers", nil)
+		req.Header.Set("Idempotency-Key", k.ChildKey("customer")+"-"+strconv.Itoa(os.Getpid())) // the bug: per process
+		resp, err := http.DefaultClient.Do(req)
+		if err != nil {
+			return "", recovery.Transient(err)
+		}
+		defer resp.Body.Close()
+		id, err := io.ReadAll(resp.Body)
+		return string(id), err
+	}
+	flow := recovery.NewFlow("create_customer",
+		recovery.From(recovery.Started, recovery.LocalPhase(insertCustomer), customerSaved),
+		recovery.From(customerSaved, recovery.ExternalPhase("customer", fresh, recordCustomer), recovery.Finished),
+	)
+	rec := prove(t, recoverytest.Case{Pool: pool, Flow: flow, Request: customerRequest, Effects: r.effects, Want: created})
+	require.Contains(t, rec.failures, "killed at after_call:customer, resumed by the retry: the remote side saw 2 child key(s)")
+	require.Contains(t, rec.logs, "killed at after_call:customer, resumed by the retry: NOT proven")
+	require.Contains(t, rec.logs, "(SIGKILL) at after_call:customer", "the proof did not say what it killed where")
+}
+
+// Want is required: a proof that only compares runs with each other
+// proves nothing about what they should answer.
+func TestProve_requiresWhatTheFlowShouldAnswer(t *testing.T) {
+	t.Parallel()
+	rec := prove(t, recoverytest.Case{Flow: customersFlow("http://127.0.0.1:1"), Request: customerRequest, Effects: func() int { return 0 }})
+	require.Contains(t, rec.failures, "Case.Want.Status is required")
+}
+
+// After a mismatch a run is never reported proven: a forgetful remote side
+// makes a second customer when the answer to the first was lost, and the
+// run says so, and that it is not proven.
+func TestProve_neverSaysProvenAfterAMismatch(t *testing.T) {
+	t.Parallel()
+	r := &faultyRemote{remote: remote{byKey: map[string]string{}, forgetful: true}}
+	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
+	pool := recoverytest.Database(t, createCustomersTable)
+	rec := prove(t, recoverytest.Case{Pool: pool, Flow: customersFlow(remoteURL), Request: customerRequest, Effects: r.effects, Want: created})
+	require.Contains(t, rec.failures, "effects at the remote side")
+	for _, line := range strings.Split(rec.failures, "\n") {
+		if where, _, ok := strings.Cut(line, ": 2 effects at the remote side"); ok {
+			where = strings.TrimPrefix(where, "recoverytest: ")
+			require.Contains(t, rec.logs, where+": NOT proven")
+			require.NotContains(t, rec.logs, where+": proven in")
+		}
+	}
 }

@@ -9,6 +9,8 @@
 // scenario at each client count:
 //
 //	A-naive  Brandur's four SERIALIZABLE transactions per request, through pgx (own schema, own database)
+//	A-naive-http  A-naive's transactions served over HTTP as a team would copy them: the same chi
+//	         router, authentication, JSON and stripe-go call to the simulator as B (naivehttp.go)
 //	A-own    the engine's transactions for one new payment, through recovery.Engine.Execute, no HTTP,
 //	         no Stripe: a benchmark-only flow with create-payment's SQL and a no-op external call
 //	B        POST /v1/payments end to end over HTTP, new keys, key filter on
@@ -63,6 +65,7 @@ type options struct {
 	topSQL          int
 	preload         int
 	rounds          int
+	goalRounds      int
 
 	// The scale run (scale.go, startup.go, churn.go): make bench-scale.
 	scaleSizes     []int
@@ -81,7 +84,7 @@ type options struct {
 }
 
 // allScenarios in the order they run at each client count.
-var allScenarios = []string{"A-naive", "A-own", "B", "B-young", "E", "F", "G", "C", "D"}
+var allScenarios = []string{"A-naive", "A-naive-http", "A-own", "B", "B-young", "E", "F", "G", "C", "D"}
 
 // gogc is the garbage collector's setting in force (see internal/tuning).
 var gogc string
@@ -117,6 +120,7 @@ func parseFlags() (options, error) {
 		"(overrides -clients, -warmup, -duration)")
 	fs.IntVar(&o.preload, "preload", 100000, "finished requests in the database every cell starts from (0: empty tables)")
 	fs.IntVar(&o.rounds, "rounds", 1, "run every cell this many times, interleaved, and report the median")
+	fs.IntVar(&o.goalRounds, "goal-rounds", 0, "run the cells the goals read (16 and 64 clients) this many times instead (0: -rounds)")
 	fs.IntVar(&o.topSQL, "top-sql", 0, "after each cell, log its N costliest statements by server execution time (pg_stat_statements)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the cluster's directory and log (for a look at PostgreSQL's log afterwards)")
 	fs.StringVar(&scaleSizes, "scale", "", "the scale run instead: live keys of each database, comma-separated (e.g. 0,100000,1000000,10000000; 0 is the young database)")
@@ -202,13 +206,28 @@ func parseFlags() (options, error) {
 	if o.duration <= 0 || o.warmup < 0 {
 		return o, errors.New("-duration must be positive and -warmup not negative")
 	}
-	if o.users < 1 || o.replayKeys < 1 || o.rounds < 1 {
-		return o, errors.New("-users, -replay-keys and -rounds must be positive")
+	if o.users < 1 || o.replayKeys < 1 || o.rounds < 1 || o.goalRounds < 0 {
+		return o, errors.New("-users, -replay-keys and -rounds must be positive, -goal-rounds not negative")
+	}
+	if o.goalRounds == 0 {
+		o.goalRounds = o.rounds
 	}
 	if o.command == "" {
 		o.command = "go run ./cmd/paymentsbench " + strings.Join(os.Args[1:], " ")
 	}
 	return o, nil
+}
+
+// goalClients are the client counts whose cells the goals read: they run
+// -goal-rounds times (issue 40: one run decides, on medians of 5).
+var goalClients = []int{16, 64}
+
+// roundsAt is how many rounds the cells at c clients run.
+func (o options) roundsAt(c int) int {
+	if slices.Contains(goalClients, c) {
+		return o.goalRounds
+	}
+	return o.rounds
 }
 
 func run() error {
@@ -231,8 +250,11 @@ func run() error {
 	}
 	defer b.close()
 
-	for round := 1; round <= o.rounds; round++ {
+	for round := 1; round <= max(o.rounds, o.goalRounds); round++ {
 		for _, c := range o.clients {
+			if round > o.roundsAt(c) {
+				continue
+			}
 			for _, s := range allScenarios {
 				if !slices.Contains(o.scenarios, s) || ((s == "F" || s == "G") && !slices.Contains(backgroundClients, c)) {
 					continue

@@ -102,13 +102,14 @@ func (b *bench) get(s string, c int) *cellResult {
 }
 
 var scenarioTitles = map[string]string{
-	"A-naive": "A-naive: Brandur's 4 SERIALIZABLE tx, pgx, no HTTP/Stripe",
-	"A-own":   "A-own: the engine's tx for a new payment, pgx, no HTTP/Stripe",
-	"B":       "B: POST /v1/payments, new keys, filter on",
-	"B-young": "B-young: B on an empty database (no preload)",
-	"C":       "C: replays of finished keys",
-	"D":       "D: same-key storm",
-	"E":       "E: B with the filter off",
+	"A-naive":      "A-naive: Brandur's 4 SERIALIZABLE tx, pgx, no HTTP/Stripe",
+	"A-naive-http": "A-naive-http: A-naive's tx behind the same HTTP, auth, JSON and Stripe call as B",
+	"A-own":        "A-own: the engine's tx for a new payment, pgx, no HTTP/Stripe",
+	"B":            "B: POST /v1/payments, new keys, filter on",
+	"B-young":      "B-young: B on an empty database (no preload)",
+	"C":            "C: replays of finished keys",
+	"D":            "D: same-key storm",
+	"E":            "E: B with the filter off",
 }
 
 func (b *bench) report() string {
@@ -169,6 +170,13 @@ func (b *bench) writeMethod(p func(string, ...any)) {
 		"per new request, on its own schema (bigserial keys) in its own database, issued through pgx, %s, every statement "+
 		"on its own and BEGIN alone, as pgbench sends them. Each transaction "+
 		"is retried alone through `db.WithTx` (pgbench restarted the whole script with a new key).\n", floorConnsText(o.floorConns))
+	p("- **A-naive-http**: the like-for-like floor of B: A-naive's four transactions (its SQL, one statement at a time, BEGIN alone, " +
+		"no key filter, no pipelining, the client's key in place of a random one and the PaymentIntent's id in place of a made-up charge) " +
+		"served by a plain Go handler over the same chi router, authenticated by the same `users.Authenticator` on the service's users, " +
+		"its JSON body decoded and its JSON answer and log line written, and the same stripe-go call to the same simulator with a child key " +
+		"derived from the key row between the second and third transaction, on a pool of the service's size (`cmd/paymentsbench/naivehttp.go`). " +
+		"What a team that copied the pattern naively would serve; what B does beyond it (fencing, replays, the filter, events and receipts staged) " +
+		"is what B / A-naive-http prices.\n")
 	p("- **A-own**: the engine's own transactions for a new payment, `recovery.Engine.Execute` with the key filter on and "+
 		"%s, running the real create-payment flow (`payments.Service.Create` built `WithCreatePaymentIntent`: its phases and its SQL) "+
 		"whose Stripe call answers at once with a succeeded PaymentIntent (it calls nobody). No HTTP, no Stripe: the engine's floor.\n",
@@ -231,9 +239,10 @@ func pgssText(on bool) string {
 
 func (b *bench) writeResults(p func(string, ...any)) {
 	p("## Results\n\n")
-	if b.o.rounds > 1 {
-		p("Every cell ran %d times, interleaved (every cell once, then every cell again, ...). Each row is the run "+
-			"with the median throughput, with the range of all runs; the ratios and goals use the medians.\n\n", b.o.rounds)
+	if b.o.rounds > 1 || b.o.goalRounds > 1 {
+		p("Every cell ran %d times (the cells at %v clients, which the goals read, %d times), interleaved (every cell once, "+
+			"then every cell again, ...). Each row is the run with the median throughput, with the range of all runs; the ratios "+
+			"and goals use the medians, and each goal row gives the range of its ratio round by round.\n\n", b.o.rounds, goalClients, b.o.goalRounds)
 	}
 	p("| scenario | clients | db conns | req/s | p50 ms | p95 ms | p99 ms | max ms | outcomes (whole cell) |\n")
 	p("|---|--:|--:|--:|--:|--:|--:|--:|---|\n")
@@ -267,7 +276,7 @@ func (b *bench) writeResults(p func(string, ...any)) {
 	for _, r := range b.results {
 		for msg, n := range r.errs {
 			where := fmt.Sprintf("%s at %d clients", r.scenario, r.clients)
-			if b.o.rounds > 1 {
+			if max(b.o.rounds, b.o.goalRounds) > 1 {
 				where += fmt.Sprintf(" (round %d)", r.round)
 			}
 			errs = append(errs, fmt.Sprintf("- %s, %d×: `%s`", where, n, msg))
@@ -403,6 +412,7 @@ func (b *bench) ratioTable(p func(string, ...any), title string, rows [][3]strin
 func (b *bench) writeRatios(p func(string, ...any)) {
 	p("## Ratios (throughput, within this run)\n\n")
 	b.ratioTable(p, "ratio", [][3]string{
+		{"B", "A-naive-http", "B / A-naive-http: the whole service vs the naive pattern behind the same HTTP and Stripe call"},
 		{"B", "A-naive", "B / A-naive: the whole service vs the naive SQL floor"},
 		{"B", "A-own", "B / A-own: what HTTP and Stripe add to the engine's own SQL"},
 		{"A-own", "A-naive", "A-own / A-naive: the engine's SQL vs the naive SQL"},
@@ -413,7 +423,7 @@ func (b *bench) writeRatios(p func(string, ...any)) {
 		"at each scenario's CPU cost). They are less sensitive to what else the machine was doing during each cell, " +
 		"but blind to waits (locks, fsync, retries' backoff):\n\n")
 	b.ratioTable(p, "ratio of ceilings", [][3]string{
-		{"B", "A-naive", "B / A-naive"}, {"B", "A-own", "B / A-own"}, {"C", "B", "C / B"}, {"B", "E", "B / E"},
+		{"B", "A-naive-http", "B / A-naive-http"}, {"B", "A-naive", "B / A-naive"}, {"B", "A-own", "B / A-own"}, {"C", "B", "C / B"}, {"B", "E", "B / E"},
 	}, func(num, den string, c int) (float64, bool) {
 		n, d := b.ceiling(num, c), b.ceiling(den, c)
 		return n / d, n > 0 && d > 0
@@ -629,12 +639,16 @@ func (b *bench) writeFilterGoals(p func(string, ...any), verdict func(bool) stri
 		}
 	}
 	if check, ok := median(ns, "BenchmarkCheckLatency/blocked-4"); !ok {
-		p("| a check ≤ 1.2 × one DRAM access | `BenchmarkCheckLatency/blocked-4` not in the output | – |\n")
+		p("| reported: a check against one DRAM access | `BenchmarkCheckLatency/blocked-4` not in the output | – |\n")
 	} else if d, ok := median(ns, dram); !ok {
-		p("| a check ≤ 1.2 × one DRAM access | `%s` not in the output | – |\n", dram)
+		p("| reported: a check against one DRAM access | `%s` not in the output | – |\n", dram)
 	} else {
-		p("| a check ≤ 1.2 × one DRAM access (one at a time, each waiting for the last, as a random read of a 256 MiB array "+
-			"that waits for the last) | %.0f / %.0f ns = %.2f × | %s |\n", check, d, check/d, verdict(check <= 1.2*d))
+		// Reported, no longer judged (issue 40): the yardstick is this
+		// machine's DRAM of the moment, which moved 293 → 399 → 194 ns
+		// between runs; the filter is judged against bits-and-blooms in
+		// the same run, below.
+		p("| reported: a check against one DRAM access (one at a time, each waiting for the last, as a random read of a 256 MiB array "+
+			"that waits for the last; was judged ≤ 1.2 ×) | %.0f / %.0f ns = %.2f × | reported |\n", check, d, check/d)
 	}
 	for _, kind := range []string{"CheckMember", "CheckNonMember", "CheckLatency"} {
 		ours, ok1 := median(ns, "Benchmark"+kind+"/blocked-4")
@@ -685,27 +699,41 @@ func (b *bench) writeYoungGoal(p func(string, ...any), verdict func(bool) string
 	p("| no 409 for new keys on a young database (B-young at 16 and 64 clients) | %s | %s |\n", strings.Join(cells, "; "), verdict(ok))
 }
 
-// writeRequestGoals judges the request against the naive floor (issue 29):
-// B's throughput at least 1.1 × A-naive's at 16 clients and 1.3 × at 64,
-// and, at each, PostgreSQL's CPU per request at most 0.8 × A-naive's and
-// the WAL per request at most 2 × A-naive's.
+// writeRequestGoals judges the request (issue 40): B against the
+// like-for-like floor A-naive-http (the naive transactions served over the
+// same HTTP, authentication and Stripe call) at 1.3 × at 16 clients and
+// 1.6 × at 64; the service's own overhead, B against the engine's floor
+// A-own at 16 clients, at least 0.75 ×; and, at each, PostgreSQL's CPU per
+// request at most 0.8 × A-naive's and the WAL at most 2 × A-naive's. Each
+// verdict is the medians'; beside it, the spread of the ratio round by
+// round, and "within noise" when that spread straddles the limit. B against
+// the SQL-only floor A-naive is reported, no longer judged: A-naive makes
+// no HTTP exchange and no Stripe call.
 func (b *bench) writeRequestGoals(p func(string, ...any), verdict func(bool) string, atLeast func(got, want float64) string) {
-	for _, g := range []struct {
-		clients int
-		want    float64
-	}{{16, 1.1}, {64, 1.3}} {
-		goal := fmt.Sprintf("B ≥ %.1f × A-naive at %d clients", g.want, g.clients)
-		if v, ok := b.ratio("B", "A-naive", g.clients); ok {
-			p("| %s | B/A-naive = %.2f (%.0f vs %.0f req/s) | %s |\n", goal, v, b.get("B", g.clients).rps, b.get("A-naive", g.clients).rps, atLeast(v, g.want))
-		} else {
-			p("| %s | not measured in this run | – |\n", goal)
-		}
-	}
 	atMost := func(got, limit float64) string {
 		if got <= limit {
 			return verdict(true)
 		}
 		return fmt.Sprintf("%s: %.2f× the limit", verdict(false), got/limit)
+	}
+	for _, g := range []struct {
+		floor   string
+		clients int
+		want    float64
+	}{{"A-naive-http", 16, 1.3}, {"A-naive-http", 64, 1.6}, {"A-own", 16, 0.75}} {
+		goal := fmt.Sprintf("B ≥ %.2g × %s at %d clients", g.want, g.floor, g.clients)
+		if v, ok := b.ratio("B", g.floor, g.clients); ok {
+			p("| %s | B/%s = %.2f (%.0f vs %.0f req/s)%s | %s%s |\n", goal, g.floor, v, b.get("B", g.clients).rps, b.get(g.floor, g.clients).rps,
+				spreadOf(b.roundRatios("B", g.floor, g.clients, rps)), atLeast(v, g.want), noise(b.roundRatios("B", g.floor, g.clients, rps), g.want, true))
+		} else {
+			p("| %s | not measured in this run | – |\n", goal)
+		}
+	}
+	for _, c := range []int{16, 64} {
+		if v, ok := b.ratio("B", "A-naive", c); ok {
+			p("| B / A-naive at %d clients (the SQL-only floor: no HTTP, no Stripe) | %.2f (%.0f vs %.0f req/s)%s | reported |\n",
+				c, v, b.get("B", c).rps, b.get("A-naive", c).rps, spreadOf(b.roundRatios("B", "A-naive", c, rps)))
+		}
 	}
 	for _, c := range []int{16, 64} {
 		goal := fmt.Sprintf("PostgreSQL CPU per request ≤ 0.8 × A-naive's at %d clients", c)
@@ -714,13 +742,15 @@ func (b *bench) writeRequestGoals(p func(string, ...any), verdict func(bool) str
 			p("| %s | not measured in this run | – |\n", goal)
 			continue
 		}
-		_, bpg, _, _, _ := bb.cpuPerReq()
-		_, apg, _, _, _ := a.cpuPerReq()
+		// The medians of each scenario's own CPU per request, not of the
+		// cells with the median throughput: CPU per request is the figure.
+		bpg, apg := median(b.each("B", c, pgCPU)), median(b.each("A-naive", c, pgCPU))
 		if apg <= 0 {
 			p("| %s | A-naive's PostgreSQL CPU was not measured | – |\n", goal)
 			continue
 		}
-		p("| %s | B / A-naive = %.2f (%.3f vs %.3f ms) | %s |\n", goal, bpg/apg, bpg, apg, atMost(bpg/apg, 0.8))
+		rounds := b.roundRatios("B", "A-naive", c, pgCPU)
+		p("| %s | B / A-naive = %.2f (%.3f vs %.3f ms)%s | %s%s |\n", goal, bpg/apg, bpg, apg, spreadOf(rounds), atMost(bpg/apg, 0.8), noise(rounds, 0.8, false))
 	}
 	for _, c := range []int{16, 64} {
 		goal := fmt.Sprintf("WAL per request ≤ 2 × A-naive's at %d clients", c)
@@ -732,6 +762,68 @@ func (b *bench) writeRequestGoals(p func(string, ...any), verdict func(bool) str
 		bw, aw := bb.perReq(bb.server.walBytes)/1024, a.perReq(a.server.walBytes)/1024
 		p("| %s | B / A-naive = %.2f (%.1f vs %.1f KiB) | %s |\n", goal, bw/aw, bw, aw, atMost(bw/aw, 2))
 	}
+}
+
+// rps and pgCPU are figures of a cell that the goals compare.
+func rps(r *cellResult) float64 { return r.rps }
+
+func pgCPU(r *cellResult) float64 { _, pg, _, _, _ := r.cpuPerReq(); return pg }
+
+// each is f of every round's cell of s at c clients.
+func (b *bench) each(s string, c int, f func(*cellResult) float64) []float64 {
+	var out []float64
+	for _, r := range b.all(s, c) {
+		out = append(out, f(r))
+	}
+	return out
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	v = slices.Clone(v)
+	slices.Sort(v)
+	return v[len(v)/2]
+}
+
+// roundRatios is f(num) / f(den) at c clients, round by round: the cells
+// of one round ran back to back, so each ratio is of two cells that shared
+// the machine's state of the moment.
+func (b *bench) roundRatios(num, den string, c int, f func(*cellResult) float64) []float64 {
+	byRound := map[int]*cellResult{}
+	for _, r := range b.all(den, c) {
+		byRound[r.round] = r
+	}
+	var out []float64
+	for _, n := range b.all(num, c) {
+		if d, ok := byRound[n.round]; ok && f(d) > 0 {
+			out = append(out, f(n)/f(d))
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// spreadOf says the range of the per-round ratios, when there are several.
+func spreadOf(v []float64) string {
+	if len(v) < 2 {
+		return ""
+	}
+	return fmt.Sprintf("; rounds %.2f–%.2f (%d)", v[0], v[len(v)-1], len(v))
+}
+
+// noise says "within noise" when the per-round ratios fall on both sides
+// of limit: the verdict is still the median's.
+func noise(v []float64, limit float64, atLeast bool) string {
+	if len(v) < 2 {
+		return ""
+	}
+	lo, hi := v[0], v[len(v)-1]
+	if (atLeast && lo < limit && hi >= limit) || (!atLeast && lo <= limit && hi > limit) {
+		return " (within noise: the rounds straddle the limit)"
+	}
+	return ""
 }
 
 // writeYoungRetryGoals judges the young database (issue 29): B-young at 16

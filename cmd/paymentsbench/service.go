@@ -221,6 +221,36 @@ func (b *bench) setup(ctx context.Context, name string, clients int) (*scenario,
 			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) { return naiveRequest(ctx, pool, rng) },
 		}, nil
 
+	case "A-naive-http":
+		if err := b.clone(ctx, dbNaive, tmplNaive); err != nil {
+			return nil, err
+		}
+		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil { // the users and their API keys
+			return nil, err
+		}
+		pool, err := db.Open(ctx, b.server.URL(dbNaive), db.PoolConfig{MaxConns: int32(serviceConns), Tracer: tracer})
+		if err != nil {
+			return nil, err
+		}
+		authPool, err := db.Open(ctx, b.server.URL(dbPayments), db.PoolConfig{MaxConns: 2})
+		if err != nil {
+			pool.Close()
+			return nil, err
+		}
+		url, stop, err := b.startNaiveHTTP(pool, authPool)
+		if err != nil {
+			pool.Close()
+			authPool.Close()
+			return nil, err
+		}
+		client, us := httpClient(clients), b.users
+		return &scenario{dbname: dbNaive, conns: serviceConns, tracer: tracer,
+			close: func() { client.CloseIdleConnections(); stop(); pool.Close(); authPool.Close() },
+			do: func(ctx context.Context, _ int, rng *rand.Rand) (string, error) {
+				return postPayment(ctx, client, url, us[rng.IntN(len(us))], uuid.NewString())
+			},
+		}, nil
+
 	case "A-own":
 		if err := b.clone(ctx, dbPayments, tmplPayments); err != nil {
 			return nil, err

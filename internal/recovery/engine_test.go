@@ -89,7 +89,8 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, cfg recovery.Config) *testBundle 
 	ctx := context.Background()
 	_, err := pool.Exec(ctx, `
 		CREATE TABLE things (id bigint GENERATED ALWAYS AS IDENTITY, name text, remote_id text,
-			key_id uuid UNIQUE REFERENCES idempotency_keys (id) ON DELETE SET NULL);
+			key_id uuid UNIQUE);
+		INSERT INTO key_references (table_name, column_name, on_key_deleted) VALUES ('things', 'key_id', 'let_go');
 		INSERT INTO users (email) VALUES ('one@example.com'), ('two@example.com');`)
 	require.NoError(t, err)
 	b := &testBundle{pool: pool, remote: &remote{byKey: map[string]string{}}}

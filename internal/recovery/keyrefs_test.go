@@ -2,9 +2,6 @@ package recovery_test
 
 import (
 	"context"
-	"os"
-	"path/filepath"
-	"regexp"
 	"sort"
 	"testing"
 	"time"
@@ -127,32 +124,77 @@ func TestExecute_anExpiredKeyMadeNewAgainLeavesNoReferenceToItsOldRow(t *testing
 	requireNoReferences(t, b, counts, old, "again")
 }
 
-// Only the two statements that let go of a deleted key's references delete
-// keys: any other would leave references to keys that are gone.
-func TestOnlyTheStatementsThatClearReferencesDeleteKeys(t *testing.T) {
+// Every table with a column idempotency_key_id is declared in
+// key_references (migration 000045), and every declaration names a table
+// and column that exist: the trigger that lets go of deleted keys follows
+// the declarations, so an undeclared table would keep references to keys
+// that are gone.
+func TestKeyReferences_everyTableWithTheColumnIsDeclared(t *testing.T) {
 	t.Parallel()
-	deleter := regexp.MustCompile(`(?is)DELETE\s+FROM\s+idempotency_keys\b`)
-	name := regexp.MustCompile(`(?m)^-- name: (\w+)`)
-	var found []string
-	for _, dir := range []string{"../db/queries", "../../migrations"} {
-		files, err := filepath.Glob(filepath.Join(dir, "*.sql"))
-		require.NoError(t, err)
-		require.NotEmpty(t, files, dir)
-		for _, f := range files {
-			src, err := os.ReadFile(f)
-			require.NoError(t, err)
-			for _, loc := range deleter.FindAllIndex(src, -1) {
-				names := name.FindAllSubmatch(src[:loc[0]], -1)
-				query := filepath.Base(f)
-				if len(names) > 0 {
-					query += ":" + string(names[len(names)-1][1])
-				}
-				found = append(found, query)
-			}
+	b := setup(t, recovery.Config{})
+	ctx := context.Background()
+	rows, err := b.pool.Query(ctx, `
+		SELECT c.table_name, r.table_name IS NOT NULL
+		FROM information_schema.columns c
+		LEFT JOIN key_references r ON r.table_name = c.table_name AND r.column_name = c.column_name
+		WHERE c.table_schema = 'public' AND c.column_name = 'idempotency_key_id' ORDER BY 1`)
+	require.NoError(t, err)
+	var undeclared []string
+	n := 0
+	for rows.Next() {
+		var table string
+		var declared bool
+		require.NoError(t, rows.Scan(&table, &declared))
+		n++
+		if !declared {
+			undeclared = append(undeclared, table)
 		}
 	}
-	require.ElementsMatch(t, []string{
-		"idempotency_keys.sql:DeleteExpiredIdempotencyKey",
-		"idempotency_keys.sql:ReapExpiredKeys",
-	}, found)
+	require.NoError(t, rows.Err())
+	require.NotZero(t, n)
+	require.Empty(t, undeclared, "tables whose rows carry a key's id with no row in key_references: declare each in the migration that makes it")
+	require.Zero(t, b.count(t, `SELECT count(*) FROM key_references r WHERE NOT EXISTS (
+		SELECT 1 FROM information_schema.columns c WHERE c.table_schema = 'public' AND c.table_name = r.table_name AND c.column_name = r.column_name)`),
+		"a declaration names a table or column that does not exist")
+}
+
+// Any statement that deletes keys lets go of their references, not only
+// the reaper's and the claim's: an operator's DELETE by hand too.
+func TestKeyReferences_anyStatementThatDeletesKeysLetsGo(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	_, err := b.execute(t, 1, "by-hand", `{"name":"a"}`)
+	require.NoError(t, err)
+	id := b.keyID(t, 1, "by-hand")
+	counts := keyReferences(t, b, id, "by-hand")
+	_, err = b.pool.Exec(context.Background(), "DELETE FROM idempotency_keys WHERE id = $1", id)
+	require.NoError(t, err)
+	requireNoReferences(t, b, counts, id, "by-hand")
+}
+
+// A table a team adds is followed once declared, with one row: its rows
+// let go of a deleted key (or go with it, declared 'delete').
+func TestKeyReferences_aTableATeamDeclaresIsFollowed(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	ctx := context.Background()
+	_, err := b.pool.Exec(ctx, `
+		CREATE TABLE payouts (id bigserial PRIMARY KEY, idempotency_key_id uuid UNIQUE);
+		CREATE TABLE payout_scratch (idempotency_key_id uuid NOT NULL);
+		CREATE INDEX ON payout_scratch (idempotency_key_id);
+		INSERT INTO key_references (table_name, on_key_deleted) VALUES ('payouts', 'let_go'), ('payout_scratch', 'delete');`)
+	require.NoError(t, err)
+	for _, key := range []string{"payout-1", "payout-2"} {
+		_, err := b.execute(t, 1, key, `{"name":"a"}`)
+		require.NoError(t, err)
+		id := b.keyID(t, 1, key)
+		_, err = b.pool.Exec(ctx, `INSERT INTO payouts (idempotency_key_id) VALUES ($1)`, id)
+		require.NoError(t, err)
+		_, err = b.pool.Exec(ctx, `INSERT INTO payout_scratch VALUES ($1)`, id)
+		require.NoError(t, err)
+	}
+	_, err = b.pool.Exec(ctx, "DELETE FROM idempotency_keys WHERE idempotency_key IN ('payout-1', 'payout-2')")
+	require.NoError(t, err)
+	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM payouts WHERE idempotency_key_id IS NULL"), "the payouts stay, let go of their keys")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM payout_scratch"), "the rows declared the key's alone go with it")
 }

@@ -229,30 +229,14 @@ func (q *Queries) CountUnfinishedKeysByFlow(ctx context.Context, db DBTX) ([]Cou
 }
 
 const deleteExpiredIdempotencyKey = `-- name: DeleteExpiredIdempotencyKey :exec
-WITH deleted AS (
-    DELETE FROM idempotency_keys d
-    WHERE d.id = $1 AND d.recovery_point = 'finished'
-    RETURNING d.id AS key_id
-), payments_let_go AS (
-    UPDATE payments SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), audit_records_let_go AS (
-    UPDATE audit_records SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), staged_jobs_let_go AS (
-    UPDATE staged_jobs SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), refunds_let_go AS (
-    UPDATE refunds SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), webhook_endpoints_let_go AS (
-    UPDATE webhook_endpoints SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), webhook_deliveries_let_go AS (
-    UPDATE webhook_deliveries SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), generations_gone AS (
-    DELETE FROM child_key_generations WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-)
-SELECT count(*) FROM deleted
+DELETE FROM idempotency_keys d
+WHERE d.id = $1 AND d.recovery_point = 'finished'
 `
 
 // An expired, finished key makes way for a new request with the same key.
-// The rows its request wrote stay, and let go of it, as ReapExpiredKeys's do.
+// The rows its request wrote stay, and let go of it, as ReapExpiredKeys's
+// do: the trigger of migration 000045 applies key_references to the keys
+// any statement deletes.
 func (q *Queries) DeleteExpiredIdempotencyKey(ctx context.Context, db DBTX, id uuid.UUID) error {
 	_, err := db.Exec(ctx, deleteExpiredIdempotencyKey, id)
 	return err
@@ -699,20 +683,6 @@ WITH deleted AS (
         FOR UPDATE SKIP LOCKED
     )
     RETURNING d.id AS key_id
-), payments_let_go AS (
-    UPDATE payments SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), audit_records_let_go AS (
-    UPDATE audit_records SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), staged_jobs_let_go AS (
-    UPDATE staged_jobs SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), refunds_let_go AS (
-    UPDATE refunds SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), webhook_endpoints_let_go AS (
-    UPDATE webhook_endpoints SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), webhook_deliveries_let_go AS (
-    UPDATE webhook_deliveries SET idempotency_key_id = NULL WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
-), generations_gone AS (
-    DELETE FROM child_key_generations WHERE idempotency_key_id IN (SELECT key_id FROM deleted)
 )
 SELECT count(*) FROM deleted
 `
@@ -744,12 +714,11 @@ type ReapExpiredKeysParams struct {
 // its checks read the page of the key table's primary key that every new
 // key goes into, and on a young database made concurrent requests fail to
 // serialize), so what ON DELETE SET NULL (and, for the child key
-// generations, which are the key's alone, ON DELETE CASCADE) did is done
-// here, for every table with an idempotency_key_id column, each found
-// through an index led by that column. Only a key's lock holder writes
-// rows that reference it, and a finished key has none, so none is written
-// after its key is gone. This and DeleteExpiredIdempotencyKey are the only
-// statements that delete keys (TestOnlyTheStatementsThatClearReferencesDeleteKeys).
+// generations, which are the key's alone, ON DELETE CASCADE) did is done by
+// the trigger of migration 000045, after the statement, for every table
+// declared in key_references, each found through an index led by its
+// column. Only a key's lock holder writes rows that reference it, and a
+// finished key has none, so none is written after its key is gone.
 func (q *Queries) ReapExpiredKeys(ctx context.Context, db DBTX, arg ReapExpiredKeysParams) (int64, error) {
 	row := db.QueryRow(ctx, reapExpiredKeys, arg.Now, arg.TtlSeconds, arg.BatchSize)
 	var count int64

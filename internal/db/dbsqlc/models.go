@@ -74,6 +74,12 @@ type IdempotencyKeysUnfinished struct {
 	ID uuid.UUID
 }
 
+type KeyReference struct {
+	TableName    string
+	ColumnName   string
+	OnKeyDeleted string
+}
+
 type KeyfilterSnapshot struct {
 	ID        bool
 	Covers    time.Time

@@ -48,7 +48,7 @@ func insertCustomer(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.O
 	if err := k.DecodeParams(&p); err != nil {
 		return recovery.Outcome{}, err
 	}
-	if _, err := tx.Exec(ctx, "INSERT INTO customers (key_id, email) VALUES ($1, $2)", k.ID, p.Email); err != nil {
+	if _, err := tx.Exec(ctx, "INSERT INTO customers (idempotency_key_id, email) VALUES ($1, $2)", k.ID, p.Email); err != nil {
 		return recovery.Outcome{}, err
 	}
 	_, err := tx.Exec(ctx, `INSERT INTO audit_records (user_id, action, resource_type, resource_id, data, idempotency_key_id)
@@ -79,7 +79,7 @@ func createCustomer(remoteURL string) func(context.Context, *recovery.Key) (stri
 }
 
 func recordCustomer(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string) (recovery.Outcome, error) {
-	if _, err := tx.Exec(ctx, "UPDATE customers SET remote_id = $1 WHERE key_id = $2", remoteID, k.ID); err != nil {
+	if _, err := tx.Exec(ctx, "UPDATE customers SET remote_id = $1 WHERE idempotency_key_id = $2", remoteID, k.ID); err != nil {
 		return recovery.Outcome{}, err
 	}
 	return recovery.RespondJSON(201, map[string]string{"customer": k.ID.String(), "remote_id": remoteID})
@@ -109,7 +109,8 @@ func (r *remote) effects() int { r.mu.Lock(); defer r.mu.Unlock(); return r.made
 
 func createCustomersTable(pool *pgxpool.Pool) error {
 	_, err := pool.Exec(context.Background(), `
-		CREATE TABLE customers (key_id uuid PRIMARY KEY REFERENCES idempotency_keys (id), email text NOT NULL, remote_id text);
+		CREATE TABLE customers (id bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY, idempotency_key_id uuid UNIQUE, email text NOT NULL, remote_id text);
+		INSERT INTO key_references (table_name, on_key_deleted) VALUES ('customers', 'let_go');
 		INSERT INTO users (email) VALUES ('owner@example.com');`)
 	return err
 }
@@ -128,7 +129,6 @@ func TestProve_customers(t *testing.T) {
 	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
 	recoverytest.Prove(t, recoverytest.Case{
 		Pool: recoverytest.Database(t, createCustomersTable), Flow: customersFlow(remoteURL),
-		Request: customerRequest, Effects: r.effects, Faults: r.faults(),
-		Want: recoverytest.Want{Status: 201},
+		Request: customerRequest, Effects: r.effects, Faults: r.faults(), Want: recoverytest.Want{Status: 201},
 	})
 }

@@ -180,7 +180,7 @@ func TestProve_failsAFlowWhoseStateForgets(t *testing.T) {
 	remoteURL := recoverytest.Server(t, "remote", func() http.Handler { return r })
 	pool := recoverytest.Database(t, createCustomersTable)
 	flow := forgetfulFlow(remoteURL, func(ctx context.Context, tx *db.Tx, k *recovery.Key, remoteID string, email any) (recovery.Outcome, error) {
-		if _, err := tx.Exec(ctx, "UPDATE customers SET email = coalesce($1, '') WHERE key_id = $2", email, k.ID); err != nil {
+		if _, err := tx.Exec(ctx, "UPDATE customers SET email = coalesce($1, '') WHERE idempotency_key_id = $2", email, k.ID); err != nil {
 			return recovery.Outcome{}, err
 		}
 		return recordCustomer(ctx, tx, k, remoteID)
@@ -192,7 +192,7 @@ func TestProve_failsAFlowWhoseStateForgets(t *testing.T) {
 		require.NoError(t, json.Unmarshal(resp.Body, &answer))
 		var row []byte
 		require.NoError(t, pool.QueryRow(context.Background(),
-			"SELECT json_build_object('email', email, 'remote_id', remote_id) FROM customers WHERE key_id = $1", answer.Customer).Scan(&row))
+			"SELECT json_build_object('email', email, 'remote_id', remote_id) FROM customers WHERE idempotency_key_id = $1", answer.Customer).Scan(&row))
 		return row
 	}
 	rec := &recorder{TB: t}

@@ -104,7 +104,46 @@ func (s *Set) CheckNames(known []string) error {
 		return nil
 	}
 	slices.Sort(unknown)
+	known = slices.Compact(slices.Sorted(slices.Values(known))) // flows share points: each name once
+	for i, name := range unknown {
+		if near := nearest(name, known); near != "" {
+			unknown[i] = fmt.Sprintf("%s (did you mean %s?)", name, near)
+		}
+	}
 	return fmt.Errorf("%w: %s (known: %s)", ErrUnknown, strings.Join(unknown, ", "), strings.Join(known, ", "))
+}
+
+// nearest is the known name closest to name by edit distance, when it is
+// close enough to be a typo of it (at most a third of its length); "".
+func nearest(name string, known []string) string {
+	best, bestD := "", len(name)/3+1
+	for _, k := range known {
+		if d := distance(name, k); d < bestD {
+			best, bestD = k, d
+		}
+	}
+	return best
+}
+
+// distance is the Levenshtein distance between a and b, in bytes.
+func distance(a, b string) int {
+	prev := make([]int, len(b)+1)
+	for j := range prev {
+		prev[j] = j
+	}
+	for i := 1; i <= len(a); i++ {
+		cur := make([]int, len(b)+1)
+		cur[0] = i
+		for j := 1; j <= len(b); j++ {
+			cost := 1
+			if a[i-1] == b[j-1] {
+				cost = 0
+			}
+			cur[j] = min(prev[j]+1, cur[j-1]+1, prev[j-1]+cost)
+		}
+		prev = cur
+	}
+	return prev[len(b)]
 }
 
 // Fire runs the action of failpoint name, if one is set: it kills the

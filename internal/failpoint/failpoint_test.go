@@ -34,3 +34,20 @@ func TestParse_rejectsNonsense(t *testing.T) {
 		require.Error(t, err, spec)
 	}
 }
+
+// An unknown name is refused with the known ones listed once each, sorted,
+// and the known name it is likely a typo of.
+func TestCheckNames_listsEachKnownNameOnceAndSuggestsTheNearest(t *testing.T) {
+	s, err := failpoint.Parse("after_comit:payment_created=crash")
+	require.NoError(t, err)
+	known := []string{"before_commit:started", "after_commit:payment_created", "before_commit:started", "after_commit:payment_created"}
+	err = s.CheckNames(known)
+	require.ErrorIs(t, err, failpoint.ErrUnknown)
+	require.Equal(t, "unknown failpoint: after_comit:payment_created (did you mean after_commit:payment_created?) "+
+		"(known: after_commit:payment_created, before_commit:started)", err.Error())
+	require.Len(t, known, 4, "the caller's list is left as it was")
+
+	s, err = failpoint.Parse("nonsense:xyz=crash")
+	require.NoError(t, err)
+	require.NotContains(t, s.CheckNames(known).Error(), "did you mean")
+}

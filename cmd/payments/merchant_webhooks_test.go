@@ -13,6 +13,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/safehttp"
 	"github.com/example/payments/internal/webhooktest"
 )
 
@@ -121,7 +122,7 @@ func TestServe_webhookEndpointsOnNonPublicAddressesAreRefused(t *testing.T) {
 		require.Equal(t, "validation_failed", p.Code, url)
 		if strings.Contains(url, "localhost") {
 			// "The refusal does not tell what a host name resolved to."
-			require.Contains(t, p.Detail, `"localhost" is not a public address`)
+			require.Contains(t, p.Detail, `"localhost" `+safehttp.HostRefused)
 			require.NotContains(t, p.Detail, "127.0.0.1")
 			require.NotContains(t, p.Detail, "::1")
 			require.NotContains(t, p.Detail, "loopback")

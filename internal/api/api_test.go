@@ -1,6 +1,7 @@
 package api_test
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -57,6 +58,8 @@ type setupOpts struct {
 	webhooks bool
 	// checkURL vets webhook endpoint URLs (api.Config.WebhookURLCheck).
 	checkURL api.URLCheck
+	// logger, when set, is the API's (else its lines are discarded).
+	logger *slog.Logger
 }
 
 const webhookSecret = "whsec_api_test_0123456789"
@@ -99,7 +102,7 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 	reg := prometheus.NewRegistry()
 	handler = api.NewHandler(api.Config{
 		Pool: pool, Engine: engine, Payments: svc,
-		Logger: slog.New(slog.DiscardHandler), Registry: reg, RateLimit: o.rateLimit,
+		Logger: cmp.Or(o.logger, slog.New(slog.DiscardHandler)), Registry: reg, RateLimit: o.rateLimit,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
 		Hooks:    hooks, WebhookURLCheck: o.checkURL,
 	})

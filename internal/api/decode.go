@@ -29,17 +29,21 @@ func readBody(r *http.Request) ([]byte, error) {
 }
 
 // decodeJSON decodes one JSON object from body into dst, strictly: unknown
-// fields, a field given twice or in another case, null, trailing data, wrong
-// types, NUL and invalid UTF-8 are 400 validation_failed. An empty body
-// decodes as {} when allowEmpty is set.
+// fields, a field given twice or in another case, trailing data, wrong types,
+// NUL and invalid UTF-8 are 400 validation_failed. An empty body decodes as
+// {} when allowEmpty is set. It returns the request's body as the service
+// takes it: body itself, or, when a field of it was null, body without those
+// members (API.md section 2: an optional field that is null is the same as a
+// field left out, in the fingerprint too). The request is fingerprinted and
+// stored by what it returns, never by the body as sent.
 //
-// The request is fingerprinted by the canonical JSON of its body
+// The request is fingerprinted by the canonical JSON of that body
 // (recovery.CanonicalJSON: object keys sorted, strings decoded and encoded
 // again, numbers as written), and what decodeJSON accepts corresponds to that
 // canonical form one to one: two bodies with the same canonical JSON decode
 // to the same request, and two bodies that decode to the same request have
 // the same canonical JSON. That holds because of what the strict walk below
-// refuses, case by case:
+// refuses or drops, case by case:
 //
 //   - Field names. encoding/json matches them case-insensitively (with
 //     Unicode folding: "ſ" is "s") and lets the last of two win, while the
@@ -47,8 +51,12 @@ func readBody(r *http.Request) ([]byte, error) {
 //     decoded into a struct must be exactly one of its fields, at most once;
 //     a map's keys at most once. Keys are compared decoded, as both sides
 //     compare them ("\u0061mount" is "amount").
-//   - null. Decoding null leaves a field as if it were absent (and a map
-//     value as ""), while the canonical form keeps it: null is refused.
+//   - null. Decoding null leaves a field as if it were absent, while the
+//     canonical form would keep it: a field of a request struct that is null
+//     is dropped from the returned body, so both sides see it absent. A
+//     required field so dropped is then missing, which the route refuses
+//     (400). Anywhere else null is refused: the body itself, an item of an
+//     array, a map's value (decoding would make it "", which is a value).
 //   - Numbers. The canonical form keeps a number's text; an integer field
 //     accepts only the text strconv.FormatInt writes for its value (no -0,
 //     no 2.0e3, no 2000.0), so one value has one spelling.
@@ -62,46 +70,88 @@ func readBody(r *http.Request) ([]byte, error) {
 //   - Everything else (white space, key order) the canonical form removes
 //     and decoding ignores.
 //
-// Request types are structs of pointers to scalars, and maps of strings:
-// strictFields lists what the walk supports.
-func decodeJSON(body []byte, dst any, allowEmpty bool) error {
+// Request types are structs of pointers to scalars, slices of strings, and
+// maps of strings: strictFields lists what the walk supports.
+func decodeJSON(body []byte, dst any, allowEmpty bool) ([]byte, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		if allowEmpty {
-			return nil
+			return body, nil
 		}
-		return validationFailed("The request needs a JSON body.")
+		return nil, validationFailed("The request needs a JSON body.")
 	}
 	if !utf8.Valid(body) {
-		return validationFailed("The body is not valid UTF-8.")
+		return nil, validationFailed("The body is not valid UTF-8.")
 	}
 	dec := json.NewDecoder(bytes.NewReader(body))
 	dec.UseNumber()
-	if err := walkStrict(dec, reflect.TypeOf(dst).Elem(), ""); err != nil {
-		return err
+	w := walker{dec: dec}
+	if err := w.value(reflect.TypeOf(dst).Elem(), "", false); err != nil {
+		return nil, err
 	}
 	if _, err := dec.Token(); !errors.Is(err, io.EOF) {
-		return validationFailed("The body must hold exactly one JSON object.")
+		return nil, validationFailed("The body must hold exactly one JSON object.")
 	}
 	// The walk read every token, so the string escapes are known to be well
 	// formed; what remains is whether each one names a character.
 	if err := checkSurrogates(body); err != nil {
-		return err
+		return nil, err
+	}
+	if w.nulls {
+		var err error
+		if body, err = dropNullFields(body); err != nil {
+			return nil, err
+		}
 	}
 	dec = json.NewDecoder(bytes.NewReader(body))
 	dec.DisallowUnknownFields() // the walk has refused them already
 	if err := dec.Decode(dst); err != nil {
-		return validationFailed("%s", describeJSONError(err))
+		return nil, validationFailed("%s", describeJSONError(err))
 	}
-	return nil
+	return body, nil
 }
 
-// walkStrict reads the next JSON value from dec, which is to be decoded into
-// a t, and refuses what would make the decoded value differ from the
-// canonical JSON (see decodeJSON). Type mismatches of scalars are left to the
-// decoding that follows, which words them; a JSON object or array where t
-// wants neither is refused here, so the walk never descends into a value
-// without a type.
-func walkStrict(dec *json.Decoder, t reflect.Type, path string) error {
+// dropNullFields writes body again without its members that are null. The
+// walk has allowed null only for a field of a request struct, and request
+// structs nest no structs, so those are the top-level object's members.
+// Writing it again changes only what the canonical JSON removes anyway (key
+// order, white space, string escapes; numbers keep their text).
+func dropNullFields(body []byte) ([]byte, error) {
+	dec := json.NewDecoder(bytes.NewReader(body))
+	dec.UseNumber()
+	var members map[string]any
+	if err := dec.Decode(&members); err != nil {
+		return nil, validationFailed("%s", describeJSONError(err))
+	}
+	for name, v := range members {
+		if v == nil {
+			delete(members, name)
+		}
+	}
+	var buf bytes.Buffer
+	enc := json.NewEncoder(&buf)
+	enc.SetEscapeHTML(false)
+	if err := enc.Encode(members); err != nil {
+		return nil, fmt.Errorf("writing the body without its null fields: %w", err)
+	}
+	return bytes.TrimSuffix(buf.Bytes(), []byte("\n")), nil
+}
+
+// walker reads a body's tokens in step with the type it decodes into.
+type walker struct {
+	dec *json.Decoder
+	// nulls is set when a field was null (and is to be dropped).
+	nulls bool
+}
+
+// value reads the next JSON value, which is to be decoded into a t, and
+// refuses what would make the decoded value differ from the canonical JSON
+// (see decodeJSON). field says the value is a member of the body's object
+// (which may be null, and is then dropped). Type mismatches of scalars are
+// left to the decoding that follows, which words them; a JSON object or
+// array where t wants neither is refused here, so the walk never descends
+// into a value without a type.
+func (w *walker) value(t reflect.Type, path string, field bool) error {
+	dec := w.dec
 	tok, err := token(dec)
 	if err != nil {
 		return err
@@ -111,10 +161,14 @@ func walkStrict(dec *json.Decoder, t reflect.Type, path string) error {
 	}
 	switch tok := tok.(type) {
 	case nil:
-		if path == "" {
+		switch {
+		case path == "":
 			return validationFailed("The body must be a JSON object, not null.")
+		case field:
+			w.nulls = true
+			return nil
 		}
-		return validationFailed("%s is null: leave a field out instead of sending null.", path)
+		return validationFailed("%s is null: only a field may be null (it is then left out), not %s.", path, describeItem(path))
 	case string:
 		return checkText(tok, cmp.Or(path, "The body"))
 	case json.Number:
@@ -129,12 +183,12 @@ func walkStrict(dec *json.Decoder, t reflect.Type, path string) error {
 	case json.Delim:
 		switch {
 		case tok == '{' && t.Kind() == reflect.Struct:
-			return walkStruct(dec, t, path)
+			return w.members(t, path)
 		case tok == '{' && t.Kind() == reflect.Map && t.Key().Kind() == reflect.String:
-			return walkMap(dec, t, path)
+			return w.mapEntries(t, path)
 		case tok == '[' && t.Kind() == reflect.Slice:
 			for i := 0; dec.More(); i++ {
-				if err := walkStrict(dec, t.Elem(), fmt.Sprintf("%s[%d]", path, i)); err != nil {
+				if err := w.value(t.Elem(), fmt.Sprintf("%s[%d]", path, i), false); err != nil {
 					return err
 				}
 			}
@@ -147,7 +201,7 @@ func walkStrict(dec *json.Decoder, t reflect.Type, path string) error {
 		}
 		return validationFailed("%s must be %s, not %s.", path, describeType(t), what)
 	}
-	return fmt.Errorf("walkStrict: unexpected token %T", tok)
+	return fmt.Errorf("walker.value: unexpected token %T", tok)
 }
 
 // token reads the next token; a syntax error is the client's.
@@ -159,8 +213,10 @@ func token(dec *json.Decoder) (json.Token, error) {
 	return tok, nil
 }
 
-// walkStruct reads the members of an object decoded into the struct t.
-func walkStruct(dec *json.Decoder, t reflect.Type, path string) error {
+// members reads the members of an object decoded into the struct t. Only
+// the body's own members may be null (dropNullFields drops those).
+func (w *walker) members(t reflect.Type, path string) error {
+	dec := w.dec
 	fields := strictFields(t)
 	seen := make(map[string]bool, len(fields))
 	for dec.More() {
@@ -181,7 +237,7 @@ func walkStruct(dec *json.Decoder, t reflect.Type, path string) error {
 			return validationFailed("%q is given twice.", join(path, name))
 		}
 		seen[name] = true
-		if err := walkStrict(dec, field, join(path, name)); err != nil {
+		if err := w.value(field, join(path, name), path == ""); err != nil {
 			return err
 		}
 	}
@@ -189,8 +245,9 @@ func walkStruct(dec *json.Decoder, t reflect.Type, path string) error {
 	return err
 }
 
-// walkMap reads the members of an object decoded into the map t.
-func walkMap(dec *json.Decoder, t reflect.Type, path string) error {
+// mapEntries reads the members of an object decoded into the map t.
+func (w *walker) mapEntries(t reflect.Type, path string) error {
+	dec := w.dec
 	seen := make(map[string]bool)
 	for dec.More() {
 		key, err := objectKey(dec, path)
@@ -201,7 +258,7 @@ func walkMap(dec *json.Decoder, t reflect.Type, path string) error {
 			return validationFailed("%s: the key %q is given twice.", path, key)
 		}
 		seen[key] = true
-		if err := walkStrict(dec, t.Elem(), join(path, key)); err != nil {
+		if err := w.value(t.Elem(), join(path, key), false); err != nil {
 			return err
 		}
 	}
@@ -240,6 +297,14 @@ func strictFields(t reflect.Type) map[string]reflect.Type {
 		fields[name] = f.Type
 	}
 	return fields
+}
+
+// describeItem names what path is: an array's item or a map's value.
+func describeItem(path string) string {
+	if strings.HasSuffix(path, "]") {
+		return "an item of a list"
+	}
+	return "a value of a map"
 }
 
 func join(path, name string) string {

@@ -13,8 +13,8 @@ import (
 	"github.com/example/payments/internal/recovery"
 )
 
-// requireOneToOne checks, for a body decodeJSON accepted as req, that its
-// canonical JSON (what the request is fingerprinted by) and req determine
+// requireOneToOne checks, for a body decodeJSON took as req (what it
+// returned), that its canonical JSON (what the request is fingerprinted by) and req determine
 // each other: the canonical JSON of req written back is the body's, and the
 // canonical JSON decodes to req again.
 func requireOneToOne[T any](t testing.TB, body []byte, req T) {
@@ -28,7 +28,8 @@ func requireOneToOne[T any](t testing.TB, body []byte, req T) {
 	require.Equal(t, string(canonical), string(fromReq), "body %q decoded to %+v", body, req)
 
 	var again T
-	require.NoError(t, decodeJSON(canonical, &again, true), "canonical %q of %q", canonical, body)
+	_, err = decodeJSON(canonical, &again, true)
+	require.NoError(t, err, "canonical %q of %q", canonical, body)
 	require.Equal(t, req, again, "canonical %q of %q", canonical, body)
 }
 
@@ -56,16 +57,52 @@ func TestDecodeJSON_acceptedBodiesCorrespondToTheirCanonicalJSON(t *testing.T) {
 		`{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","capture":false,"metadata":{}}`,
 	} {
 		var req createPaymentRequest
-		require.NoError(t, decodeJSON([]byte(body), &req, false), body)
-		requireOneToOne(t, []byte(body), req)
+		taken, err := decodeJSON([]byte(body), &req, false)
+		require.NoError(t, err, body)
+		require.Equal(t, body, string(taken), "a body without null is taken as sent")
+		requireOneToOne(t, taken, req)
 	}
 	var refund createRefundRequest
 	body := `{"reason":"duplicate","amount":5,"payment":"pay_\u0031"}`
-	require.NoError(t, decodeJSON([]byte(body), &refund, false))
-	requireOneToOne(t, []byte(body), refund)
+	taken, err := decodeJSON([]byte(body), &refund, false)
+	require.NoError(t, err)
+	requireOneToOne(t, taken, refund)
 	var capture captureRequest
-	require.NoError(t, decodeJSON([]byte(`{"amount":10}`), &capture, true))
-	requireOneToOne(t, []byte(`{"amount":10}`), capture)
+	taken, err = decodeJSON([]byte(`{"amount":10}`), &capture, true)
+	require.NoError(t, err)
+	requireOneToOne(t, taken, capture)
+}
+
+// API.md section 2: an optional field that is null is the same as the field
+// left out, in the fingerprint too. decodeJSON takes such a body as the body
+// without those members: the same request, the same canonical JSON.
+func TestDecodeJSON_aNullFieldIsTheFieldLeftOut(t *testing.T) {
+	t.Parallel()
+	const rest = `"amount":2000,"currency":"usd","payment_method":"pm_card_visa"`
+	for _, tt := range []struct{ withNull, without string }{
+		{`{` + rest + `,"capture":null}`, `{` + rest + `}`},
+		{`{"description":null,` + rest + `,"metadata":null,"capture":false}`, `{` + rest + `,"capture":false}`},
+		{`{ "capture" : null , ` + rest + `, "description":"\u00e9 <&>" }`, `{` + rest + `,"description":"é <&>"}`},
+		{`{"amount":null,"currency":"usd","payment_method":"pm_card_visa"}`, `{"currency":"usd","payment_method":"pm_card_visa"}`},
+	} {
+		var withNull, without createPaymentRequest
+		taken, err := decodeJSON([]byte(tt.withNull), &withNull, false)
+		require.NoError(t, err, tt.withNull)
+		_, err = decodeJSON([]byte(tt.without), &without, false)
+		require.NoError(t, err, tt.without)
+		require.Equal(t, without, withNull, tt.withNull)
+		requireOneToOne(t, taken, withNull)
+		a, err := recovery.CanonicalJSON(taken)
+		require.NoError(t, err)
+		b, err := recovery.CanonicalJSON([]byte(tt.without))
+		require.NoError(t, err)
+		require.Equal(t, string(b), string(a), "the fingerprint of %s", tt.withNull)
+	}
+	var capture captureRequest
+	taken, err := decodeJSON([]byte(`{"amount":null}`), &capture, true)
+	require.NoError(t, err)
+	require.Equal(t, `{}`, string(taken))
+	require.Nil(t, capture.Amount)
 }
 
 // Each of these would decode to a request that its canonical JSON does not
@@ -79,9 +116,7 @@ func TestDecodeJSON_refusesWhatTheCanonicalJSONWouldNotMatch(t *testing.T) {
 		`{"Amount":100,` + rest + `}`,
 		`{"amount":100,` + rest + `,"de\u017fcription":"x"}`, // encoding/json folds ſ to s
 		`{"amount":100,` + rest + `,"metadata":{"a":"1","\u0061":"2"}}`,
-		`{"amount":100,` + rest + `,"description":null}`,
-		`{"amount":100,` + rest + `,"metadata":null}`,
-		`{"amount":100,` + rest + `,"metadata":{"a":null}}`,
+		`{"amount":100,` + rest + `,"metadata":{"a":null}}`, // a map's value: null would decode as ""
 		`{"amount":-0,` + rest + `}`, `{"amount":1e2,` + rest + `}`, `{"amount":100.0,` + rest + `}`,
 		`{"amount":100,` + rest + `,"description":"\ud800"}`,
 		`{"amount":100,` + rest + `,"description":"\udc00\ud800"}`,
@@ -92,16 +127,20 @@ func TestDecodeJSON_refusesWhatTheCanonicalJSONWouldNotMatch(t *testing.T) {
 		`{"amount":100,` + rest + `} {}`, `{"amount":100,` + rest + `}}`,
 	} {
 		var req createPaymentRequest
-		err := decodeJSON([]byte(body), &req, false)
+		_, err := decodeJSON([]byte(body), &req, false)
 		var p *problem.Problem
 		require.ErrorAs(t, err, &p, body)
 		require.Equal(t, http.StatusBadRequest, p.Status, body)
 		require.Equal(t, problem.ValidationFailed, p.Code, body)
 	}
 	var cancel struct{}
-	require.Error(t, decodeJSON([]byte(`{"x":1}`), &cancel, true))
-	require.NoError(t, decodeJSON([]byte(` `), &cancel, true))
-	require.NoError(t, decodeJSON([]byte(`{}`), &cancel, true))
+	for body, ok := range map[string]bool{`{"x":1}`: false, `{"x":null}`: false, ` `: true, `{}`: true} {
+		_, err := decodeJSON([]byte(body), &cancel, true)
+		require.Equal(t, ok, err == nil, "%s: %v", body, err)
+	}
+	var endpoint createEndpointRequest
+	_, err := decodeJSON([]byte(`{"url":"https://example.com","enabled_events":[null]}`), &endpoint, false)
+	require.Error(t, err, "an item of a list is no field: null is refused")
 }
 
 // The strict walk knows structs of pointers to scalars and maps of strings

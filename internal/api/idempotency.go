@@ -101,7 +101,10 @@ func readIdempotent(r *http.Request, dst any, allowEmpty bool) (payments.KeyedRe
 	if err != nil {
 		return payments.KeyedRequest{}, err
 	}
-	if err := decodeJSON(body, dst, allowEmpty); err != nil {
+	// The request is what decodeJSON took: the body without its null
+	// fields, fingerprinted and stored as such.
+	body, err = decodeJSON(body, dst, allowEmpty)
+	if err != nil {
 		return payments.KeyedRequest{}, err
 	}
 	return payments.KeyedRequest{

@@ -42,6 +42,39 @@ func userFrom(ctx context.Context) users.User {
 	return u
 }
 
+// MaxRequestIDLen is the longest X-Request-Id a client may send.
+const MaxRequestIDLen = 128
+
+// requestID gives the request its id: the client's X-Request-Id when it is
+// 1 to 128 visible ASCII characters (%x21-7E: no space, no control, nothing
+// beyond ASCII), else a new one made here. A refused id is dropped from the
+// request before anything reads it, so it is never logged or echoed: a
+// client cannot grow the log by a megabyte a request, nor write a line
+// break or another request's id format into it by way of a header.
+func requestID(next http.Handler) http.Handler {
+	ids := middleware.RequestID(next)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if sent, ok := r.Header[middleware.RequestIDHeader]; ok && (len(sent) != 1 || !validRequestID(sent[0])) {
+			r.Header.Del(middleware.RequestIDHeader)
+		}
+		ids.ServeHTTP(w, r)
+	})
+}
+
+// validRequestID says whether id is 1 to MaxRequestIDLen characters of
+// %x21-7E.
+func validRequestID(id string) bool {
+	if id == "" || len(id) > MaxRequestIDLen {
+		return false
+	}
+	for i := range len(id) {
+		if id[i] < 0x21 || id[i] > 0x7e {
+			return false
+		}
+	}
+	return true
+}
+
 // logRequests gives the request a logger carrying its request id, echoes the
 // id in X-Request-Id, and logs one line when the request is done.
 func (s *Server) logRequests(next http.Handler) http.Handler {

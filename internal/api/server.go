@@ -7,7 +7,6 @@ import (
 	"time"
 
 	"github.com/go-chi/chi/v5"
-	"github.com/go-chi/chi/v5/middleware"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
@@ -90,7 +89,7 @@ func NewHandler(cfg Config) http.Handler {
 
 	tracing := telemetry.Enabled() // see trace.go
 	r := chi.NewRouter()
-	r.Use(middleware.RequestID, s.logRequests, s.metrics.measure, s.recoverPanics)
+	r.Use(requestID, s.logRequests, s.metrics.measure, s.recoverPanics)
 	if tracing {
 		r.Use(nameSpanByRoute)
 	}

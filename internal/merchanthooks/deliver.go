@@ -3,6 +3,7 @@ package merchanthooks
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"net/http"
@@ -16,6 +17,7 @@ import (
 	"github.com/riverqueue/river"
 	standardwebhooks "github.com/standard-webhooks/standard-webhooks/libraries/go"
 
+	"github.com/example/payments/internal/safehttp"
 	"github.com/example/payments/internal/stagedjobs"
 )
 
@@ -51,7 +53,11 @@ func (*DeliveryWorker) Work(context.Context, *river.Job[stagedjobs.DeliveryArgs]
 // answered), and an error unless it answered 2xx in time.
 type attemptResult struct {
 	statusCode pgtype.Int4
-	err        error
+	// err is what the endpoint's owner reads (last_error); cause, when
+	// set, is the error it words, for the service's log only (it may name
+	// the service's resolver and internal addresses: safehttp.Describe).
+	err   error
+	cause error
 }
 
 func (r attemptResult) errorText() pgtype.Text {
@@ -82,7 +88,7 @@ func send(ctx context.Context, client *http.Client, url, secret, eventID string,
 	req.Header.Set(standardwebhooks.HeaderWebhookSignature, signature)
 	resp, err := client.Do(req)
 	if err != nil {
-		return attemptResult{err: err}
+		return attemptResult{err: errors.New(safehttp.Describe(err, url)), cause: err}
 	}
 	defer resp.Body.Close()
 	code := pgtype.Int4{Int32: int32(resp.StatusCode), Valid: true}

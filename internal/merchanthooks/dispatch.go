@@ -279,8 +279,13 @@ func (d *Dispatcher) attempt(ctx context.Context, c dbsqlc.ClaimDueDeliveriesRow
 		o.status, o.err = StatusFailed, result.err.Error()
 		d.metrics.deliveries.WithLabelValues("failed").Inc()
 		d.log.WarnContext(ctx, "webhook delivery failed for good", slog.String("event", c.EventID),
-			slog.String("endpoint", c.EndpointID), slog.Int("attempts", int(c.CycleAttempts)), slog.String("error", result.err.Error()))
+			slog.String("endpoint", c.EndpointID), slog.Int("attempts", int(c.CycleAttempts)), slog.String("error", result.err.Error()),
+			slog.Any("cause", result.cause))
 	default:
+		if result.cause != nil {
+			d.log.DebugContext(ctx, "webhook delivery attempt failed", slog.String("event", c.EventID),
+				slog.String("endpoint", c.EndpointID), slog.String("error", result.err.Error()), slog.String("cause", result.cause.Error()))
+		}
 		o.status, o.err = StatusPending, result.err.Error()
 		o.next = started.Add(elapsed).Add(delayAfter(d.cfg.RetrySchedule, int(c.CycleAttempts)))
 		d.metrics.deliveries.WithLabelValues("retrying").Inc()

@@ -15,7 +15,8 @@ import (
 // twice collapses to the last, but a key in another case, a null and a
 // number's spelling stay as written. That the fingerprint stands for exactly
 // one request, and one request for exactly one fingerprint, is the API
-// decoder's part (api.decodeJSON refuses all of those): see its comment.
+// decoder's part (api.decodeJSON refuses those, and drops a null field from
+// the body it hands on to be fingerprinted): see its comment.
 func Fingerprint(method, path string, body []byte) ([]byte, error) {
 	canonical, err := CanonicalJSON(body)
 	if err != nil {

@@ -77,30 +77,35 @@ func CheckURL(ctx context.Context, rawURL string, cfg Config) error {
 	return nil
 }
 
+// HostRefused is what every refusal of a host name says, whether the name
+// does not resolve, resolves to a non-public address, or to one of the
+// service's own: told apart, the answers would let a caller probe which
+// internal names exist (issue 42). The server's log tells them apart.
+const HostRefused = "does not resolve, or only to addresses webhooks are not sent to (non-public ones, or this service's own)"
+
 // RefusedError is CheckURL's refusal of a URL for the address its host is,
-// or resolves to. Its text, meant for the client, names the host as the
-// client wrote it and, for a host name, says only that it is not a public
-// address: the address it resolved to, and what kind of address that is,
-// would tell a caller about the network the service runs in. They are in
-// the fields, for the server's own log.
+// or resolves to, or for a host name that does not resolve. Its text, meant
+// for the client, names the host as the client wrote it and, for a host
+// name, says the same whatever the reason (HostRefused): the address it
+// resolved to, what kind of address that is, and whether it resolved at
+// all would tell a caller about the network the service runs in. They are
+// in the fields, for the server's own log.
 type RefusedError struct {
 	Host   string     // as written in the URL
-	Addr   netip.Addr // the address refused
-	Reason string     // what kind of address Addr is ("a link-local address", ...)
+	Addr   netip.Addr // the address refused; invalid when the name did not resolve
+	Reason string     // what kind of address Addr is ("a link-local address", ...), or why the name did not resolve
 	own    bool       // Addr is the service's own (Config.Own)
 }
 
 func (e *RefusedError) Error() string {
-	literal := e.Host == e.Addr.String() || e.Host == e.Addr.WithZone("").String()
+	literal := e.Addr.IsValid() && (e.Host == e.Addr.String() || e.Host == e.Addr.WithZone("").String())
 	switch {
 	case e.own && literal:
 		return fmt.Sprintf("%v: url's host %s is an address of this service or of its Stripe simulator; webhooks are never sent to the service itself", ErrInvalidURL, e.Host)
-	case e.own:
-		return fmt.Sprintf("%v: url's host %q is an address of this service or of its Stripe simulator; webhooks are never sent to the service itself", ErrInvalidURL, e.Host)
 	case literal:
 		return fmt.Sprintf("%v: url's host %s is %s; webhooks are delivered only to public addresses", ErrInvalidURL, e.Host, e.Reason)
 	default:
-		return fmt.Sprintf("%v: url's host %q is not a public address; webhooks are delivered only to public addresses", ErrInvalidURL, e.Host)
+		return fmt.Sprintf("%v: url's host %q %s", ErrInvalidURL, e.Host, HostRefused)
 	}
 }
 
@@ -132,8 +137,13 @@ func lookup(ctx context.Context, resolver *net.Resolver, host string) ([]netip.A
 	defer cancel()
 	addrs, err := resolver.LookupNetIP(ctx, "ip", host)
 	if err != nil || len(addrs) == 0 {
-		// The resolver's own message names our name server: not for users.
-		return nil, fmt.Errorf("%w: url's host %q does not resolve to any address", ErrInvalidURL, host)
+		// The resolver's own message names our name server: it is for the
+		// log only. The client reads what any refusal of a name reads.
+		reason := "no address"
+		if err != nil {
+			reason = err.Error()
+		}
+		return nil, &RefusedError{Host: host, Reason: "does not resolve: " + reason}
 	}
 	return addrs, nil
 }

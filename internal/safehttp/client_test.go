@@ -86,11 +86,12 @@ func TestClient_refusesARebindingNameAtConnectTime(t *testing.T) {
 	_, err = NewClient(Config{Resolver: dns.resolver(t)}).Get(hookURL)
 	require.ErrorIs(t, err, ErrNonPublicAddress)
 	require.Zero(t, hits.Load())
-	// The error becomes the delivery's last_error, which the endpoint's
-	// owner reads: it says what kind of address was refused, not which
-	// (docs/API.md section 7). The debug log has it.
+	// The error, for the log, says what kind of address was refused, not
+	// which; the delivery's last_error (Describe) says neither, as for a
+	// name that does not resolve (docs/API.md section 7).
 	require.Contains(t, err.Error(), "loopback")
 	require.NotContains(t, err.Error(), "127.0.0.1")
+	require.Equal(t, "no connection: the endpoint's host "+HostRefused, Describe(err, hookURL))
 
 	// The same name and resolver with private addresses allowed reach the
 	// server: the refusal above was the address check, not a failed lookup.
@@ -244,11 +245,11 @@ func TestCheckURL(t *testing.T) {
 		{url: "http://10.1.2.3/hooks", wantErr: "private"},
 		{url: "http://0.0.0.0:8080/", wantErr: "unspecified"},
 		{url: "http://169.254.169.254/latest/meta-data/", wantErr: "link-local"},
-		{url: "https://private.test/hooks", wantErr: `"private.test" is not a public address`},
-		{url: "https://mixed.test/hooks", wantErr: `"mixed.test" is not a public address`},
-		{url: "https://metadata.test/hooks", wantErr: `"metadata.test" is not a public address`},
-		{url: "https://v6local.test/hooks", wantErr: `"v6local.test" is not a public address`},
-		{url: "https://nowhere.test/hooks", wantErr: "does not resolve"},
+		{url: "https://private.test/hooks", wantErr: `"private.test" ` + HostRefused},
+		{url: "https://mixed.test/hooks", wantErr: `"mixed.test" ` + HostRefused},
+		{url: "https://metadata.test/hooks", wantErr: `"metadata.test" ` + HostRefused},
+		{url: "https://v6local.test/hooks", wantErr: `"v6local.test" ` + HostRefused},
+		{url: "https://nowhere.test/hooks", wantErr: `"nowhere.test" ` + HostRefused},
 		// Allowed private addresses need no lookup at all.
 		{url: "http://127.0.0.1:8080/hooks", allowPrivate: true},
 		{url: "https://private.test/hooks", allowPrivate: true},
@@ -272,7 +273,7 @@ func TestCheckURL_localhostIsRefused(t *testing.T) {
 	t.Parallel()
 	err := CheckURL(context.Background(), "http://localhost:8080/hooks", Config{})
 	require.ErrorIs(t, err, ErrInvalidURL)
-	require.Contains(t, err.Error(), `"localhost" is not a public address`)
+	require.Contains(t, err.Error(), `"localhost" `+HostRefused)
 	require.NoError(t, CheckURL(context.Background(), "http://localhost:8080/hooks", Config{AllowPrivate: true}))
 }
 

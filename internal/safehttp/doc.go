@@ -19,8 +19,10 @@
 //     dialled. The check at creation alone would not do: a DNS answer can
 //     change between creation and delivery (DNS rebinding), and every
 //     delivery resolves the name again. Its errors wrap ErrNonPublicAddress
-//     and, for the same reason, say what kind of address was refused but
-//     not which.
+//     and say what kind of address was refused but not which; Describe
+//     words them, and the client's other errors, for a delivery's record,
+//     which never names the resolver or an address the URL does not hold,
+//     and reads the same whether a name did not resolve or was refused.
 //
 // Even where private addresses are allowed, both refuse the addresses of the
 // service itself (Config.Own: in `payments dev`, its API and its Stripe

@@ -4,9 +4,11 @@ import (
 	"errors"
 	"net"
 	"net/http"
+	"net/http/httptest"
 	"net/netip"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/stretchr/testify/require"
 )
@@ -33,7 +35,7 @@ func TestCheckURL_doesNotTellWhatANameResolvedTo(t *testing.T) {
 		err := CheckURL(t.Context(), "https://"+host+"/hooks", Config{Resolver: dns.resolver(t)})
 		require.ErrorIs(t, err, ErrInvalidURL, host)
 		msg := err.Error()
-		require.Contains(t, msg, `"`+host+`" is not a public address`)
+		require.Contains(t, msg, `"`+host+`" `+HostRefused)
 		for _, leak := range []string{wantAddr, "169.254", "10.20", "fd00", "a00:2", "link-local", "private", "NAT64"} {
 			require.NotContains(t, msg, leak, "%s: the answer tells nothing of what the name resolved to", host)
 		}
@@ -122,4 +124,84 @@ func TestClient_neverConnectsToTheServicesOwnAddresses(t *testing.T) {
 	resp.Body.Close()
 	require.Equal(t, http.StatusNoContent, resp.StatusCode)
 	require.EqualValues(t, 1, otherHits.Load(), "another loopback server is reached")
+}
+
+// Issue 42, item 7: "does not resolve" and "not a public address" answered
+// differently, so whoever creates endpoints could probe which internal names
+// exist. Every refusal of a host name now reads the same, at creation and in
+// a delivery's record, and neither names the resolver or an address.
+func TestRefusals_ofANameReadTheSameWhetherOrNotItResolves(t *testing.T) {
+	t.Parallel()
+	dns := newFakeDNS(map[string][]string{
+		"internal.test": {"10.20.30.40"},
+		"meta.test":     {"169.254.169.254"},
+		"self.test":     {"127.0.0.1"},
+	})
+	own := []netip.AddrPort{netip.MustParseAddrPort("127.0.0.1:8080")}
+	strict := Config{Resolver: dns.resolver(t), Own: own, Timeout: 5 * time.Second}
+
+	// At creation: the detail, with the host's name taken out.
+	var details []string
+	for _, host := range []string{"internal.test", "meta.test", "self.test", "nowhere.test"} {
+		err := CheckURL(t.Context(), "http://"+host+":8080/hooks", strict)
+		require.ErrorIs(t, err, ErrInvalidURL, host)
+		details = append(details, strings.ReplaceAll(err.Error(), host, "HOST"))
+		for _, leak := range []string{"10.20", "169.254", "127.0.0.1", "lookup", ":53", "no such host", "private", "link-local", "loopback"} {
+			require.NotContains(t, err.Error(), leak, host)
+		}
+	}
+	for _, d := range details[1:] {
+		require.Equal(t, details[0], d, "every refusal of a name reads the same")
+	}
+
+	// At delivery, through the client's real errors: a name that resolves
+	// to a private address, to the service's own, or not at all.
+	var records []string
+	for _, tc := range []struct {
+		host string
+		cfg  Config
+	}{
+		{"internal.test", strict},
+		{"self.test", Config{AllowPrivate: true, Own: own, Resolver: dns.resolver(t)}},
+		{"nowhere.test", strict},
+		{"nowhere.test", Config{AllowPrivate: true, Resolver: dns.resolver(t)}},
+	} {
+		u := "http://" + tc.host + ":8080/hooks"
+		_, err := NewClient(tc.cfg).Post(u, "application/json", strings.NewReader(`{}`))
+		require.Error(t, err, tc.host)
+		record := Describe(err, u)
+		records = append(records, record)
+		for _, leak := range []string{"10.20", "127.0.0.1", "lookup", ":53", "no such host", "dial", "private", "loopback"} {
+			require.NotContains(t, record, leak, "%s: %s (from %v)", tc.host, record, err)
+		}
+	}
+	for _, r := range records[1:] {
+		require.Equal(t, records[0], r, "every refusal of a name reads the same in a delivery's record")
+	}
+	require.Contains(t, records[0], HostRefused)
+
+	// An address the URL itself gives may be named by kind: it is the
+	// endpoint owner's own writing.
+	_, err := NewClient(strict).Get("http://10.1.2.3/hooks")
+	require.Contains(t, Describe(err, "http://10.1.2.3/hooks"), "private")
+}
+
+// A delivery's other failures are worded without an address either.
+func TestDescribe_failuresOfAConnectionNameNoAddress(t *testing.T) {
+	t.Parallel()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	require.NoError(t, err)
+	closed := "http://" + ln.Addr().String() + "/hooks"
+	require.NoError(t, ln.Close())
+	_, err = NewClient(Config{AllowPrivate: true}).Get(closed)
+	require.Error(t, err)
+	require.Equal(t, "no connection: the endpoint's host refused it", Describe(err, closed))
+
+	release := make(chan struct{})
+	slow := httptest.NewServer(http.HandlerFunc(func(http.ResponseWriter, *http.Request) { <-release }))
+	t.Cleanup(func() { close(release); slow.Close() })
+	_, err = NewClient(Config{AllowPrivate: true, Timeout: 100 * time.Millisecond}).Get(slow.URL)
+	require.Error(t, err)
+	require.Equal(t, "no answer in time: the attempt timed out", Describe(err, slow.URL))
+	require.NotContains(t, Describe(err, slow.URL), "127.0.0.1")
 }

@@ -24,6 +24,7 @@ const (
 	CodeIdempotencyKeyInUse         Code = "idempotency_key_in_use"
 	CodeCardDeclined                Code = "card_declined"
 	CodeRefundNotAllowed            Code = "refund_not_allowed"
+	CodePaymentDisputed             Code = "payment_disputed"
 	CodePaymentNotCapturable        Code = "payment_not_capturable"
 	CodePaymentProcessorUnavailable Code = "payment_processor_unavailable"
 	// CodePaymentProcessing: a capture, cancel or refund of a payment whose

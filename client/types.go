@@ -32,9 +32,34 @@ type Payment struct {
 	Description         *string           `json:"description"`
 	Metadata            map[string]string `json:"metadata"`
 	Created             int64             `json:"created"`
+	// Dispute is the payment's chargeback as Stripe reports it; nil until
+	// one exists.
+	Dispute *Dispute `json:"dispute"`
+	// DuplicateCharges are the PaymentIntents Stripe made for the payment
+	// beyond the one recorded, each refunded by the service; nil while
+	// there is none.
+	DuplicateCharges []DuplicateCharge `json:"duplicate_charges"`
 	// Replayed is true when the answer was replayed from the key's stored
 	// answer (the request was executed once, earlier).
 	Replayed bool `json:"-"`
+}
+
+// Dispute is a payment's chargeback, Stripe's statuses as they are
+// (needs_response, under_review, won, lost, warning_*).
+type Dispute struct {
+	ID      string `json:"id"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Amount  int64  `json:"amount"`
+	Created int64  `json:"created"`
+}
+
+// DuplicateCharge is a second PaymentIntent Stripe made for a payment, and
+// where its refund stands (refund_pending, refunded, refund_failed).
+type DuplicateCharge struct {
+	StripePaymentIntent string `json:"stripe_payment_intent"`
+	Amount              int64  `json:"amount"`
+	Status              string `json:"status"`
 }
 
 // RefundStatus is where a refund stands.
@@ -59,7 +84,8 @@ type Refund struct {
 	Reason        *string      `json:"reason"`
 	FailureReason *string      `json:"failure_reason"`
 	// Origin is "api" for a refund made with this API, "external" for one
-	// made outside it (Stripe's dashboard).
+	// made outside it (Stripe's dashboard), "duplicate" for a second refund
+	// Stripe made for one of this API's.
 	Origin   string `json:"origin"`
 	Created  int64  `json:"created"`
 	Replayed bool   `json:"-"`
@@ -84,7 +110,7 @@ type IdempotencyKey struct {
 type Event struct {
 	ID     string `json:"id"`
 	Object string `json:"object"`
-	Type   string `json:"type"` // payment.succeeded, payment.failed, payment.captured, payment.canceled, refund.succeeded, refund.failed
+	Type   string `json:"type"` // payment.succeeded, payment.failed, payment.captured, payment.canceled, payment.disputed, payment.dispute_closed, payment.duplicate_refunded, refund.succeeded, refund.failed
 	Data   struct {
 		// Object is the payment or refund as it was when the change
 		// committed; decode it with Payment or Refund.

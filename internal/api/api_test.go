@@ -45,6 +45,7 @@ type testBundle struct {
 	server   *httptest.Server
 	sim      *stripesim.Simulator
 	payments *payments.Service
+	engine   *recovery.Engine
 	// handler is the API's handler itself, without the server's check
 	// against the OpenAPI document (FuzzHandler wraps it per input).
 	handler http.Handler
@@ -106,7 +107,7 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
 		Hooks:    hooks, WebhookURLCheck: o.checkURL,
 	})
-	return &testBundle{pool: pool, server: server, sim: sim, payments: svc, handler: handler}
+	return &testBundle{pool: pool, server: server, sim: sim, payments: svc, engine: engine, handler: handler}
 }
 
 // do sends a request and returns the response with its body read.
@@ -388,6 +389,24 @@ type paymentJSON struct {
 	Description         *string           `json:"description"`
 	Metadata            map[string]string `json:"metadata"`
 	Created             int64             `json:"created"`
+	Dispute             *disputeJSON      `json:"dispute"`
+	DuplicateCharges    []duplicateJSON   `json:"duplicate_charges"`
+}
+
+// disputeJSON is a payment's dispute.
+type disputeJSON struct {
+	ID      string `json:"id"`
+	Status  string `json:"status"`
+	Reason  string `json:"reason"`
+	Amount  int64  `json:"amount"`
+	Created int64  `json:"created"`
+}
+
+// duplicateJSON is an entry of a payment's duplicate_charges.
+type duplicateJSON struct {
+	StripePaymentIntent string `json:"stripe_payment_intent"`
+	Amount              int64  `json:"amount"`
+	Status              string `json:"status"`
 }
 
 func decodePayment(t *testing.T, data []byte) paymentJSON {

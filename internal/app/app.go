@@ -108,6 +108,7 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	// keys needing a person and the completer's lag, read from the database
 	// on scrape, and this process's serialization retries.
 	keyadmin.RegisterMetrics(reg, pool)
+	payments.RegisterMetrics(reg, pool) // payments_stripe_duplicates_total
 	reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{
 		Name: "payments_db_serialization_retries_total",
 		Help: "Transactions this process ran again after a serialization failure or deadlock.",

@@ -43,6 +43,7 @@ func (e Event) MarshalJSON() ([]byte, error) {
 // Types are the event types there are (API.md section 2).
 var Types = []string{
 	"payment.succeeded", "payment.failed", "payment.captured", "payment.canceled",
+	"payment.disputed", "payment.dispute_closed", "payment.duplicate_refunded",
 	"refund.succeeded", "refund.failed",
 }
 

@@ -48,6 +48,15 @@ type Payment struct {
 	// payment holds happened; older PaymentIntent events are stale (see
 	// ApplyIntentEventTx). Not part of the API object.
 	StripeEventAt *time.Time
+	// Dispute is the payment's chargeback as Stripe last reported it; nil
+	// until one exists (dispute.go).
+	Dispute *Dispute
+	// DisputeEventAt is when the dispute event whose state Dispute holds
+	// happened. Not part of the API object.
+	DisputeEventAt *time.Time
+	// DuplicateCharges are the PaymentIntents Stripe made for this payment
+	// beyond the one recorded, each refunded by the service (duplicate.go).
+	DuplicateCharges []DuplicateCharge
 }
 
 // Captured tells whether any money was captured.
@@ -70,6 +79,8 @@ type paymentObject struct {
 	Description         *string           `json:"description"`
 	Metadata            map[string]string `json:"metadata"`
 	Created             int64             `json:"created"`
+	Dispute             *Dispute          `json:"dispute"`
+	DuplicateCharges    []DuplicateCharge `json:"duplicate_charges"` // nil: null, while there is none
 }
 
 // MarshalJSON renders the payment as the API's Payment object. Flows store
@@ -80,7 +91,7 @@ func (p Payment) MarshalJSON() ([]byte, error) {
 		Captured: p.Captured(), AmountCaptured: p.AmountCaptured, AmountRefunded: p.AmountRefunded,
 		PaymentMethod: p.PaymentMethod, StripePaymentIntent: p.StripePaymentIntent,
 		FailureCode: p.FailureCode, FailureMessage: p.FailureMessage, Description: p.Description,
-		Metadata: p.Metadata, Created: p.Created.Unix(),
+		Metadata: p.Metadata, Created: p.Created.Unix(), Dispute: p.Dispute, DuplicateCharges: p.DuplicateCharges,
 	})
 }
 
@@ -142,6 +153,19 @@ func fromRow(row dbsqlc.Payment) (Payment, error) {
 	if err := json.Unmarshal(row.Metadata, &metadata); err != nil {
 		return Payment{}, fmt.Errorf("payment %s: decoding metadata: %w", row.ID, err)
 	}
+	var dispute *Dispute
+	if row.Dispute != nil {
+		dispute = new(Dispute)
+		if err := json.Unmarshal(row.Dispute, dispute); err != nil {
+			return Payment{}, fmt.Errorf("payment %s: decoding its dispute: %w", row.ID, err)
+		}
+	}
+	var duplicates []DuplicateCharge
+	if row.DuplicateCharges != nil {
+		if err := json.Unmarshal(row.DuplicateCharges, &duplicates); err != nil {
+			return Payment{}, fmt.Errorf("payment %s: decoding its duplicate charges: %w", row.ID, err)
+		}
+	}
 	return Payment{
 		ID:                  row.ID,
 		UserID:              row.UserID,
@@ -159,6 +183,9 @@ func fromRow(row dbsqlc.Payment) (Payment, error) {
 		Metadata:            metadata,
 		Created:             row.CreatedAt,
 		StripeEventAt:       fromTimestamptz(row.StripeEventAt),
+		Dispute:             dispute,
+		DisputeEventAt:      fromTimestamptz(row.DisputeEventAt),
+		DuplicateCharges:    duplicates,
 	}, nil
 }
 

@@ -3,6 +3,7 @@ package payments
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"net/http"
 
@@ -21,7 +22,8 @@ import (
 //	started
 //	  │ tx: lock the payment; unless it is captured and the amount is at most
 //	  │     what is left to refund, the answer is final: 400 refund_not_allowed
-//	  │     stored; else insert the refund (pending: this reserves its amount)
+//	  │     stored (400 payment_disputed for a payment whose dispute is
+//	  │     open); else insert the refund (pending: this reserves its amount)
 //	  │     and its audit record
 //	  │     (a payment still processing fails the phase with
 //	  │     ErrPaymentProcessing: 409, and nothing is stored)
@@ -33,6 +35,7 @@ import (
 //	  │     later by charge.refund.updated or the reconciler: see
 //	  │     refund_moves.go); a refusal is final: the refund is failed,
 //	  │     refund.failed is staged, 400 refund_not_allowed stored
+//	  │     (payment_disputed for Stripe's charge_disputed)
 //	  ▼
 //	stripe_refund_created
 //	  │ tx: store 201 with the refund
@@ -112,6 +115,9 @@ func (s *Service) insertRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 	switch {
 	case pay.Status != StatusSucceeded || !pay.Captured():
 		return refundNotAllowed("Payment %s is %s and has no captured money to refund.%s", pay.ID, pay.Status, cancelHint(pay))
+	case pay.Dispute.Open():
+		return paymentDisputed("Payment %s is disputed (dispute %s, %s): it cannot be refunded while the customer's bank decides.",
+			pay.ID, pay.Dispute.ID, pay.Dispute.Status)
 	case left <= 0:
 		return refundNotAllowed("Payment %s has nothing left to refund: its refunds hold all %d captured.", pay.ID, pay.AmountCaptured)
 	case amount > left:
@@ -134,6 +140,9 @@ func (s *Service) insertRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 type refundResult struct {
 	refund  *stripe.Refund
 	refusal string
+	// disputed: Stripe refused it because the charge was disputed
+	// (charge_disputed), a dispute the service did not know of yet.
+	disputed bool
 }
 
 // createStripeRefund: the Stripe call of refund_created. The amount is the
@@ -161,7 +170,9 @@ func (s *Service) createStripeRefund(ctx context.Context, k *recovery.Key) (refu
 	case stripeclient.Classify(err) == stripeclient.Transient:
 		return refundResult{}, UnfinishedStripeCall(err)
 	default:
-		return refundResult{refusal: StripeMessage(err)}, nil
+		var se *stripe.Error
+		disputed := errors.As(err, &se) && se.Code == stripe.ErrorCodeChargeDisputed
+		return refundResult{refusal: StripeMessage(err), disputed: disputed}, nil
 	}
 }
 
@@ -209,7 +220,17 @@ func (s *Service) recordStripeRefund(ctx context.Context, tx *db.Tx, k *recovery
 	}
 	re = fromRefundRow(row)
 	if res.refund == nil {
-		return failRefund(ctx, tx, k, pay, re, res.refusal)
+		return failRefund(ctx, tx, k, pay, re, res.refusal, res.disputed)
+	}
+	if isSecondRefund(re, res.refund) {
+		// Stripe's answer is a second refund: the first, made by an
+		// earlier attempt of this request that Stripe executed late, was
+		// recorded first (by its event). The answer becomes a refund of
+		// origin duplicate, and ours answers as it stands.
+		if _, err := applyStripeRefundTx(ctx, tx, pay, res.refund); err != nil {
+			return recovery.Outcome{}, err
+		}
+		return recovery.Next(StripeRefundCreated), nil
 	}
 	// A webhook may have made the move already (then it staged the event),
 	// or a later one: a pending answer does not undo a settled refund. A
@@ -226,7 +247,7 @@ func (s *Service) recordStripeRefund(ctx context.Context, tx *db.Tx, k *recovery
 
 // failRefund records Stripe's final refusal: the refund is failed, which
 // frees its amount, and the answer is 400 refund_not_allowed.
-func failRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, pay Payment, re Refund, refusal string) (recovery.Outcome, error) {
+func failRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, pay Payment, re Refund, refusal string, disputed bool) (recovery.Outcome, error) {
 	re, _, err := moveRefundTx(ctx, tx, keyID(k), pay, re, refundMove{to: RefundFailed, failureReason: refusal})
 	if err != nil {
 		return recovery.Outcome{}, err
@@ -234,7 +255,18 @@ func failRefund(ctx context.Context, tx *db.Tx, k *recovery.Key, pay Payment, re
 	if err := auditRefund(ctx, tx, k, "refund.failed", re, map[string]string{"failure_reason": refusal}); err != nil {
 		return recovery.Outcome{}, err
 	}
+	if disputed {
+		return paymentDisputed("The payment processor refused refund %s of payment %s: the payment was disputed (%s)", re.ID, re.Payment, refusal)
+	}
 	return refundNotAllowed("The payment processor refused refund %s of payment %s: %s", re.ID, re.Payment, refusal)
+}
+
+// paymentDisputed is the final answer to a refund of a disputed payment:
+// the customer's bank is taking the money back, and Stripe refuses refunds
+// meanwhile (charge_disputed).
+func paymentDisputed(format string, args ...any) (recovery.Outcome, error) {
+	answer := problem.New(http.StatusBadRequest, problem.PaymentDisputed, format, args...)
+	return recovery.Respond(answer.Status, answer.JSON()), nil
 }
 
 // finishRefund: stripe_refund_created -> finished. The events were staged

@@ -119,6 +119,9 @@ func HandlesRefundEvent(eventType string) bool {
 // of our payments that is neither is one made outside the service, and
 // becomes a refund of origin external (applyStripeRefundTx).
 func ApplyRefundEventTx(ctx context.Context, tx *db.Tx, sr *stripe.Refund) (EventOutcome, error) {
+	if sr.Metadata[duplicateChargeMetadata] != "" {
+		return applyDuplicateRefundTx(ctx, tx, sr) // the service's refund of a duplicate charge
+	}
 	paymentID, err := refundPayment(ctx, tx, sr)
 	if err != nil || paymentID == "" {
 		return EventUnmatched, err
@@ -181,8 +184,9 @@ type refundChange string
 // The changes; the strings label the reconciler's metric.
 const (
 	refundUnchanged refundChange = ""
-	refundMoved     refundChange = "refund"          // our refund moved
-	refundExternal  refundChange = "external_refund" // a refund made outside the service is now ours to show
+	refundMoved     refundChange = "refund"           // our refund moved
+	refundExternal  refundChange = "external_refund"  // a refund made outside the service is now ours to show
+	refundDuplicate refundChange = "duplicate_refund" // a second refund Stripe made for one of ours is now ours to show
 )
 
 // applyStripeRefundTx applies what Stripe says of one refund of pay, which
@@ -190,7 +194,9 @@ const (
 // a refund the service did not make, a refund of origin external, inserted
 // pending and moved to Stripe's status by moveRefundTx, so its event is
 // staged as for any refund (refund.succeeded for one that succeeded) and
-// it counts once in amount_refunded. Stripe's id is unique among our
+// it counts once in amount_refunded; a second refund Stripe made for one
+// of ours (its metadata names our refund, which records another of
+// Stripe's ids) becomes a refund of origin duplicate, the same way. Stripe's id is unique among our
 // refunds, and a webhook and the reconciler both take the payment's lock
 // first, so whichever learns of the refund second finds the first one's row.
 //
@@ -199,35 +205,57 @@ const (
 // reconciler, told to look soon, reads the PaymentIntent first.
 func applyStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe.Refund) (refundChange, error) {
 	re, ok, err := ourRefund(ctx, tx, sr, true)
-	if err != nil {
+	switch {
+	case err != nil:
 		return refundUnchanged, err
-	}
-	if !ok {
-		if pay.Status != StatusSucceeded {
-			return refundUnchanged, queries.ReconcileSoon(ctx, tx, dbsqlc.ReconcileSoonParams{ID: pay.ID})
-		}
-		row, err := queries.InsertExternalRefund(ctx, tx, dbsqlc.InsertExternalRefundParams{
-			ID: newRefundID(), UserID: pay.UserID, PaymentID: pay.ID, Amount: sr.Amount,
-			StripeRefund: textOrNull(sr.ID), Reason: textOrNull(string(sr.Reason)),
-		})
-		if err != nil {
-			return refundUnchanged, err
-		}
-		// The payment's row changes with every external refund, even one
-		// Stripe reports pending: a concurrent transaction that read the
-		// payment before this one committed then fails to serialize and
-		// runs again, finding this row, instead of inserting another.
-		if err := queries.SyncAmountRefunded(ctx, tx, pay.ID); err != nil {
-			return refundUnchanged, err
-		}
-		if _, _, err := moveRefundTx(ctx, tx, nil, pay, fromRefundRow(row), fromStripeRefund(sr)); err != nil {
-			return refundUnchanged, err
-		}
-		return refundExternal, nil
+	case ok && isSecondRefund(re, sr):
+		return refundDuplicate, insertStripeRefundTx(ctx, tx, pay, sr, RefundDuplicate)
+	case !ok && pay.Status != StatusSucceeded:
+		return refundUnchanged, queries.ReconcileSoon(ctx, tx, dbsqlc.ReconcileSoonParams{ID: pay.ID})
+	case !ok:
+		return refundExternal, insertStripeRefundTx(ctx, tx, pay, sr, RefundExternal)
 	}
 	_, moved, err := moveRefundTx(ctx, tx, nil, pay, re, fromStripeRefund(sr))
 	if err != nil || !moved {
 		return refundUnchanged, err
 	}
 	return refundMoved, nil
+}
+
+// isSecondRefund tells whether Stripe's refund sr, whose metadata names our
+// refund re, is a second refund Stripe made for it: re already records
+// another of Stripe's refunds. That is Stripe executing a request of ours
+// late (a late 500: the service answered under a new child key, then
+// Stripe executed the first attempt too); the money went back twice.
+func isSecondRefund(re Refund, sr *stripe.Refund) bool {
+	return re.StripeRefund != nil && *re.StripeRefund != sr.ID
+}
+
+// insertStripeRefundTx makes Stripe's refund sr, which no refund of ours
+// is, a refund of pay (locked by the caller in tx) of the given origin
+// (external: made outside the service; duplicate: a second refund Stripe
+// made for one of ours), inserted pending and moved to Stripe's status by
+// moveRefundTx, so its event is staged as for any refund and it counts
+// once in amount_refunded.
+func insertStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe.Refund, origin RefundOrigin) error {
+	reason := string(sr.Reason)
+	if origin == RefundDuplicate && reason == "" {
+		reason = string(stripe.RefundReasonDuplicate)
+	}
+	row, err := queries.InsertStripeRefund(ctx, tx, dbsqlc.InsertStripeRefundParams{
+		ID: newRefundID(), UserID: pay.UserID, PaymentID: pay.ID, Amount: sr.Amount,
+		StripeRefund: textOrNull(sr.ID), Reason: textOrNull(reason), Origin: string(origin),
+	})
+	if err != nil {
+		return err
+	}
+	// The payment's row changes with every such refund, even one Stripe
+	// reports pending: a concurrent transaction that read the payment
+	// before this one committed then fails to serialize and runs again,
+	// finding this row, instead of inserting another.
+	if err := queries.SyncAmountRefunded(ctx, tx, pay.ID); err != nil {
+		return err
+	}
+	_, _, err = moveRefundTx(ctx, tx, nil, pay, fromRefundRow(row), fromStripeRefund(sr))
+	return err
 }

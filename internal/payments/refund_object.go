@@ -38,7 +38,8 @@ type Refund struct {
 	// failed it later (its failure_reason, such as expired_or_canceled_card).
 	FailureReason *string
 	// Origin is RefundAPI for a refund made with this API, RefundExternal
-	// for one made outside it (Stripe's dashboard) that Stripe told us of.
+	// for one made outside it (Stripe's dashboard) that Stripe told us of,
+	// RefundDuplicate for a second refund Stripe made for one of ours.
 	Origin  RefundOrigin
 	Created time.Time
 }
@@ -50,6 +51,9 @@ type RefundOrigin string
 const (
 	RefundAPI      RefundOrigin = "api"
 	RefundExternal RefundOrigin = "external"
+	// RefundDuplicate is a second refund Stripe made for one of ours
+	// (refund_moves.go, isSecondRefund).
+	RefundDuplicate RefundOrigin = "duplicate"
 )
 
 // refundObject is the Refund object of the API, as clients see it.

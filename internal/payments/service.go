@@ -20,6 +20,7 @@ type Service struct {
 	stripe *stripeclient.Client
 
 	create, capture, cancel, refund *recovery.Flow
+	refundDuplicate                 *recovery.Flow // refund_duplicate_charge: duplicate.go
 	// createIntent is the create flow's Stripe call (WithCreatePaymentIntent).
 	createIntent CreatePaymentIntentFunc
 }
@@ -49,7 +50,8 @@ func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclien
 	s.capture = s.captureFlow()
 	s.cancel = s.cancelFlow()
 	s.refund = s.refundFlow()
-	return s, engine.Register(s.create, s.capture, s.cancel, s.refund)
+	s.refundDuplicate = s.refundDuplicateFlow()
+	return s, engine.Register(s.create, s.capture, s.cancel, s.refund, s.refundDuplicate)
 }
 
 // ChildKeyPrefix begins the child key of every Stripe call of the payment

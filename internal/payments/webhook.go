@@ -53,7 +53,10 @@ func HandlesIntentEvent(eventType string) bool { _, ok := intentMoves[eventType]
 // ApplyIntentEventTx applies a PaymentIntent event that happened at
 // occurred to the payment it belongs to, inside tx. The payment is found by
 // its PaymentIntent, or by the "payment" metadata we put on every
-// PaymentIntent, for an event that outruns the flow recording it.
+// PaymentIntent, for an event that outruns the flow recording it. A
+// PaymentIntent whose metadata names a payment that recorded another one
+// is a second PaymentIntent Stripe made for the payment
+// (applyOtherIntentTx): never the payment's.
 //
 // The payment's staleness mark (stripe_event_at) is the time of the latest
 // PaymentIntent event whose state the payment holds: one that moved it, or
@@ -74,6 +77,9 @@ func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *st
 	if err != nil || pay == nil {
 		return EventUnmatched, err
 	}
+	if pay.StripePaymentIntent != nil && *pay.StripePaymentIntent != pi.ID {
+		return applyOtherIntentTx(ctx, tx, *pay, pi)
+	}
 	if pay.StripeEventAt != nil && occurred.Before(*pay.StripeEventAt) {
 		return EventStale, nil
 	}
@@ -93,6 +99,25 @@ func ApplyIntentEventTx(ctx context.Context, tx *db.Tx, eventType string, pi *st
 	}
 	if !moved {
 		return EventNoChange, nil
+	}
+	return EventApplied, nil
+}
+
+// applyOtherIntentTx applies an event about a PaymentIntent whose metadata
+// names pay (locked by the caller in tx) but which is not the one pay
+// recorded: Stripe made two for one payment (a late 500's request executed
+// after the service charged under a new child key). It never moves the
+// payment, whose PaymentIntent is the recorded one. One that charged the
+// customer (succeeded) is a duplicate charge, refunded by the service
+// (duplicate.go); any other (declined, canceled, an authorisation, which
+// Stripe releases when it lapses) took no money and changes nothing.
+func applyOtherIntentTx(ctx context.Context, tx *db.Tx, pay Payment, pi *stripe.PaymentIntent) (EventOutcome, error) {
+	if pi.Status != stripe.PaymentIntentStatusSucceeded || pi.AmountReceived == 0 {
+		return EventNoChange, nil
+	}
+	added, err := noteDuplicateChargeTx(ctx, tx, pay, pi)
+	if err != nil || !added {
+		return EventNoChange, err
 	}
 	return EventApplied, nil
 }

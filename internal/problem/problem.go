@@ -29,6 +29,7 @@ const (
 	IdempotencyKeyInUse         Code = "idempotency_key_in_use"
 	CardDeclined                Code = "card_declined"
 	RefundNotAllowed            Code = "refund_not_allowed"
+	PaymentDisputed             Code = "payment_disputed"
 	PaymentNotCapturable        Code = "payment_not_capturable"
 	PaymentProcessorUnavailable Code = "payment_processor_unavailable"
 	// PaymentProcessing: a capture, cancel or refund of a payment whose

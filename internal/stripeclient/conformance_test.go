@@ -178,6 +178,44 @@ var conformanceRows = []conformanceRow{
 	}},
 	{"list refunds of nothing", []int{200}, func(e *simEnv) { _, _ = e.client.ListRefunds(e.ctx, "pi_missing") }},
 
+	// Disputes, as pm_card_createDispute makes them, and what they change.
+	{"a dispute opens, is retrieved, refuses a refund and is lost", []int{200, 200, 400, 200}, func(e *simEnv) {
+		pi := e.pay("pm_card_createDispute", false)
+		e.sim.Advance(time.Minute)
+		dp := disputeOf(e, pi)
+		e.send("GET", "/v1/disputes/"+dp, "", "")
+		e.refund(pi, 0) // 400 charge_disputed
+		require.NoError(e.t, e.sim.CloseDispute(dp, "lost"))
+		_, _ = e.client.GetPaymentIntent(e.ctx, pi)
+	}},
+	{"a dispute is won", []int{200, 200, 200}, func(e *simEnv) {
+		pi := e.pay("pm_card_createDispute", false)
+		e.sim.Advance(time.Minute)
+		dp := disputeOf(e, pi)
+		require.NoError(e.t, e.sim.CloseDispute(dp, "won"))
+		e.send("GET", "/v1/disputes/"+dp, "", "")
+		e.refund(pi, 500)
+	}},
+	{"retrieve a missing dispute", []int{404}, func(e *simEnv) { e.send("GET", "/v1/disputes/dp_missing", "", "") }},
+
+	// Processing, then succeeded (the processing fault).
+	{"a payment that processes, then succeeds", []int{200, 200}, func(e *simEnv) {
+		require.NoError(e.t, e.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "POST",
+			Kind: stripesim.FaultProcessing, DelayMS: 1000}))
+		pi := e.pay("pm_card_visa", false)
+		e.sim.Advance(time.Minute)
+		e.get(pi)
+	}},
+	// A late 500 on a refund: the 500 now, the refund later.
+	{"a refund's late 500, then the refund Stripe made", []int{200, 500, 200}, func(e *simEnv) {
+		pi := e.pay("pm_card_visa", false)
+		require.NoError(e.t, e.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/refunds", Method: "POST",
+			Kind: stripesim.FaultLate500, DelayMS: 1000}))
+		e.refund(pi, 500)
+		e.sim.Advance(time.Minute)
+		_, _ = e.client.ListRefunds(e.ctx, pi)
+	}},
+
 	// Idempotency.
 	{"replayed payment", []int{200, 200}, func(e *simEnv) {
 		key := e.key()
@@ -511,6 +549,25 @@ func (e *simEnv) refund(pi string, amount int64) string {
 // fault arms one fault of kind on payment intents.
 func (e *simEnv) fault(kind stripesim.FaultKind) {
 	require.NoError(e.t, e.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents", Kind: kind}))
+}
+
+// disputeOf is the id of the dispute of payment intent pi, read through
+// the control surface (no answer recorded).
+func disputeOf(e *simEnv, pi string) string {
+	disputes, err := e.sim.Objects("dispute")
+	require.NoError(e.t, err)
+	for _, raw := range disputes {
+		var dp struct {
+			ID            string `json:"id"`
+			PaymentIntent string `json:"payment_intent"`
+		}
+		require.NoError(e.t, json.Unmarshal(raw, &dp))
+		if dp.PaymentIntent == pi {
+			return dp.ID
+		}
+	}
+	require.FailNow(e.t, "no dispute of "+pi)
+	return ""
 }
 
 // answer is a decoded JSON answer.

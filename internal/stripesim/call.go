@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // maxBodyBytes bounds a request body; stripe-go's are a few hundred bytes.
@@ -22,6 +23,10 @@ type call struct {
 	form           url.Values // body and query parameters, decoded
 
 	claim *keyEntry // the idempotency key this request holds while it runs
+
+	// processingFor is how long a confirmation this request makes stays
+	// processing (FaultProcessing); 0: it is decided at once.
+	processingFor time.Duration
 }
 
 func newCall(r *http.Request) *call {

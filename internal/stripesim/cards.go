@@ -14,6 +14,9 @@ type testCard struct {
 	// needsAuthentication: confirming needs 3-D Secure (requires_action).
 	needsAuthentication bool
 	refunds             refundBehaviour
+	// disputed: the customer's bank disputes the charge laterDelay after
+	// it is captured (disputes.go).
+	disputed bool
 }
 
 // refundBehaviour is what becomes of a refund of a card's charge.
@@ -45,6 +48,7 @@ var testCards = map[string]testCard{
 	"pm_card_authenticationRequired": {brand: "visa", last4: "3184", needsAuthentication: true},
 	"pm_card_refundFail":             {brand: "visa", last4: "5126", refunds: refundFailsLater},
 	"pm_card_pendingRefund":          {brand: "visa", last4: "7726", refunds: refundPendsThenSucceeds},
+	"pm_card_createDispute":          {brand: "visa", last4: "0259", disputed: true},
 }
 
 // paymentMethod describes the card as Stripe embeds it in a card error: the

@@ -25,7 +25,7 @@ func loopbackOnly(next http.Handler) http.Handler {
 }
 
 // Objects returns every object of a type (payment_intent, charge, refund,
-// customer or event) in order of creation, as Stripe would encode it.
+// dispute, customer or event) in order of creation, as Stripe would encode it.
 func (s *Simulator) Objects(typ string) ([]json.RawMessage, error) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -39,6 +39,8 @@ func (s *Simulator) Objects(typ string) ([]json.RawMessage, error) {
 		return snapshots(s.state.refunds.order), nil
 	case "customer":
 		return snapshots(s.state.customers.order), nil
+	case "dispute":
+		return snapshots(s.state.disputes.order), nil
 	case "event":
 		events := make([]json.RawMessage, 0, len(s.state.events.order))
 		for _, ev := range s.state.events.order {
@@ -46,7 +48,7 @@ func (s *Simulator) Objects(typ string) ([]json.RawMessage, error) {
 		}
 		return events, nil
 	}
-	return nil, fmt.Errorf("unknown object type %q (want payment_intent, charge, refund, customer or event)", typ)
+	return nil, fmt.Errorf("unknown object type %q (want payment_intent, charge, refund, dispute, customer or event)", typ)
 }
 
 func snapshots[T any](objects []*T) []json.RawMessage {

@@ -12,6 +12,7 @@ type state struct {
 	paymentIntents table[paymentIntent]
 	charges        table[charge]
 	refunds        table[refund]
+	disputes       table[dispute]
 	events         table[event]
 
 	later []laterChange // Stripe's outcomes still to come, by due time
@@ -96,6 +97,7 @@ const (
 	statusRequiresConfirmation  = "requires_confirmation"
 	statusRequiresAction        = "requires_action"
 	statusRequiresCapture       = "requires_capture"
+	statusProcessing            = "processing"
 	statusSucceeded             = "succeeded"
 	statusCanceled              = "canceled"
 )
@@ -112,7 +114,7 @@ type charge struct {
 	Currency       string            `json:"currency"`
 	Customer       *string           `json:"customer"`
 	Description    *string           `json:"description"`
-	Disputed       bool              `json:"disputed"` // the simulator has no disputes
+	Disputed       bool              `json:"disputed"` // a dispute was opened on it (disputes.go)
 	FailureCode    *string           `json:"failure_code"`
 	FailureMessage *string           `json:"failure_message"`
 	Livemode       bool              `json:"livemode"`

@@ -15,6 +15,9 @@ import (
 //	created without confirm:  requires_payment_method or requires_confirmation
 //	confirmed, approved:      succeeded (capture_method automatic)
 //	                          requires_capture (capture_method manual) --capture--> succeeded
+//	confirmed, under the processing fault:
+//	                          processing, then succeeded (or requires_capture)
+//	                          the fault's delay_ms later
 //	confirmed, declined:      requires_payment_method, with last_payment_error
 //	confirmed, needs 3-D Secure (pm_card_authenticationRequired):
 //	                          requires_action, with a next_action; or, with
@@ -33,7 +36,7 @@ import (
 // canceled from.
 var cancelableStatuses = []string{
 	statusRequiresPaymentMethod, statusRequiresCapture, statusRequiresConfirmation,
-	statusRequiresAction, "processing",
+	statusRequiresAction, statusProcessing,
 }
 
 // createPaymentIntent is POST /v1/payment_intents.
@@ -186,6 +189,30 @@ func (s *Simulator) confirm(c *call, pi *paymentIntent, p paymentIntentParams) o
 		return s.decline(c, pi, ch, card)
 	}
 
+	if c.processingFor > 0 {
+		// The processing fault: the payment method takes its time, as
+		// Stripe's asynchronous ones do. The charge pends, and the payment
+		// intent answers processing until the charge goes through.
+		ch.Status = "pending"
+		pi.Status = statusProcessing
+		s.emit(c, "charge.pending", ch)
+		s.emit(c, "payment_intent.processing", pi)
+		s.later(c.processingFor, func() {
+			if pi.Status == statusProcessing {
+				s.approve(nil, pi, ch)
+			}
+		})
+		return succeeded(pi)
+	}
+	s.approve(c, pi, ch)
+	return succeeded(pi)
+}
+
+// approve records the card's approval of ch: the payment intent waits for
+// its capture (capture_method manual) or is captured whole. c is the
+// request that confirmed it, nil when the approval comes later (the
+// processing fault).
+func (s *Simulator) approve(c *call, pi *paymentIntent, ch *charge) {
 	ch.Status = "succeeded"
 	ch.Paid = true
 	s.emit(c, "charge.succeeded", ch)
@@ -194,11 +221,10 @@ func (s *Simulator) confirm(c *call, pi *paymentIntent, p paymentIntentParams) o
 		pi.AmountCapturable = pi.Amount
 		s.emit(c, "payment_intent.amount_capturable_updated", pi)
 		s.later(s.authorisationLifetime, func() { s.expireAuthorisation(pi) })
-		return succeeded(pi)
+		return
 	}
 	s.captureCharge(pi, ch, pi.Amount)
 	s.emit(c, "payment_intent.succeeded", pi)
-	return succeeded(pi)
 }
 
 // requireAction stops a confirmation that needs the customer to
@@ -279,6 +305,9 @@ func (s *Simulator) captureCharge(pi *paymentIntent, ch *charge, amount int64) {
 	pi.Status = statusSucceeded
 	pi.AmountCapturable = 0
 	pi.AmountReceived = amount
+	if testCards[ch.PaymentMethod].disputed {
+		s.later(laterDelay, func() { s.openDispute(ch) })
+	}
 }
 
 // getPaymentIntent is GET /v1/payment_intents/{id}.

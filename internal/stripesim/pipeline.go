@@ -98,6 +98,10 @@ func (s *Simulator) handle(r *http.Request, c *call, op operation) (response, Fa
 	if fault.Kind == FaultLate500 {
 		return s.storeAndExecuteLater(c, op, time.Duration(fault.DelayMS)*time.Millisecond), fault
 	}
+	if fault.Kind == FaultProcessing {
+		// At least a millisecond: a processing fault always processes.
+		c.processingFor = max(time.Duration(fault.DelayMS)*time.Millisecond, time.Millisecond)
+	}
 	s.sleep(fault.delay())
 	return s.execute(c, op), fault
 }

@@ -8,6 +8,7 @@ import "net/http"
 //	nothing captured (authorised only, declined, canceled): 400 charge_not_refundable
 //	everything already refunded:                            400 charge_already_refunded
 //	more than what is left:                                 400 amount_too_large
+//	charged back (a dispute the merchant has not won):      400 charge_disputed
 //
 // These are decided against the charge's state, so they are stored under the
 // idempotency key like a success.
@@ -29,6 +30,9 @@ func (s *Simulator) createRefund(c *call) outcome {
 	ch, e := refundableCharge(s.state, pi)
 	if e != nil {
 		return failed(e)
+	}
+	if s.refusesRefunds(ch) {
+		return failed(chargeDisputed(ch))
 	}
 	if amount == 0 {
 		amount = ch.refundable()

@@ -90,6 +90,7 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("POST /v1/refunds", s.api(s.createRefund))
 	mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
 	mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
+	mux.Handle("GET /v1/disputes/{id}", s.api(s.getDispute))
 	mux.Handle("/v1/", s.api(unrecognizedURL))
 
 	mux.Handle("GET /_sim/objects", loopbackOnly(http.HandlerFunc(s.serveObjects)))
@@ -99,6 +100,7 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("DELETE /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveClearFaults)))
 	mux.Handle("POST /_sim/reset", loopbackOnly(http.HandlerFunc(s.serveReset)))
 	mux.Handle("POST /_sim/advance", loopbackOnly(http.HandlerFunc(s.serveAdvance)))
+	mux.Handle("POST /_sim/disputes/{id}/close", loopbackOnly(http.HandlerFunc(s.serveCloseDispute)))
 	mux.Handle("GET /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveWebhookFaults)))
 	mux.Handle("POST /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveAddWebhookFault)))
 	mux.Handle("DELETE /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveClearWebhookFaults)))

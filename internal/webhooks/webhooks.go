@@ -6,7 +6,8 @@
 // goes into the stripe_events inbox and its effect is applied; a repeat finds
 // the id and changes nothing. What an event does to a payment is package
 // payments' business (ApplyIntentEventTx, ApplyChargeRefundedTx,
-// ApplyRefundEventTx for charge.refund.updated); event
+// ApplyRefundEventTx for charge.refund.updated, ApplyDisputeEventTx for
+// charge.dispute.*); event
 // types it does not apply are acknowledged and recorded.
 //
 // A signed event that cannot be decoded or applied (another API version's
@@ -319,6 +320,12 @@ func apply(ctx context.Context, tx *db.Tx, event stripe.Event, occurred time.Tim
 			return "", unprocessable("decoding %s's object: %v", event.Type, err)
 		}
 		return payments.ApplyRefundEventTx(ctx, tx, &re)
+	case payments.HandlesDisputeEvent(string(event.Type)):
+		var dp stripe.Dispute
+		if err := json.Unmarshal(event.Data.Raw, &dp); err != nil {
+			return "", unprocessable("decoding %s's object: %v", event.Type, err)
+		}
+		return payments.ApplyDisputeEventTx(ctx, tx, &dp, occurred)
 	default:
 		return OutcomeIgnored, nil
 	}

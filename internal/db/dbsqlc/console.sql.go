@@ -64,7 +64,7 @@ func (q *Queries) ConsoleGetEndpoint(ctx context.Context, db DBTX, id string) (C
 }
 
 const consoleGetPayment = `-- name: ConsoleGetPayment :one
-SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.next_check_at, p.reconcile_checks, u.email FROM payments p
+SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.next_check_at, p.reconcile_checks, p.dispute, p.dispute_event_at, p.duplicate_charges, u.email FROM payments p
 JOIN users u ON u.id = p.user_id
 WHERE p.id = $1
 `
@@ -90,6 +90,9 @@ type ConsoleGetPaymentRow struct {
 	StripeEventAt       pgtype.Timestamptz
 	NextCheckAt         time.Time
 	ReconcileChecks     int32
+	Dispute             []byte
+	DisputeEventAt      pgtype.Timestamptz
+	DuplicateCharges    []byte
 	Email               string
 }
 
@@ -117,6 +120,9 @@ func (q *Queries) ConsoleGetPayment(ctx context.Context, db DBTX, id string) (Co
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 		&i.Email,
 	)
 	return i, err
@@ -308,7 +314,7 @@ func (q *Queries) ConsoleListEventsOfPayment(ctx context.Context, db DBTX, arg C
 
 const consoleListPayments = `-- name: ConsoleListPayments :many
 
-SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.next_check_at, p.reconcile_checks, u.email FROM payments p
+SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.next_check_at, p.reconcile_checks, p.dispute, p.dispute_event_at, p.duplicate_charges, u.email FROM payments p
 JOIN users u ON u.id = p.user_id
 WHERE ($1::bigint IS NULL OR p.user_id = $1)
   AND (p.created_at, p.id) < ($2::timestamptz, $3::text)
@@ -344,6 +350,9 @@ type ConsoleListPaymentsRow struct {
 	StripeEventAt       pgtype.Timestamptz
 	NextCheckAt         time.Time
 	ReconcileChecks     int32
+	Dispute             []byte
+	DisputeEventAt      pgtype.Timestamptz
+	DuplicateCharges    []byte
 	Email               string
 }
 
@@ -386,6 +395,9 @@ func (q *Queries) ConsoleListPayments(ctx context.Context, db DBTX, arg ConsoleL
 			&i.StripeEventAt,
 			&i.NextCheckAt,
 			&i.ReconcileChecks,
+			&i.Dispute,
+			&i.DisputeEventAt,
+			&i.DuplicateCharges,
 			&i.Email,
 		); err != nil {
 			return nil, err

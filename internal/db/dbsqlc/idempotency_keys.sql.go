@@ -479,6 +479,49 @@ func (q *Queries) InsertIdempotencyKey(ctx context.Context, db DBTX, arg InsertI
 	return err
 }
 
+const insertUnheldKey = `-- name: InsertUnheldKey :exec
+INSERT INTO idempotency_keys (
+    id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
+    recovery_point, lock_token, last_run_at, created_at
+) VALUES (
+    $1, $2, $3, $4, $5, $6, $7, $8,
+    'started', 0, now() - interval '1 day', now()
+)
+ON CONFLICT (user_id, idempotency_key) DO NOTHING
+`
+
+type InsertUnheldKeyParams struct {
+	ID                 uuid.UUID
+	UserID             int64
+	IdempotencyKey     string
+	Flow               string
+	RequestMethod      string
+	RequestPath        string
+	RequestParams      []byte
+	RequestFingerprint []byte
+}
+
+// A key the service makes for work of its own (the refund of a duplicate
+// charge, internal/payments/duplicate.go), inside the transaction that
+// finds the work: at started, held by nobody, and never run, so that the
+// completer takes it at its next run (last_run_at a day past: longer than
+// any completer's grace for a key it never tried). Its insert
+// trigger puts it in idempotency_keys_unfinished. A key of that name
+// already there (the same work found before) is left as it is.
+func (q *Queries) InsertUnheldKey(ctx context.Context, db DBTX, arg InsertUnheldKeyParams) error {
+	_, err := db.Exec(ctx, insertUnheldKey,
+		arg.ID,
+		arg.UserID,
+		arg.IdempotencyKey,
+		arg.Flow,
+		arg.RequestMethod,
+		arg.RequestPath,
+		arg.RequestParams,
+		arg.RequestFingerprint,
+	)
+	return err
+}
+
 const listLiveFinishedKeys = `-- name: ListLiveFinishedKeys :many
 SELECT id, user_id, idempotency_key, created_at,
     (expires_at - make_interval(secs => $1::float8))::timestamptz AS live_from

@@ -108,6 +108,9 @@ type Payment struct {
 	StripeEventAt       pgtype.Timestamptz
 	NextCheckAt         time.Time
 	ReconcileChecks     int32
+	Dispute             []byte
+	DisputeEventAt      pgtype.Timestamptz
+	DuplicateCharges    []byte
 }
 
 type PaymentIntent struct {

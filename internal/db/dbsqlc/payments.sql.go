@@ -39,7 +39,7 @@ SET next_check_at = clock.now + least(clock.after * power(2, least(payments.reco
     reconcile_checks = payments.reconcile_checks + 1
 FROM due, clock
 WHERE payments.id = due.id
-RETURNING payments.id, payments.user_id, payments.amount, payments.currency, payments.status, payments.capture, payments.amount_captured, payments.amount_refunded, payments.payment_method, payments.stripe_payment_intent, payments.failure_code, payments.failure_message, payments.description, payments.metadata, payments.created_at, payments.updated_at, payments.idempotency_key_id, payments.stripe_event_at, payments.next_check_at, payments.reconcile_checks
+RETURNING payments.id, payments.user_id, payments.amount, payments.currency, payments.status, payments.capture, payments.amount_captured, payments.amount_refunded, payments.payment_method, payments.stripe_payment_intent, payments.failure_code, payments.failure_message, payments.description, payments.metadata, payments.created_at, payments.updated_at, payments.idempotency_key_id, payments.stripe_event_at, payments.next_check_at, payments.reconcile_checks, payments.dispute, payments.dispute_event_at, payments.duplicate_charges
 `
 
 type ClaimPaymentsToReconcileParams struct {
@@ -110,6 +110,9 @@ func (q *Queries) ClaimPaymentsToReconcile(ctx context.Context, db DBTX, arg Cla
 			&i.StripeEventAt,
 			&i.NextCheckAt,
 			&i.ReconcileChecks,
+			&i.Dispute,
+			&i.DisputeEventAt,
+			&i.DuplicateCharges,
 		); err != nil {
 			return nil, err
 		}
@@ -121,8 +124,30 @@ func (q *Queries) ClaimPaymentsToReconcile(ctx context.Context, db DBTX, arg Cla
 	return items, nil
 }
 
+const countStripeDuplicates = `-- name: CountStripeDuplicates :one
+SELECT
+    (SELECT count(*) FROM refunds WHERE origin = 'duplicate')::bigint AS refunds,
+    (SELECT coalesce(sum(jsonb_array_length(duplicate_charges)), 0) FROM payments
+     WHERE duplicate_charges IS NOT NULL)::bigint AS payment_intents
+`
+
+type CountStripeDuplicatesRow struct {
+	Refunds        int64
+	PaymentIntents int64
+}
+
+// What payments_stripe_duplicates_total counts: the refunds of origin
+// duplicate, and the duplicate charges, as committed. Each through its
+// partial index (migration 000035), which holds only those rows.
+func (q *Queries) CountStripeDuplicates(ctx context.Context, db DBTX) (CountStripeDuplicatesRow, error) {
+	row := db.QueryRow(ctx, countStripeDuplicates)
+	var i CountStripeDuplicatesRow
+	err := row.Scan(&i.Refunds, &i.PaymentIntents)
+	return i, err
+}
+
 const getPayment = `-- name: GetPayment :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE id = $1 AND user_id = $2
 `
 
@@ -156,12 +181,15 @@ func (q *Queries) GetPayment(ctx context.Context, db DBTX, arg GetPaymentParams)
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 	)
 	return i, err
 }
 
 const getPaymentByIDForUpdate = `-- name: GetPaymentByIDForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments WHERE id = $1 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE id = $1 FOR UPDATE
 `
 
 // Any user's payment, locked: for Stripe's webhooks, which name payments by
@@ -190,12 +218,15 @@ func (q *Queries) GetPaymentByIDForUpdate(ctx context.Context, db DBTX, id strin
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 	)
 	return i, err
 }
 
 const getPaymentByIdempotencyKey = `-- name: GetPaymentByIdempotencyKey :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments WHERE idempotency_key_id = $1
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE idempotency_key_id = $1
 `
 
 // The payment a create request made, found again after a crash.
@@ -223,12 +254,15 @@ func (q *Queries) GetPaymentByIdempotencyKey(ctx context.Context, db DBTX, idemp
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 	)
 	return i, err
 }
 
 const getPaymentByIntent = `-- name: GetPaymentByIntent :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = $1::text)
 `
 
@@ -259,12 +293,15 @@ func (q *Queries) GetPaymentByIntent(ctx context.Context, db DBTX, stripePayment
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 	)
 	return i, err
 }
 
 const getPaymentByIntentForUpdate = `-- name: GetPaymentByIntentForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = $1::text)
 FOR UPDATE
 `
@@ -293,12 +330,15 @@ func (q *Queries) GetPaymentByIntentForUpdate(ctx context.Context, db DBTX, stri
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 	)
 	return i, err
 }
 
 const getPaymentForUpdate = `-- name: GetPaymentForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments WHERE id = $1 AND user_id = $2 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE id = $1 AND user_id = $2 FOR UPDATE
 `
 
 type GetPaymentForUpdateParams struct {
@@ -331,6 +371,9 @@ func (q *Queries) GetPaymentForUpdate(ctx context.Context, db DBTX, arg GetPayme
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 	)
 	return i, err
 }
@@ -375,7 +418,7 @@ func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentP
 }
 
 const listPayments = `-- name: ListPayments :many
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE user_id = $1
   AND (created_at, id) < ($2::timestamptz, $3::text)
 ORDER BY created_at DESC, id DESC
@@ -426,6 +469,9 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 			&i.StripeEventAt,
 			&i.NextCheckAt,
 			&i.ReconcileChecks,
+			&i.Dispute,
+			&i.DisputeEventAt,
+			&i.DuplicateCharges,
 		); err != nil {
 			return nil, err
 		}
@@ -438,7 +484,7 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 }
 
 const lockPaymentByIdempotencyKey = `-- name: LockPaymentByIdempotencyKey :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks FROM payments WHERE idempotency_key_id = $1 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE idempotency_key_id = $1 FOR UPDATE
 `
 
 // The same, under a row lock, for the transaction that records Stripe's answer.
@@ -466,6 +512,9 @@ func (q *Queries) LockPaymentByIdempotencyKey(ctx context.Context, db DBTX, idem
 		&i.StripeEventAt,
 		&i.NextCheckAt,
 		&i.ReconcileChecks,
+		&i.Dispute,
+		&i.DisputeEventAt,
+		&i.DuplicateCharges,
 	)
 	return i, err
 }
@@ -570,6 +619,44 @@ func (q *Queries) RetireUnwatchedPayments(ctx context.Context, db DBTX, arg Reti
 		return 0, err
 	}
 	return result.RowsAffected(), nil
+}
+
+const setDuplicateCharges = `-- name: SetDuplicateCharges :exec
+UPDATE payments
+SET duplicate_charges = $1, updated_at = now()
+WHERE id = $2
+`
+
+type SetDuplicateChargesParams struct {
+	DuplicateCharges []byte
+	ID               string
+}
+
+// The payment's duplicate charges (the PaymentIntents Stripe made for it
+// beyond the one recorded), under the payment's row lock. HOT. Queued.
+func (q *Queries) SetDuplicateCharges(ctx context.Context, db DBTX, arg SetDuplicateChargesParams) error {
+	_, err := db.Exec(ctx, setDuplicateCharges, arg.DuplicateCharges, arg.ID)
+	return err
+}
+
+const setPaymentDispute = `-- name: SetPaymentDispute :exec
+UPDATE payments
+SET dispute = $1, dispute_event_at = $2, updated_at = now()
+WHERE id = $3
+`
+
+type SetPaymentDisputeParams struct {
+	Dispute        []byte
+	DisputeEventAt pgtype.Timestamptz
+	ID             string
+}
+
+// The payment's dispute as Stripe last reported it, and when that report
+// happened (ApplyDisputeEventTx, under the payment's row lock). No index
+// names either column: the update is HOT. Queued.
+func (q *Queries) SetPaymentDispute(ctx context.Context, db DBTX, arg SetPaymentDisputeParams) error {
+	_, err := db.Exec(ctx, setPaymentDispute, arg.Dispute, arg.DisputeEventAt, arg.ID)
+	return err
 }
 
 const transitionPayment = `-- name: TransitionPayment :exec

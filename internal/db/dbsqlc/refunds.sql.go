@@ -118,53 +118,6 @@ func (q *Queries) GetRefundByStripeRefund(ctx context.Context, db DBTX, stripeRe
 	return i, err
 }
 
-const insertExternalRefund = `-- name: InsertExternalRefund :one
-INSERT INTO refunds (id, user_id, payment_id, amount, status, stripe_refund, reason, origin)
-VALUES ($1, $2, $3, $4, 'pending', $5, $6, 'external')
-RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin
-`
-
-type InsertExternalRefundParams struct {
-	ID           string
-	UserID       int64
-	PaymentID    string
-	Amount       int64
-	StripeRefund pgtype.Text
-	Reason       pgtype.Text
-}
-
-// A refund Stripe reports that the service did not make (origin
-// 'external': made in Stripe's dashboard, say), inserted pending under the
-// payment's row lock; the caller then makes the move Stripe reports, with
-// its event (moveRefundTx). stripe_refund is unique: a webhook and the
-// reconciler that both learn of it find one row.
-func (q *Queries) InsertExternalRefund(ctx context.Context, db DBTX, arg InsertExternalRefundParams) (Refund, error) {
-	row := db.QueryRow(ctx, insertExternalRefund,
-		arg.ID,
-		arg.UserID,
-		arg.PaymentID,
-		arg.Amount,
-		arg.StripeRefund,
-		arg.Reason,
-	)
-	var i Refund
-	err := row.Scan(
-		&i.ID,
-		&i.UserID,
-		&i.PaymentID,
-		&i.Amount,
-		&i.Status,
-		&i.StripeRefund,
-		&i.Reason,
-		&i.FailureReason,
-		&i.IdempotencyKeyID,
-		&i.CreatedAt,
-		&i.UpdatedAt,
-		&i.Origin,
-	)
-	return i, err
-}
-
 const insertRefund = `-- name: InsertRefund :one
 WITH watch AS (
     UPDATE payments SET next_check_at = now(), reconcile_checks = 0
@@ -196,6 +149,56 @@ func (q *Queries) InsertRefund(ctx context.Context, db DBTX, arg InsertRefundPar
 		arg.Amount,
 		arg.Reason,
 		arg.IdempotencyKeyID,
+	)
+	var i Refund
+	err := row.Scan(
+		&i.ID,
+		&i.UserID,
+		&i.PaymentID,
+		&i.Amount,
+		&i.Status,
+		&i.StripeRefund,
+		&i.Reason,
+		&i.FailureReason,
+		&i.IdempotencyKeyID,
+		&i.CreatedAt,
+		&i.UpdatedAt,
+		&i.Origin,
+	)
+	return i, err
+}
+
+const insertStripeRefund = `-- name: InsertStripeRefund :one
+INSERT INTO refunds (id, user_id, payment_id, amount, status, stripe_refund, reason, origin)
+VALUES ($1, $2, $3, $4, 'pending', $5, $6, $7)
+RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin
+`
+
+type InsertStripeRefundParams struct {
+	ID           string
+	UserID       int64
+	PaymentID    string
+	Amount       int64
+	StripeRefund pgtype.Text
+	Reason       pgtype.Text
+	Origin       string
+}
+
+// A refund Stripe reports that the service did not make: origin
+// 'external' (made in Stripe's dashboard, say), or 'duplicate' (a second
+// refund Stripe made for one of ours), inserted pending under the
+// payment's row lock; the caller then makes the move Stripe reports, with
+// its event (moveRefundTx). stripe_refund is unique: a webhook and the
+// reconciler that both learn of it find one row.
+func (q *Queries) InsertStripeRefund(ctx context.Context, db DBTX, arg InsertStripeRefundParams) (Refund, error) {
+	row := db.QueryRow(ctx, insertStripeRefund,
+		arg.ID,
+		arg.UserID,
+		arg.PaymentID,
+		arg.Amount,
+		arg.StripeRefund,
+		arg.Reason,
+		arg.Origin,
 	)
 	var i Refund
 	err := row.Scan(

@@ -292,3 +292,20 @@ JOIN idempotency_keys k ON k.id = u.id
 WHERE k.recovery_point <> 'finished'
 GROUP BY k.flow
 ORDER BY k.flow;
+
+-- name: InsertUnheldKey :exec
+-- A key the service makes for work of its own (the refund of a duplicate
+-- charge, internal/payments/duplicate.go), inside the transaction that
+-- finds the work: at started, held by nobody, and never run, so that the
+-- completer takes it at its next run (last_run_at a day past: longer than
+-- any completer's grace for a key it never tried). Its insert
+-- trigger puts it in idempotency_keys_unfinished. A key of that name
+-- already there (the same work found before) is left as it is.
+INSERT INTO idempotency_keys (
+    id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
+    recovery_point, lock_token, last_run_at, created_at
+) VALUES (
+    @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
+    'started', 0, now() - interval '1 day', now()
+)
+ON CONFLICT (user_id, idempotency_key) DO NOTHING;

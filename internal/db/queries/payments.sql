@@ -194,3 +194,27 @@ WHERE id = @id;
 -- reconciler asks Stripe at its next pass.
 UPDATE payments SET next_check_at = coalesce(sqlc.narg('now')::timestamptz, now()), reconcile_checks = greatest(reconcile_checks, 1)
 WHERE id = @id;
+
+-- name: SetPaymentDispute :exec
+-- The payment's dispute as Stripe last reported it, and when that report
+-- happened (ApplyDisputeEventTx, under the payment's row lock). No index
+-- names either column: the update is HOT. Queued.
+UPDATE payments
+SET dispute = @dispute, dispute_event_at = @dispute_event_at, updated_at = now()
+WHERE id = @id;
+
+-- name: SetDuplicateCharges :exec
+-- The payment's duplicate charges (the PaymentIntents Stripe made for it
+-- beyond the one recorded), under the payment's row lock. HOT. Queued.
+UPDATE payments
+SET duplicate_charges = @duplicate_charges, updated_at = now()
+WHERE id = @id;
+
+-- name: CountStripeDuplicates :one
+-- What payments_stripe_duplicates_total counts: the refunds of origin
+-- duplicate, and the duplicate charges, as committed. Each through its
+-- partial index (migration 000035), which holds only those rows.
+SELECT
+    (SELECT count(*) FROM refunds WHERE origin = 'duplicate')::bigint AS refunds,
+    (SELECT coalesce(sum(jsonb_array_length(duplicate_charges)), 0) FROM payments
+     WHERE duplicate_charges IS NOT NULL)::bigint AS payment_intents;

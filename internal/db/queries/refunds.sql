@@ -60,12 +60,13 @@ SET amount_refunded = (SELECT coalesce(sum(r.amount), 0) FROM refunds r
     updated_at = now()
 WHERE payments.id = @id;
 
--- name: InsertExternalRefund :one
--- A refund Stripe reports that the service did not make (origin
--- 'external': made in Stripe's dashboard, say), inserted pending under the
+-- name: InsertStripeRefund :one
+-- A refund Stripe reports that the service did not make: origin
+-- 'external' (made in Stripe's dashboard, say), or 'duplicate' (a second
+-- refund Stripe made for one of ours), inserted pending under the
 -- payment's row lock; the caller then makes the move Stripe reports, with
 -- its event (moveRefundTx). stripe_refund is unique: a webhook and the
 -- reconciler that both learn of it find one row.
 INSERT INTO refunds (id, user_id, payment_id, amount, status, stripe_refund, reason, origin)
-VALUES (@id, @user_id, @payment_id, @amount, 'pending', @stripe_refund, @reason, 'external')
+VALUES (@id, @user_id, @payment_id, @amount, 'pending', @stripe_refund, @reason, @origin)
 RETURNING *;

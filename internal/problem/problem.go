@@ -32,6 +32,10 @@ const (
 	PaymentDisputed             Code = "payment_disputed"
 	PaymentNotCapturable        Code = "payment_not_capturable"
 	PaymentProcessorUnavailable Code = "payment_processor_unavailable"
+	// ServiceUnavailable: the database cannot commit now (a failover, a
+	// lost synchronous standby, a transaction past its deadline: 503, with
+	// Retry-After); nothing final is stored, and a retry resumes.
+	ServiceUnavailable Code = "service_unavailable"
 	// PaymentProcessing: a capture, cancel or refund of a payment whose
 	// creation has not finished (409, with Retry-After); nothing is stored.
 	PaymentProcessing Code = "payment_processing"

@@ -133,3 +133,18 @@ ha: deps
 
 ha-down:
 	@if [ -x bin/hasupervisor ]; then ./bin/hasupervisor down; else $(GO) run ./cmd/hasupervisor down; fi
+
+# The chaos suite against make ha's formation (cmd/payments/chaos_ha_test.go):
+# kill -9 of the primary's postmaster, of the leader's Patroni, and a paused
+# primary (SIGSTOP 30 s), each during load; writes docs/CHAOS-HA.md, whose
+# table judges each promise of docs/API.md section 11, and fails on any that
+# fails. It starts the formation if none runs, and then stops it again.
+CHAOS_HA_TIMEOUT ?= 20m
+chaos-ha: deps
+	@./scripts/ha-install.sh
+	@$(GO) build -o bin/hasupervisor ./cmd/hasupervisor
+	@running=$$([ -f '$(HA_DIR)/formation.json' ] && echo yes || true); \
+	./bin/hasupervisor up || exit 1; status=0; \
+	HA_FORMATION='$(abspath $(HA_DIR))/formation.json' CHAOS_HA_REPORT='$(CURDIR)/docs/CHAOS-HA.md' \
+	  $(GO) test -tags chaos -run '^TestChaosHA$$' -count=1 -v -timeout $(CHAOS_HA_TIMEOUT) ./cmd/payments/ || status=$$?; \
+	if [ -z "$$running" ]; then ./bin/hasupervisor down; fi; exit $$status

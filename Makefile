@@ -114,3 +114,37 @@ CHAOS_TIMEOUT  ?= 60m
 .PHONY: chaos
 chaos: deps
 	CHAOS_DURATION=$(CHAOS_DURATION) $(GO) test -tags chaos -run '^TestChaos$$' -count=1 -v -timeout $(CHAOS_TIMEOUT) ./cmd/payments/
+
+# A highly available PostgreSQL on this machine (docs/API.md section 11,
+# deploy/ha): three etcd members, three PostgreSQL nodes under Patroni
+# (synchronous_mode_strict), haproxy in front. make ha installs Patroni,
+# etcd and haproxy from Debian's packages if missing (scripts/ha-install.sh),
+# starts cmd/hasupervisor in the background, waits for a commit through
+# haproxy and prints the DATABASE_URL; make ha-down stops it by its PIDs.
+# HA_DIR (data, logs, formation.json) and HA_PORT_BASE (the first port).
+HA_DIR       ?= .ha
+HA_PORT_BASE ?= 26000
+export HA_DIR HA_PORT_BASE
+.PHONY: ha ha-down chaos-ha
+ha: deps
+	@./scripts/ha-install.sh
+	$(GO) build -o bin/hasupervisor ./cmd/hasupervisor
+	./bin/hasupervisor up
+
+ha-down:
+	@if [ -x bin/hasupervisor ]; then ./bin/hasupervisor down; else $(GO) run ./cmd/hasupervisor down; fi
+
+# The chaos suite against make ha's formation (cmd/payments/chaos_ha_test.go):
+# kill -9 of the primary's postmaster, of the leader's Patroni, and a paused
+# primary (SIGSTOP 30 s), each during load; writes docs/CHAOS-HA.md, whose
+# table judges each promise of docs/API.md section 11, and fails on any that
+# fails. It starts the formation if none runs, and then stops it again.
+CHAOS_HA_TIMEOUT ?= 20m
+chaos-ha: deps
+	@./scripts/ha-install.sh
+	@$(GO) build -o bin/hasupervisor ./cmd/hasupervisor
+	@running=$$([ -f '$(HA_DIR)/formation.json' ] && echo yes || true); \
+	./bin/hasupervisor up || exit 1; status=0; \
+	HA_FORMATION='$(abspath $(HA_DIR))/formation.json' CHAOS_HA_REPORT='$(CURDIR)/docs/CHAOS-HA.md' \
+	  $(GO) test -tags chaos -run '^TestChaosHA$$' -count=1 -v -timeout $(CHAOS_HA_TIMEOUT) ./cmd/payments/ || status=$$?; \
+	if [ -z "$$running" ]; then ./bin/hasupervisor down; fi; exit $$status

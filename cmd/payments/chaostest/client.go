@@ -37,6 +37,9 @@ type driver struct {
 	ledger    *Ledger
 	stats     *Stats
 	budget    time.Duration
+	// watch, when set, sees every attempt as it is answered (the HA run's
+	// measurements, ha.go).
+	watch func(Op, paymentsclient.Attempt)
 }
 
 // Back-off bounds: the first retry waits up to minBackoff, each next one up
@@ -131,6 +134,9 @@ func (d *driver) sendWith(ctx context.Context, rng *rand.Rand, opts sendOptions,
 			}
 		})
 		d.stats.Add("attempts", 1)
+		if d.watch != nil {
+			d.watch(r.Op, at)
+		}
 		// A first attempt to an instance that the crasher made stall past
 		// the lock timeout is rightly taken over (by the completer), and its
 		// own answer is then 409: no broken promise. Any other is.

@@ -26,6 +26,10 @@ type Options struct {
 	DatabaseURL string
 	// Logf receives progress lines; nil discards them.
 	Logf func(format string, args ...any)
+	// HA, when set, runs the database's faults during the load (ha.go): the
+	// database is make ha's formation. The load ends when its faults are
+	// measured, or after Config.Duration, whichever comes first.
+	HA *HA
 }
 
 // Run is one chaos run:
@@ -132,12 +136,22 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	chaos.Go(func() { changeEndpoints(chaosCtx, cluster, merchants, clientUsers, endpointRNG, stats, logf) })
 	chaos.Go(func() { cr.run(chaosCtx) })
 	chaos.Go(func() { progress(chaosCtx, stats, logf) })
+	loadDone := make(chan struct{})
+	if opts.HA != nil {
+		opts.HA.defaults()
+		d.watch = opts.HA.observe
+		chaos.Go(func() {
+			defer stopChaos()
+			defer close(loadDone)
+			opts.HA.run(ctx, chaosCtx, cluster, logf)
+		})
+	}
 
 	tag := strconv.FormatUint(cfg.Seed%1_000_000, 36)
 	var clients sync.WaitGroup
 	for i := range cfg.Clients {
 		c := &client{id: i, tag: tag, rng: rand.New(rand.NewPCG(seeds.Uint64(), uint64(i))), d: d, users: clientUsers, think: cfg.Think, keyTTL: cfg.KeyTTL,
-			simURL: cluster.SimURL}
+			simURL: cluster.SimURL, stop: loadDone}
 		clients.Go(func() { c.run(ctx, stopAt) })
 	}
 

@@ -62,18 +62,31 @@ type client struct {
 	// done are this client's finished requests, the latest few hundred,
 	// for replays and reuses.
 	done []*Record
+	// stop, when closed, ends the run as stopAt does (the HA run ends its
+	// load once its faults are measured).
+	stop <-chan struct{}
 }
 
 const keepDone = 256
 
 // run starts chains until stopAt, then finishes the one under way.
 func (c *client) run(ctx context.Context, stopAt time.Time) {
-	for time.Now().Before(stopAt) && ctx.Err() == nil {
+	for time.Now().Before(stopAt) && ctx.Err() == nil && !closed(c.stop) {
 		c.chain(ctx)
 		c.d.stats.Add("chains", 1)
 		if c.think > 0 {
 			time.Sleep(min(time.Duration(c.rng.ExpFloat64()*float64(c.think)), 10*c.think))
 		}
+	}
+}
+
+// closed tells whether ch is closed (a nil channel never is).
+func closed(ch <-chan struct{}) bool {
+	select {
+	case <-ch:
+		return true
+	default:
+		return false
 	}
 }
 

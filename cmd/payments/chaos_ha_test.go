@@ -1,0 +1,99 @@
+//go:build chaos
+
+package main_test
+
+// The chaos suite against make ha's formation (docs/API.md section 11): the
+// same clients, processes and invariant checker as TestChaos, on a database
+// behind haproxy, while the formation's primary is killed (its postmaster,
+// then its Patroni) and paused. It writes docs/CHAOS-HA.md, whose table
+// judges each promise of section 11, and fails on any that fails.
+//
+//	make ha && make chaos-ha
+//
+// Settings: HA_FORMATION (make ha's formation.json; make chaos-ha passes
+// it), CHAOS_HA_REPORT (where the report goes; make chaos-ha: docs/CHAOS-HA.md),
+// and the CHAOS_* of chaos_test.go, with other defaults here: 6 clients,
+// think 200ms, simulator faults 1/s, no service crashes, lock timeout 30s,
+// key TTL a day, load until the faults are measured (at most CHAOS_DURATION,
+// 6m).
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/jackc/pgx/v5"
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/cmd/payments/chaostest"
+	"github.com/example/payments/internal/db"
+)
+
+func TestChaosHA(t *testing.T) {
+	path := os.Getenv("HA_FORMATION")
+	if path == "" {
+		t.Fatal("HA_FORMATION is unset: run make chaos-ha (it starts make ha's formation and names its formation.json)")
+	}
+	f, err := chaostest.ReadFormation(path)
+	require.NoError(t, err)
+
+	// The HA run's defaults: a modest load (two cores carry the formation
+	// too), no crashes of the service (the faults are the database's), a
+	// lock timeout long enough that a key left locked by a lost connection
+	// is seen as such instead of lapsing (30 s: longer than a paused
+	// primary's outage, its lease and the failover), keys that live a day.
+	for k, v := range map[string]string{"CHAOS_CLIENTS": "6", "CHAOS_THINK": "200ms", "CHAOS_FAULT_RATE": "1",
+		"CHAOS_CRASH_INTERVAL": "0", "CHAOS_LOCK_TIMEOUT": "30s", "CHAOS_KEY_TTL": "0", "CHAOS_DURATION": "6m"} {
+		if _, ok := os.LookupEnv(k); !ok {
+			t.Setenv(k, v)
+		}
+	}
+	cfg, err := chaostest.ConfigFromEnv()
+	require.NoError(t, err)
+	t.Logf("chaos-ha: seed %d (set CHAOS_SEED=%d to replay its choices)", cfg.Seed, cfg.Seed)
+
+	// A fresh database for the run, made and migrated through haproxy.
+	ctx := context.Background()
+	name := fmt.Sprintf("chaos_ha_%d", time.Now().Unix())
+	admin, err := pgx.Connect(ctx, f.DatabaseURL)
+	require.NoError(t, err)
+	_, err = admin.Exec(ctx, "CREATE DATABASE "+name)
+	require.NoError(t, err)
+	require.NoError(t, admin.Close(ctx))
+	t.Cleanup(func() {
+		admin, err := pgx.Connect(ctx, f.DatabaseURL)
+		if err == nil {
+			_, err = admin.Exec(ctx, "DROP DATABASE IF EXISTS "+name+" WITH (FORCE)")
+			_ = admin.Close(ctx)
+		}
+		if err != nil {
+			t.Logf("chaos-ha: dropping %s: %v", name, err)
+		}
+	})
+	url := strings.Replace(f.DatabaseURL, "/payments?", "/"+name+"?", 1)
+	require.NoError(t, db.MigrateUp(ctx, url, slog.New(slog.DiscardHandler)))
+
+	// Each fault's lock window: longer than the longest lock lifetime of
+	// the run's processes (serve-b's, twice the lock timeout).
+	ha := &chaostest.HA{FormationPath: path, DatabaseURL: url, LockWindow: 2*cfg.LockTimeout + 5*time.Second}
+	rep, err := chaostest.Run(ctx, cfg, chaostest.Options{Binary: binary, DatabaseURL: url, Logf: t.Logf, HA: ha})
+	require.NoError(t, err)
+	promises := ha.Promises(rep)
+	doc := ha.HAMarkdown(rep, promises, fmt.Sprintf("haproxy on 127.0.0.1:%d", f.HAProxy.Port))
+	t.Log("\n" + rep.String() + "\n" + doc)
+	if out := os.Getenv("CHAOS_HA_REPORT"); out != "" {
+		require.NoError(t, os.WriteFile(out, []byte(doc), 0o644))
+	}
+	for _, p := range promises {
+		if !p.Pass {
+			t.Errorf("chaos-ha: FAIL: %s: %s", p.Promise, p.Measured)
+		}
+	}
+	if rep.Failed() {
+		t.Errorf("chaos-ha: %d violations; seed %d; process logs in %s", len(rep.Violations), cfg.Seed, rep.LogDir)
+	}
+}

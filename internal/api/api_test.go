@@ -240,7 +240,7 @@ func TestListPayments_newestFirstOwnOnlyPaginated(t *testing.T) {
 		"id": "pay_alice4", "object": "payment", "amount": 2000.0, "currency": "usd", "status": "succeeded",
 		"captured": true, "amount_captured": 2000.0, "amount_refunded": 0.0, "payment_method": "pm_card_visa",
 		"stripe_payment_intent": nil, "failure_code": nil, "failure_message": nil, "description": nil,
-		"metadata": map[string]any{}, "created": float64(base.Add(4 * time.Minute).Unix()),
+		"metadata": map[string]any{}, "created": float64(base.Add(4 * time.Minute).Unix()), "dispute": nil, "duplicate_charges": nil,
 	}, p)
 }
 

@@ -156,12 +156,12 @@ func TestContractDoc_findsEachKindOfDisagreement(t *testing.T) {
 		require.Equal(t, []string{"success of POST /v1/refunds: docs/API.md says 200, the OpenAPI document [201]"}, added)
 	})
 	t.Run("a code documented and not in the document", func(t *testing.T) {
-		added := doctor(t, "`refund_not_allowed`, `payment_not_capturable`,",
-			"`refund_not_allowed`, `payment_disputed` (409), `payment_not_capturable`,")
-		require.Equal(t, []string{"code payment_disputed: in docs/API.md, not in the OpenAPI document"}, added)
+		added := doctor(t, "`refund_not_allowed`, `payment_disputed`, `payment_not_capturable`,",
+			"`refund_not_allowed`, `payment_disputed`, `payment_charged_back` (409), `payment_not_capturable`,")
+		require.Equal(t, []string{"code payment_charged_back: in docs/API.md, not in the OpenAPI document"}, added)
 	})
 	t.Run("a code in the document and not documented", func(t *testing.T) {
-		added := doctor(t, "`refund_not_allowed`, `payment_not_capturable`,", "`payment_not_capturable`,")
+		added := doctor(t, "`refund_not_allowed`, `payment_disputed`, `payment_not_capturable`,", "`payment_disputed`, `payment_not_capturable`,")
 		require.Equal(t, []string{"code refund_not_allowed: in the OpenAPI document, not in docs/API.md"}, added)
 	})
 	t.Run("a console route documented and not served, and one served and not documented", func(t *testing.T) {

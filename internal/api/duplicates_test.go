@@ -269,3 +269,36 @@ func TestDuplicates_aSecondPaymentIntentIsRefundedOnce(t *testing.T) {
 	require.Zero(t, b.count(t, "SELECT count(*) FROM refunds"), "no refund of the merchant's is made up")
 	require.True(t, strings.HasPrefix(payments.DuplicateChargeKey(second), "payments:duplicate_charge:pi_"))
 }
+
+// The refund of a duplicate charge that Stripe answers pending (a card
+// whose refunds settle later) leaves it refund_pending; Stripe's later
+// charge.refund.updated settles it, through the webhook's code, and only
+// then is payment.duplicate_refunded announced.
+func TestDuplicates_aSecondChargesPendingRefundSettlesByWebhook(t *testing.T) {
+	t.Parallel()
+	b, clock := setupLate(t)
+	b.lateStripeAt(t, "/v1/payment_intents")
+	body := `{"amount":2000,"currency":"usd","payment_method":"pm_card_pendingRefund"}`
+
+	b.spentThenGrace(t, clock, pathPayments, "order-1", body)
+	clock.Advance(recovery.DefaultSpentKeyGrace)
+	pay := b.createPayment(t, aliceKey, "order-1", body)
+	b.sim.Advance(100 * time.Second) // the second charge
+	requireEventually(t, "the second charge is listed", func() bool {
+		return len(b.getPayment(t, aliceKey, pay.ID).DuplicateCharges) == 1
+	})
+	_, err := recovery.NewCompleter(recovery.CompleterConfig{Engine: b.engine, Grace: time.Second}).RunOnce(context.Background())
+	require.NoError(t, err)
+	got := b.getPayment(t, aliceKey, pay.ID).DuplicateCharges
+	require.Len(t, got, 1)
+	require.Equal(t, "refund_pending", got[0].Status, "Stripe answered the refund pending")
+	require.Equal(t, []string{"payment.succeeded"}, b.stagedEvents(t, pay.ID))
+
+	b.sim.Advance(2 * time.Second) // Stripe settles the refund: charge.refund.updated
+	requireEventually(t, "the refund settles", func() bool {
+		return b.getPayment(t, aliceKey, pay.ID).DuplicateCharges[0].Status == "refunded"
+	})
+	b.webhooksReceived(t)
+	require.Equal(t, []string{"payment.succeeded", "payment.duplicate_refunded"}, b.stagedEvents(t, pay.ID))
+	require.Zero(t, b.count(t, "SELECT count(*) FROM refunds"), "the refund of a duplicate charge is no refund of the merchant's")
+}

@@ -51,7 +51,7 @@ func TestDeclaredFlows_everyFlowOnce(t *testing.T) {
 	for _, f := range flows {
 		names = append(names, f.Name)
 	}
-	require.Equal(t, []string{"cancel_payment", "capture_payment", "create_payment", "create_webhook_endpoint", "redeliver_event", "refund_payment"}, names)
+	require.Equal(t, []string{"cancel_payment", "capture_payment", "create_payment", "create_webhook_endpoint", "redeliver_event", "refund_duplicate_charge", "refund_payment"}, names)
 }
 
 // A failpoint that no flow declares is refused at start-up: a typo, or the

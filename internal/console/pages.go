@@ -410,11 +410,29 @@ func (h *handler) payments(w http.ResponseWriter, r *http.Request) {
 
 // paymentData is a payment with what surrounds it.
 type paymentData struct {
-	Payment       dbsqlc.ConsoleGetPaymentRow
-	Refunds       []dbsqlc.Refund
-	Events        []dbsqlc.Event
-	Receipts      []dbsqlc.Receipt
-	Unprocessable []dbsqlc.ConsoleListUnprocessableForIntentRow
+	Payment dbsqlc.ConsoleGetPaymentRow
+	// Dispute and DuplicateCharges are the payment's, decoded: Stripe's
+	// chargeback, and the PaymentIntents Stripe made for it beyond the
+	// recorded one, each refunded by the service (docs/API.md section 2).
+	Dispute          *consoleDispute
+	DuplicateCharges []consoleDuplicateCharge
+	Refunds          []dbsqlc.Refund
+	Events           []dbsqlc.Event
+	Receipts         []dbsqlc.Receipt
+	Unprocessable    []dbsqlc.ConsoleListUnprocessableForIntentRow
+}
+
+// consoleDispute is a payment's dispute as the API shows it.
+type consoleDispute struct {
+	ID, Status, Reason string
+	Amount, Created    int64
+}
+
+// consoleDuplicateCharge is an entry of a payment's duplicate_charges.
+type consoleDuplicateCharge struct {
+	StripePaymentIntent string `json:"stripe_payment_intent"`
+	Amount              int64
+	Status              string
 }
 
 func (h *handler) payment(w http.ResponseWriter, r *http.Request) {
@@ -430,6 +448,12 @@ func (h *handler) payment(w http.ResponseWriter, r *http.Request) {
 	if errors.Is(err, pgx.ErrNoRows) {
 		h.notFound(w, r, "No payment "+id+".")
 		return
+	}
+	if err == nil && d.Payment.Dispute != nil {
+		err = json.Unmarshal(d.Payment.Dispute, &d.Dispute)
+	}
+	if err == nil && d.Payment.DuplicateCharges != nil {
+		err = json.Unmarshal(d.Payment.DuplicateCharges, &d.DuplicateCharges)
 	}
 	if err == nil {
 		d.Refunds, err = queries.ConsoleListRefundsOfPayment(ctx, h.cfg.Pool, id)

@@ -305,6 +305,15 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 	if err != nil {
 		return recovery.Outcome{}, err
 	}
+	if pay.StripePaymentIntent != nil && *pay.StripePaymentIntent != res.intent.ID {
+		// Stripe made another PaymentIntent for this payment, whose event
+		// came first and was recorded (a late 500's request, executed after
+		// this attempt's): this one is the second, and if it charged, a
+		// duplicate charge to refund (duplicate.go).
+		if _, err := applyOtherIntentTx(ctx, tx, pay, res.intent); err != nil {
+			return recovery.Outcome{}, err
+		}
+	}
 	if err := audit(ctx, tx, k, "payment."+string(t.to), pay.ID, map[string]string{"payment_intent": res.intent.ID}); err != nil {
 		return recovery.Outcome{}, err
 	}

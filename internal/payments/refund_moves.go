@@ -196,9 +196,10 @@ const (
 // staged as for any refund (refund.succeeded for one that succeeded) and
 // it counts once in amount_refunded; a second refund Stripe made for one
 // of ours (its metadata names our refund, which records another of
-// Stripe's ids) becomes a refund of origin duplicate, the same way. Stripe's id is unique among our
-// refunds, and a webhook and the reconciler both take the payment's lock
-// first, so whichever learns of the refund second finds the first one's row.
+// Stripe's ids) becomes a refund of origin duplicate, the same way.
+// Stripe's id is unique among our refunds, and a webhook and the
+// reconciler both take the payment's lock first, so whichever learns of
+// the refund second finds the first one's row.
 //
 // Stripe refunds only a captured charge: while our payment does not show
 // the capture yet (its webhook was lost, say), the refund waits, and the

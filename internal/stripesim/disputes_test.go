@@ -150,7 +150,11 @@ func TestFaults_aLate500RefundsLater(t *testing.T) {
 	_, err = f.stripe.Refunds.New(retry)
 	require.NoError(t, err)
 
+	var late map[string]int
+	f.control(t, http.MethodGet, "/_sim/late_requests", nil, http.StatusOK, &late)
+	require.Equal(t, map[string]int{"late_requests": 1}, late, "the first attempt, not executed yet")
 	f.sim.Advance(100 * time.Second)
+	require.Zero(t, f.sim.LateRequests())
 	refunds := f.objects(t, "refund")
 	require.Len(t, refunds, 2, "the first attempt was executed too")
 	for _, re := range refunds {

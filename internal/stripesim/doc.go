@@ -37,8 +37,14 @@
 //     later fails (failure_reason expired_or_canceled_card).
 //   - A refund of pm_card_pendingRefund answers pending, and about two
 //     seconds later succeeds.
+//   - pm_card_createDispute is charged normally, and about two seconds after
+//     the capture the customer's bank disputes the whole charge (reason
+//     fraudulent, status needs_response; charge.dispute.created and
+//     charge.dispute.funds_withdrawn). POST /_sim/disputes/{id}/close
+//     decides it (won or lost), and a refund of a charge disputed and not
+//     won is 400 charge_disputed (disputes.go).
 //
-// Each later change sends charge.refund.updated. "Later" is on the
+// Each later change of a refund sends charge.refund.updated. "Later" is on the
 // simulator's clock (Config.Now plus what Advance added): due changes are
 // applied before every request, by Advance and POST /_sim/advance, and by a
 // wall-clock timer, so tests need not sleep and `payments dev` behaves like
@@ -72,6 +78,8 @@
 //     `delay_ms` later on the simulator's clock, its result dropped: the
 //     500 of a Stripe that answered while the request was still being
 //     processed, whose object appears after the client was told 500.
+//     A `processing` fault executes the request, but a confirmation it
+//     makes answers processing, and succeeds `delay_ms` later.
 //  5. `lost_response` and `drop_connection` faults act on the way out: the
 //     operation executed and its result is stored, but the client sees a 500
 //     or a closed connection. A retry with the same key gets the real result.
@@ -82,7 +90,7 @@
 // every answer is JSON:
 //
 //	GET    /_sim/objects?type=T  every object of type T (payment_intent, charge,
-//	                             refund, customer or event), as a JSON array
+//	                             refund, dispute, customer or event), as a JSON array
 //	GET    /_sim/requests        the /v1 requests received, in arrival order
 //	GET    /_sim/faults          the faults still armed
 //	POST   /_sim/faults          arm a fault: {"path_prefix": "/v1/payment_intents",
@@ -91,6 +99,9 @@
 //	                             "idempotency_key_suffix": "-capture" to hit
 //	                             only requests whose key ends so
 //	DELETE /_sim/faults          disarm every fault
+//	GET    /_sim/late_requests   {"late_requests": N}: requests a late_500
+//	                             answered that have not executed yet
+//	POST   /_sim/disputes/{id}/close {"status": "won"|"lost"}: decide a dispute
 //	POST   /_sim/reset           forget everything
 //	POST   /_sim/advance         {"seconds": N}: move the clock N seconds
 //	                             forward and apply what falls due (later

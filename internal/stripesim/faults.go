@@ -165,7 +165,11 @@ func (s *Simulator) storeAndExecuteLater(c *call, op operation, d time.Duration)
 	if c.claim != nil {
 		s.state.settleKey(c, res, true)
 	}
-	s.later(d, func() { op(c) })
+	s.state.lateRequests++
+	s.later(d, func() {
+		s.state.lateRequests--
+		op(c)
+	})
 	return res
 }
 
@@ -175,4 +179,14 @@ func (f Fault) delay() time.Duration {
 		return 0
 	}
 	return time.Duration(f.DelayMS) * time.Millisecond
+}
+
+// LateRequests is how many requests a late_500 answered that the simulator
+// has not executed yet (GET /_sim/late_requests): a harness waiting for
+// Stripe to stand still waits for 0.
+func (s *Simulator) LateRequests() int {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	s.applyDue()
+	return s.state.lateRequests
 }

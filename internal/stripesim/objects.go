@@ -16,6 +16,9 @@ type state struct {
 	events         table[event]
 
 	later []laterChange // Stripe's outcomes still to come, by due time
+	// lateRequests counts the requests a late_500 answered that Stripe has
+	// not executed yet (FaultLate500).
+	lateRequests int
 
 	keys     map[keyScope]*keyEntry
 	keyOrder []claimedKey // keys' claims, oldest first, for forgetExpiredKeys

@@ -100,6 +100,9 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("DELETE /_sim/faults", loopbackOnly(http.HandlerFunc(s.serveClearFaults)))
 	mux.Handle("POST /_sim/reset", loopbackOnly(http.HandlerFunc(s.serveReset)))
 	mux.Handle("POST /_sim/advance", loopbackOnly(http.HandlerFunc(s.serveAdvance)))
+	mux.Handle("GET /_sim/late_requests", loopbackOnly(http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
+		writeControl(w, http.StatusOK, map[string]int{"late_requests": s.LateRequests()})
+	})))
 	mux.Handle("POST /_sim/disputes/{id}/close", loopbackOnly(http.HandlerFunc(s.serveCloseDispute)))
 	mux.Handle("GET /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveWebhookFaults)))
 	mux.Handle("POST /_sim/webhook_faults", loopbackOnly(http.HandlerFunc(s.serveAddWebhookFault)))

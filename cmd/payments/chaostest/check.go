@@ -45,6 +45,14 @@ func (v Violation) String() string { return fmt.Sprintf("[%s] %s: %s", v.Rule, v
 //	external-refund   every refund made at Stripe directly (the dashboard's: no metadata of ours) is
 //	                  one refund of origin external, with Stripe's amount and status, and no refund
 //	                  of ours is external without one
+//	duplicate-refund  every second refund Stripe made for one of ours (a late 500 executed after the
+//	                  service refunded under a new child key) is one refund of origin duplicate, with
+//	                  Stripe's amount and status; no refund of ours is a duplicate without one
+//	charged-twice     no customer is charged twice without their money back: every PaymentIntent of a
+//	                  payment beyond the recorded one that charged is listed in its duplicate_charges,
+//	                  refunded, and refunded in full at Stripe (the count of such customers must be 0)
+//	dispute           every dispute at Stripe is its payment's dispute, with Stripe's status; no
+//	                  payment shows a dispute Stripe does not have
 //	event             one merchant event per state change, none for changes that did not happen
 //	receipt           one receipt per capture and per refund, sent
 //	receipt-once      the mail server accepted each receipt once, and every receipt marked sent
@@ -62,6 +70,9 @@ func Check(s *Snapshot, records []Record) []Violation {
 	c.checkPaymentIntents()
 	c.checkRefunds()
 	c.checkExternalRefunds()
+	c.checkDuplicateRefunds()
+	c.checkChargedTwice()
+	c.checkDisputes()
 	c.checkEvents()
 	c.checkReceipts()
 	c.checkJobs()
@@ -154,6 +165,7 @@ func (c *checker) checkAnswers() {
 	winners := map[string]int{}       // race group -> requests that got Want
 	expiredRaces := map[string]bool{} // race groups over an authorisation Stripe canceled on its own
 	racers := map[string][]string{}
+	duplicateRaces := map[string]bool{} // race groups over a payment a duplicate refund took from
 	for i := range c.records {
 		r := &c.records[i]
 		if len(r.Finals) == 0 {
@@ -225,8 +237,11 @@ func (c *checker) checkAnswers() {
 			if c.expired(r.Payment) {
 				expiredRaces[r.Expect.Race] = true
 			}
+			if c.hasDuplicateRefund(r.Payment) {
+				duplicateRaces[r.Expect.Race] = true
+			}
 		}
-		if !ok && c.refusedAfterExpiry(r, first) {
+		if !ok && (c.refusedAfterExpiry(r, first) || c.lessLeftAfterDuplicate(r, first)) {
 			ok = true
 		}
 		if !ok {
@@ -234,7 +249,7 @@ func (c *checker) checkAnswers() {
 		}
 	}
 	for _, race := range slices.Sorted(maps.Keys(racers)) {
-		if n := winners[race]; n != 1 && !(n == 0 && expiredRaces[race]) {
+		if n := winners[race]; n != 1 && !(n == 0 && (expiredRaces[race] || duplicateRaces[race])) {
 			c.fail("race", strings.Join(racers[race], ","), "%d of the racing requests won (race %s), want exactly 1", n, race)
 		}
 	}
@@ -259,6 +274,40 @@ func (c *checker) expired(payment string) bool {
 func (c *checker) refusedAfterExpiry(r *Record, a Answer) bool {
 	return (r.Op == OpCapture || r.Op == OpCancel) && a.Status == 400 &&
 		field(a.Body, "code") == "payment_not_capturable" && c.expired(r.Payment)
+}
+
+// duplicateChargeKeyPrefix begins the keys the service makes for the
+// refund of a duplicate charge (payments.DuplicateChargeKey): no client
+// sends them.
+const duplicateChargeKeyPrefix = "payments:duplicate_charge:"
+
+// hasDuplicateRefund tells whether Stripe refunded payment twice for one of
+// its refunds (a refund of origin duplicate).
+func (c *checker) hasDuplicateRefund(payment string) bool {
+	for _, re := range c.refundsOf[payment] {
+		if re.Origin == "duplicate" && re.Status == "succeeded" {
+			return true
+		}
+	}
+	return false
+}
+
+// lessLeftAfterDuplicate tells whether r is a refund answered for less
+// than its client expected (refused, or 201 for less) on a payment that a
+// duplicate refund took from: the client counts what is left from its own
+// answers, and Stripe's second refund of one of them, which the client
+// never saw, took some of it.
+func (c *checker) lessLeftAfterDuplicate(r *Record, a Answer) bool {
+	if r.Op != OpRefund || !c.hasDuplicateRefund(r.Payment) {
+		return false
+	}
+	switch {
+	case a.Status == 400 && field(a.Body, "code") == "refund_not_allowed":
+		return true
+	case a.Status == 201 && r.Expect.Want.Status == 201:
+		return num(a.Body, "amount") <= r.Expect.Want.Amount
+	}
+	return false
 }
 
 // matches tells whether a matches o, and if not, why.
@@ -307,7 +356,8 @@ func (c *checker) checkKeys() {
 		case k.NeedsAttention:
 			c.fail("key", k.Key, "marked as needing attention (flow %s, id %s)", k.Flow, k.ID)
 		}
-		if c.recordByKey[userKey{k.UserID, k.Key}] == nil && !strings.HasPrefix(k.Key, merchantKeyPrefix) {
+		if c.recordByKey[userKey{k.UserID, k.Key}] == nil && !strings.HasPrefix(k.Key, merchantKeyPrefix) &&
+			!strings.HasPrefix(k.Key, duplicateChargeKeyPrefix) {
 			c.fail("key", k.Key, "no client sent this key (user %d, %s %s)", k.UserID, k.Method, k.Path)
 		}
 	}
@@ -421,7 +471,7 @@ func (c *checker) createdPayment(r *Record, k *Key, id string, body []byte) {
 // amounts agree; no PaymentIntent belongs to no payment.
 func (c *checker) checkPaymentIntents() {
 	for _, p := range c.s.Payments {
-		pis := c.intentsOf[p.ID]
+		pis := c.ownIntents(p)
 		switch p.Status {
 		case "succeeded", "requires_capture", "canceled":
 			if len(pis) != 1 {
@@ -448,7 +498,7 @@ func (c *checker) checkPaymentIntents() {
 				c.fail("stripe-pi", p.ID, "%s payment has amount_captured %d", p.Status, p.AmountCaptured)
 			}
 		case "failed":
-			if len(pis) != 1 {
+			if len(pis) != 1 && !(len(pis) > 1 && c.lateDeclines(p, pis)) {
 				c.fail("stripe-pi", p.ID, "failed payment has %d PaymentIntents at Stripe, want its one declined: %s", len(pis), intentList(pis))
 			}
 			for _, pi := range pis {
@@ -468,12 +518,77 @@ func (c *checker) checkPaymentIntents() {
 				}
 			}
 		}
+		if extra := len(c.intentsOf[p.ID]) - len(pis); extra > 0 && !c.lateFor(p) {
+			c.fail("stripe-pi", p.ID, "%d PaymentIntents at Stripe beside the recorded %s, and no late 500 made them: %s",
+				extra, p.StripePaymentIntent, intentList(c.intentsOf[p.ID]))
+		}
 	}
 	for _, pi := range c.s.Sim.PaymentIntents {
 		if c.payments[pi.Metadata["payment"]] == nil {
 			c.fail("stripe-pi", pi.ID, "PaymentIntent (%s, %d %s) belongs to no payment (metadata %v)", pi.Status, pi.Amount, pi.Currency, pi.Metadata)
 		}
 	}
+}
+
+// ownIntents are the PaymentIntents of p at Stripe that are p's own: the
+// recorded one, when p recorded one, else all (the checks then require
+// exactly one). The others are second PaymentIntents Stripe made for p,
+// checkChargedTwice's.
+func (c *checker) ownIntents(p Payment) []*SimPaymentIntent {
+	pis := c.intentsOf[p.ID]
+	if p.StripePaymentIntent == "" {
+		return pis
+	}
+	var own []*SimPaymentIntent
+	for _, pi := range pis {
+		if pi.ID == p.StripePaymentIntent {
+			own = append(own, pi)
+		}
+	}
+	if len(own) == 0 {
+		return pis // the recorded one is not Stripe's: the checks say so
+	}
+	return own
+}
+
+// lateDeclines tells whether several PaymentIntents of a failed payment
+// that recorded none are a late 500's doing: all were declined (none
+// charged), and a late 500 explains the extra ones (lateFor).
+func (c *checker) lateDeclines(p Payment, pis []*SimPaymentIntent) bool {
+	for _, pi := range pis {
+		if pi.LastPaymentError == nil || pi.AmountReceived != 0 || pi.Status == "succeeded" || pi.Status == "requires_capture" {
+			return false
+		}
+	}
+	return c.lateFor(p)
+}
+
+// lateFor tells whether Stripe answered one of p's create calls with
+// late_500 (its child keys carry the key row's id, as its PaymentIntents'
+// metadata does): Stripe then executed that call after the service, past
+// its grace, had moved on to its next child key, and made a second
+// PaymentIntent for p. Nothing else may.
+func (c *checker) lateFor(p Payment) bool {
+	keys := map[string]bool{}
+	if p.KeyID != "" {
+		keys[p.KeyID] = true
+	}
+	for _, pi := range c.intentsOf[p.ID] {
+		if k := pi.Metadata["idempotency_key_id"]; k != "" {
+			keys[k] = true
+		}
+	}
+	for _, r := range c.s.Sim.Requests {
+		if r.Fault != "late_500" || r.Method != "POST" || r.Path != "/v1/payment_intents" {
+			continue
+		}
+		for k := range keys {
+			if strings.Contains(r.IdempotencyKey, k) {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // checkRefunds: each payment's succeeded refunds are exactly Stripe's refunds of
@@ -506,7 +621,7 @@ func (c *checker) checkRefunds() {
 		if p.AmountRefunded != local {
 			c.fail("refund", p.ID, "amount_refunded is %d, its succeeded refunds sum to %d (Stripe's: %d)", p.AmountRefunded, local, stripe)
 		}
-		for _, pi := range c.intentsOf[p.ID] {
+		for _, pi := range c.ownIntents(p) {
 			if ch := c.charges[pi.LatestCharge]; ch != nil && ch.AmountRefunded-ch.released(pi) != stripe {
 				c.fail("refund", p.ID, "charge %s says %d refunded (%d of it released uncaptured), its refunds sum to %d",
 					ch.ID, ch.AmountRefunded, ch.released(pi), stripe)
@@ -516,7 +631,10 @@ func (c *checker) checkRefunds() {
 	mine := map[string]string{} // Stripe refund -> our refund, by the "refund" metadata
 	for _, sr := range c.s.Sim.Refunds {
 		if sr.Metadata["refund"] == "" {
-			continue // made at Stripe directly: checkExternalRefunds
+			continue // made at Stripe directly (checkExternalRefunds), or a duplicate charge's (checkChargedTwice)
+		}
+		if c.duplicateOf(sr.ID) != nil {
+			continue // Stripe's second for one of ours: checkDuplicateRefunds
 		}
 		mine[sr.ID] = sr.Metadata["refund"]
 		re := c.refunds[sr.Metadata["refund"]]
@@ -534,6 +652,7 @@ func (c *checker) checkRefunds() {
 		case re.Status == "pending":
 			c.fail("refund", re.ID, "left pending: Stripe decided it within seconds, and neither its webhook nor the reconciler told the service")
 		case re.Origin == "external": // checkExternalRefunds
+		case re.Origin == "duplicate": // checkDuplicateRefunds
 		case re.Status == "succeeded", re.Status == "failed":
 			sr := c.simRefunds[re.StripeRefund]
 			p := c.payments[re.PaymentID]
@@ -566,8 +685,8 @@ func (c *checker) checkExternalRefunds() {
 		}
 	}
 	for _, sr := range c.s.Sim.Refunds {
-		if sr.Metadata["refund"] != "" {
-			continue
+		if sr.Metadata["refund"] != "" || sr.Metadata["duplicate_charge"] != "" {
+			continue // ours, or the service's refund of a duplicate charge
 		}
 		found := byStripe[sr.ID]
 		delete(byStripe, sr.ID)
@@ -593,6 +712,127 @@ func (c *checker) checkExternalRefunds() {
 	}
 }
 
+// duplicateOf is the refund of origin duplicate that records Stripe's
+// refund sr, or nil.
+func (c *checker) duplicateOf(sr string) *Refund {
+	for i := range c.s.Refunds {
+		if re := &c.s.Refunds[i]; re.Origin == "duplicate" && re.StripeRefund == sr {
+			return re
+		}
+	}
+	return nil
+}
+
+// checkDuplicateRefunds: a Stripe refund whose metadata names a refund of
+// ours that records another of Stripe's refunds is Stripe's second for it
+// (a late 500 executed after the service refunded under a new child key):
+// one refund of origin duplicate with its amount and status, on the same
+// payment (checkRefunds holds the payment's succeeded refunds, these
+// included, to Stripe's and to amount_refunded). A refund of origin
+// duplicate without such a Stripe refund is made up.
+func (c *checker) checkDuplicateRefunds() {
+	dups := map[string][]*Refund{}
+	for i := range c.s.Refunds {
+		if re := &c.s.Refunds[i]; re.Origin == "duplicate" {
+			dups[re.StripeRefund] = append(dups[re.StripeRefund], re)
+		}
+	}
+	for _, sr := range c.s.Sim.Refunds {
+		ours := c.refunds[sr.Metadata["refund"]]
+		if ours == nil || ours.StripeRefund == sr.ID {
+			continue
+		}
+		found := dups[sr.ID]
+		delete(dups, sr.ID)
+		if len(found) != 1 {
+			c.fail("duplicate-refund", sr.ID, "Stripe's second refund (%d, %s) for %s (which records %q) is %d refunds of origin duplicate here, want 1",
+				sr.Amount, sr.Status, ours.ID, ours.StripeRefund, len(found))
+			continue
+		}
+		re := found[0]
+		switch {
+		case re.Amount != sr.Amount || re.Status != sr.Status:
+			c.fail("duplicate-refund", re.ID, "refund of %d (%s), Stripe's %s is of %d (%s)", re.Amount, re.Status, sr.ID, sr.Amount, sr.Status)
+		case re.PaymentID != ours.PaymentID:
+			c.fail("duplicate-refund", re.ID, "on payment %s, the refund it duplicates (%s) is on %s", re.PaymentID, ours.ID, ours.PaymentID)
+		}
+	}
+	for _, stripeRefund := range slices.Sorted(maps.Keys(dups)) {
+		for _, re := range dups[stripeRefund] {
+			c.fail("duplicate-refund", re.ID, "refund of origin duplicate, but Stripe has no second refund %q for a refund of ours", stripeRefund)
+		}
+	}
+}
+
+// checkChargedTwice: a PaymentIntent Stripe made for a payment beyond the
+// recorded one that charged the customer is listed in the payment's
+// duplicate_charges, refunded, and Stripe's refunds of it sum to what it
+// took. Each one that is not is a customer charged twice without their
+// money back; their number must be 0.
+func (c *checker) checkChargedTwice() {
+	for _, p := range c.s.Payments {
+		listed := map[string]DuplicateCharge{}
+		for _, d := range p.DuplicateCharges {
+			listed[d.StripePaymentIntent] = d
+		}
+		for _, pi := range c.intentsOf[p.ID] {
+			if pi.ID == p.StripePaymentIntent || p.StripePaymentIntent == "" || pi.Status != "succeeded" || pi.AmountReceived == 0 {
+				delete(listed, pi.ID)
+				continue
+			}
+			var back int64
+			for _, sr := range c.simRefundOf[pi.ID] {
+				if sr.Status == "succeeded" {
+					back += sr.Amount
+				}
+			}
+			d, ok := listed[pi.ID]
+			delete(listed, pi.ID)
+			switch {
+			case back != pi.AmountReceived:
+				c.fail("charged-twice", p.ID, "customer charged twice: PaymentIntent %s took %d beside the recorded %s, and Stripe gave back %d (listed: %v)",
+					pi.ID, pi.AmountReceived, p.StripePaymentIntent, back, ok)
+			case !ok || d.Status != "refunded" || d.Amount != pi.AmountReceived:
+				c.fail("charged-twice", p.ID, "PaymentIntent %s (%d, refunded at Stripe) is listed as %+v", pi.ID, pi.AmountReceived, d)
+			case len(c.simRefundOf[pi.ID]) != 1:
+				c.fail("charged-twice", p.ID, "PaymentIntent %s was refunded %d times, want once", pi.ID, len(c.simRefundOf[pi.ID]))
+			}
+		}
+		for _, pi := range slices.Sorted(maps.Keys(listed)) {
+			c.fail("charged-twice", p.ID, "lists duplicate charge %s, which is no second PaymentIntent of it that charged", pi)
+		}
+	}
+}
+
+// checkDisputes: each dispute at Stripe is its payment's, with Stripe's
+// status and amount; no payment shows a dispute Stripe does not have.
+func (c *checker) checkDisputes() {
+	byIntent := map[string]*Payment{}
+	for i := range c.s.Payments {
+		if p := &c.s.Payments[i]; p.StripePaymentIntent != "" {
+			byIntent[p.StripePaymentIntent] = p
+		}
+	}
+	atStripe := map[string]bool{}
+	for _, dp := range c.s.Sim.Disputes {
+		atStripe[dp.ID] = true
+		p := byIntent[dp.PaymentIntent]
+		switch {
+		case p == nil:
+			c.fail("dispute", dp.ID, "dispute of %s, which is no payment's PaymentIntent", dp.PaymentIntent)
+		case p.Dispute == nil:
+			c.fail("dispute", p.ID, "Stripe's dispute %s (%s) is not recorded", dp.ID, dp.Status)
+		case p.Dispute.ID != dp.ID || p.Dispute.Status != dp.Status || p.Dispute.Amount != dp.Amount:
+			c.fail("dispute", p.ID, "records dispute %+v, Stripe's is %s %s of %d", *p.Dispute, dp.ID, dp.Status, dp.Amount)
+		}
+	}
+	for _, p := range c.s.Payments {
+		if p.Dispute != nil && !atStripe[p.Dispute.ID] {
+			c.fail("dispute", p.ID, "records dispute %s, which Stripe does not have", p.Dispute.ID)
+		}
+	}
+}
+
 // checkEvents: each state change has exactly one merchant event, and nothing
 // else has one.
 func (c *checker) checkEvents() {
@@ -610,6 +850,18 @@ func (c *checker) checkEvents() {
 		case p.Status == "canceled":
 			want = []string{"payment.canceled"}
 		}
+		if p.Dispute != nil {
+			want = append(want, "payment.disputed")
+			if slices.Contains([]string{"won", "lost", "warning_closed"}, p.Dispute.Status) {
+				want = append(want, "payment.dispute_closed")
+			}
+		}
+		for _, d := range p.DuplicateCharges {
+			if d.Status == "refunded" {
+				want = append(want, "payment.duplicate_refunded")
+			}
+		}
+		slices.Sort(want)
 		c.wantEvents(p.ID, p.UserID, want)
 	}
 	for _, re := range c.s.Refunds {

@@ -207,7 +207,7 @@ func TestCheck_reportsEachBrokenInvariantWithItsKey(t *testing.T) {
 			s.Sim.PaymentIntents = append(s.Sim.PaymentIntents, SimPaymentIntent{ID: "pi_A2", Amount: 2000, AmountReceived: 2000,
 				Currency: "usd", Status: "succeeded", Metadata: map[string]string{"payment": "pay_A"}})
 			return r
-		}, "stripe-pi", "pay_A", false},
+		}, "stripe-pi", "pay_A", true}, // and charged-twice: nobody gave the money back
 		{"a PaymentIntent that belongs to no payment", func(s *Snapshot, r []Record) []Record {
 			s.Sim.PaymentIntents = append(s.Sim.PaymentIntents, SimPaymentIntent{ID: "pi_ghost", Amount: 100, Currency: "usd",
 				Status: "succeeded", Metadata: map[string]string{"payment": "pay_ghost"}})

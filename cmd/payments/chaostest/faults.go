@@ -41,9 +41,23 @@ func injectFaults(ctx context.Context, simURL string, rate float64, lockTimeout 
 		}
 		if f.Kind == stripesim.FaultLate500 {
 			// The request's work lands after its stored 500 was answered
-			// (and, often, replayed): well inside the service's grace for
-			// a spent key, which must find it rather than act again.
+			// (and, often, replayed): mostly well inside the service's
+			// grace for a spent key (5 s, cluster.go), which must find it
+			// rather than act again; one in three past it, after the
+			// service acted again under a new child key, so Stripe does it
+			// twice: the service must record the second refund, and refund
+			// the second charge, once (the checker's duplicate-refund and
+			// charged-twice). The grace runs from the first replayed 500,
+			// which the client's retry meets about 2 s after the first 500
+			// (its Retry-After), so the next child key acts about 7 s after
+			// it: 10 to 15 s lands after that. (6 to 9 s, tried first in a
+			// 30 s run, landed inside the grace every time: 6 armed, no
+			// second object.)
 			f.DelayMS = rng.IntN(3000)
+			if rng.IntN(3) == 0 {
+				f.DelayMS = 10_000 + rng.IntN(5000)
+				stats.Add("late_500 armed past the grace", 1)
+			}
 		}
 		if f.Kind == stripesim.FaultDelay {
 			f.DelayMS = 100 + rng.IntN(900)

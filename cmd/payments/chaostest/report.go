@@ -180,6 +180,7 @@ func (r *Report) summary() []summaryRow {
 		{"refunds made", w["refunds: succeeded"]},
 		{"replays checked (byte-identical)", w["replays checked"] + w["double-click answers checked"]},
 		{"duplicate charges or refunds found", r.duplicates()},
+		{"customers charged twice without their money back", r.violationsOf("charged-twice")},
 		{"violations", int64(len(r.Violations))},
 	}
 }
@@ -192,7 +193,18 @@ func (r *Report) duplicates() int64 {
 	var n int64
 	for _, v := range r.Violations {
 		switch v.Rule {
-		case "executed-twice", "stripe-pi", "refund", "race":
+		case "executed-twice", "stripe-pi", "refund", "race", "charged-twice", "duplicate-refund":
+			n++
+		}
+	}
+	return n
+}
+
+// violationsOf counts the violations of one rule.
+func (r *Report) violationsOf(rule string) int64 {
+	var n int64
+	for _, v := range r.Violations {
+		if v.Rule == rule {
 			n++
 		}
 	}

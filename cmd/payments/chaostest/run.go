@@ -171,7 +171,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 
 	// 4. Settle and check.
 	logf("chaos: waiting for the background work to settle")
-	settled, settleErr := settle(ctx, pool, cluster.relay, cfg.SettleTimeout, logf)
+	settled, settleErr := settle(ctx, pool, cluster.relay, cluster.SimURL, cfg.SettleTimeout, logf)
 	rep.Settle = settled
 	cr.reviveDead() // a process that died since the chaos ended is a problem too
 	violations := cr.violations()

@@ -17,6 +17,7 @@ type backlog struct {
 	authorised     int // payments still authorised: each is captured, canceled or expires (and then changes)
 	deliveries     int // webhook deliveries to merchants still pending
 	webhooks       int // 1 while the simulator may still have events to deliver
+	lateRequests   int // requests a late_500 answered that the simulator has not executed yet
 	// unreconciled are payments Stripe could still change that the
 	// reconciler has not read since Stripe's last later change (see
 	// reconcileBound): with webhooks lost, only its reading brings them to
@@ -28,13 +29,15 @@ func (b backlog) empty() bool { return b == backlog{} }
 
 func (b backlog) size() int {
 	return b.unfinishedKeys + b.stagedJobs + b.pendingJobs + b.pendingRefunds + b.authorised + b.deliveries + b.webhooks +
-		b.unreconciled
+		b.unreconciled + b.lateRequests
 }
 
 func (b backlog) String() string {
 	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized or receipts unsent, %d refunds pending, "+
-		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, %d payments not reconciled since",
-		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0, b.unreconciled)
+		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, %d payments not reconciled since, "+
+		"%d late 500s Stripe has still to execute",
+		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0, b.unreconciled,
+		b.lateRequests)
 }
 
 const backlogQuery = `SELECT
@@ -87,7 +90,7 @@ const webhookQuiet = 15 * time.Second
 // take long to drain, so the wait fails only when the backlog has not
 // shrunk for stall, or after 20 stalls in all. It returns how long the wait
 // took, or the backlog left.
-func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall time.Duration,
+func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, simURL string, stall time.Duration,
 	logf func(string, ...any)) (time.Duration, error) {
 	start := time.Now()
 	var since time.Time // the database's clock, as next_check_at's
@@ -101,7 +104,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall 
 		if _, err := pool.Exec(ctx, retryReceiptsNow); err != nil {
 			return time.Since(start), fmt.Errorf("chaos: retrying receipts: %w", err)
 		}
-		b, err := measureBacklog(ctx, pool, relay, since)
+		b, err := measureBacklog(ctx, pool, relay, simURL, since)
 		if err != nil {
 			return time.Since(start), err
 		}
@@ -134,7 +137,7 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall 
 	}
 }
 
-func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, since time.Time) (backlog, error) {
+func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, simURL string, since time.Time) (backlog, error) {
 	var b backlog
 	if err := pool.QueryRow(ctx, backlogQuery, since, reconcileBound).Scan(&b.unfinishedKeys, &b.stagedJobs, &b.pendingJobs,
 		&b.pendingRefunds, &b.authorised, &b.deliveries, &b.unreconciled); err != nil {
@@ -143,5 +146,15 @@ func measureBacklog(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay
 	if !relay.drained() {
 		b.webhooks = 1
 	}
+	// A late_500 whose work Stripe has not done yet will still make its
+	// PaymentIntent or refund (a second one, when it lands past the
+	// service's grace), and its events.
+	var late struct {
+		LateRequests int `json:"late_requests"`
+	}
+	if err := simGet(ctx, simURL+"/_sim/late_requests", &late); err != nil {
+		return b, err
+	}
+	b.lateRequests = late.LateRequests
 	return b, nil
 }

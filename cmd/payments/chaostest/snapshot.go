@@ -74,6 +74,25 @@ type Payment struct {
 	// create: the Idempotency-Key of the create request. Unlike KeyID it
 	// outlives the key's row.
 	ChaosKey string
+	// Dispute is the payment's dispute as the service recorded it (nil:
+	// none); DuplicateCharges the PaymentIntents Stripe made for it beyond
+	// the recorded one.
+	Dispute          *PaymentDispute
+	DuplicateCharges []DuplicateCharge
+}
+
+// PaymentDispute is a payment's dispute column.
+type PaymentDispute struct {
+	ID     string `json:"id"`
+	Status string `json:"status"`
+	Amount int64  `json:"amount"`
+}
+
+// DuplicateCharge is an entry of a payment's duplicate_charges column.
+type DuplicateCharge struct {
+	StripePaymentIntent string `json:"stripe_payment_intent"`
+	Amount              int64  `json:"amount"`
+	Status              string `json:"status"`
 }
 
 // Refund is a row of refunds.
@@ -84,7 +103,7 @@ type Refund struct {
 	Status       string
 	StripeRefund string
 	KeyID        string
-	Origin       string // api, or external: made at Stripe directly (the workload's dashboard refunds)
+	Origin       string // api; external: made at Stripe directly (the workload's dashboard refunds); duplicate: Stripe's second for one of ours
 }
 
 // Key is a row of idempotency_keys.
@@ -169,6 +188,7 @@ type SimState struct {
 	PaymentIntents []SimPaymentIntent
 	Charges        []SimCharge
 	Refunds        []SimRefund
+	Disputes       []SimDispute
 	Requests       []SimRequest
 	Events         []SimEvent
 }
@@ -225,6 +245,14 @@ type SimRefund struct {
 	Metadata      map[string]string `json:"metadata"`
 }
 
+// SimDispute is a dispute at the simulator.
+type SimDispute struct {
+	ID            string `json:"id"`
+	PaymentIntent string `json:"payment_intent"`
+	Amount        int64  `json:"amount"`
+	Status        string `json:"status"`
+}
+
 // SimRequest is a request the simulator received, as its request log
 // (GET /_sim/requests) reports it.
 type SimRequest = stripesim.RequestRecord
@@ -241,7 +269,7 @@ type SimEvent struct {
 const (
 	paymentsQuery = `SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded,
 	payment_method, coalesce(stripe_payment_intent, ''), coalesce(failure_code, ''), coalesce(idempotency_key_id::text, ''),
-	coalesce(metadata->>'chaos_key', '')
+	coalesce(metadata->>'chaos_key', ''), coalesce(dispute, 'null'::jsonb), coalesce(duplicate_charges, 'null'::jsonb)
 FROM payments ORDER BY created_at, id`
 	refundsQuery = `SELECT id, payment_id, amount, status, coalesce(stripe_refund, ''), coalesce(idempotency_key_id::text, ''), origin
 FROM refunds ORDER BY created_at, id`
@@ -267,8 +295,18 @@ func TakeSnapshot(ctx context.Context, pool *pgxpool.Pool, simURL string) (*Snap
 	s := &Snapshot{}
 	var err error
 	if s.Payments, err = queryAll(ctx, pool, paymentsQuery, func(r pgx.Rows, p *Payment) error {
-		return r.Scan(&p.ID, &p.UserID, &p.Amount, &p.Currency, &p.Status, &p.Capture, &p.AmountCaptured, &p.AmountRefunded,
-			&p.PaymentMethod, &p.StripePaymentIntent, &p.FailureCode, &p.KeyID, &p.ChaosKey)
+		var dispute, duplicates []byte
+		if err := r.Scan(&p.ID, &p.UserID, &p.Amount, &p.Currency, &p.Status, &p.Capture, &p.AmountCaptured, &p.AmountRefunded,
+			&p.PaymentMethod, &p.StripePaymentIntent, &p.FailureCode, &p.KeyID, &p.ChaosKey, &dispute, &duplicates); err != nil {
+			return err
+		}
+		if err := json.Unmarshal(dispute, &p.Dispute); err != nil {
+			return fmt.Errorf("payment %s's dispute: %w", p.ID, err)
+		}
+		if err := json.Unmarshal(duplicates, &p.DuplicateCharges); err != nil {
+			return fmt.Errorf("payment %s's duplicate charges: %w", p.ID, err)
+		}
+		return nil
 	}); err != nil {
 		return nil, err
 	}
@@ -352,6 +390,7 @@ func readSimulator(ctx context.Context, simURL string) (SimState, error) {
 		{"/_sim/objects?type=payment_intent", &st.PaymentIntents},
 		{"/_sim/objects?type=charge", &st.Charges},
 		{"/_sim/objects?type=refund", &st.Refunds},
+		{"/_sim/objects?type=dispute", &st.Disputes},
 		{"/_sim/objects?type=event", &st.Events},
 		{"/_sim/requests", &st.Requests},
 	} {

@@ -1,0 +1,201 @@
+package payments_test
+
+import (
+	"context"
+	"encoding/json"
+	"testing"
+	"time"
+
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/failpoint"
+	"github.com/example/payments/internal/payments"
+	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripesim"
+	"github.com/example/payments/internal/webhooks"
+)
+
+// The second PaymentIntent found by the create flow's own record: the late
+// one's event was applied first, so the payment recorded it, and the
+// flow's own PaymentIntent (made under the next child key, its record cut
+// short by a crash) is the duplicate. Its record lists it, and the
+// completer refunds it in full, once.
+func TestDuplicates_theCreateFlowsOwnPaymentIntentRecordedSecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	b.lateStripe(t) // the first attempt's PaymentIntent appears 30 s later
+	engine := func(failpoints string) *payments.Service {
+		fp, err := failpoint.Parse(failpoints)
+		require.NoError(t, err)
+		return mustService(payments.NewService(b.pool, recovery.New(recovery.Config{
+			Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1, Failpoints: fp,
+		}), b.stripe))
+	}
+	require.True(t, recovery.IsTransient(b.createVisa(t, engine(""))), "the 500")
+	b.now = b.now.Add(2 * time.Second)
+	require.ErrorIs(t, b.createVisa(t, engine("after_stripe:payment_intent=error")), failpoint.ErrInjected,
+		"spent, nothing found, charged under the next child key, and the record cut short")
+
+	b.sim.Advance(30 * time.Second) // Stripe executes the 500's request
+	charging := chargingIntents(t, b.sim)
+	require.Len(t, charging, 1)
+	for _, n := range charging {
+		require.Equal(t, 2, n, "the customer is charged twice")
+	}
+	// The late PaymentIntent's event reaches the service first: the
+	// payment records it.
+	var late, own string
+	objects, err := b.sim.Objects("event")
+	require.NoError(t, err)
+	var lateEvent []byte
+	for _, raw := range objects {
+		var ev struct {
+			Type string
+			Data struct{ Object struct{ ID string } }
+		}
+		require.NoError(t, json.Unmarshal(raw, &ev))
+		if ev.Type == "payment_intent.succeeded" {
+			if own == "" {
+				own = ev.Data.Object.ID // made first: the next child key's
+			} else {
+				late, lateEvent = ev.Data.Object.ID, raw
+			}
+		}
+	}
+	require.NotEmpty(t, late)
+	const secret = "whsec_duplicate_test"
+	rcv := webhooks.NewReceiver(webhooks.Config{Pool: b.pool, Secret: secret})
+	outcome, err := rcv.Receive(context.Background(), lateEvent, stripesim.Sign(lateEvent, secret, time.Now()))
+	require.NoError(t, err)
+	require.Equal(t, payments.EventApplied, outcome)
+
+	b.now = b.now.Add(2 * time.Second)
+	require.NoError(t, b.createVisa(t, engine("")), "the retry records its own PaymentIntent: a second one")
+	var recorded string
+	var raw []byte
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT stripe_payment_intent, duplicate_charges FROM payments").Scan(&recorded, &raw))
+	require.Equal(t, late, recorded, "the one recorded first stays the payment's")
+	var dups []payments.DuplicateCharge
+	require.NoError(t, json.Unmarshal(raw, &dups))
+	require.Equal(t, []payments.DuplicateCharge{{StripePaymentIntent: own, Amount: 1500, Status: payments.DuplicateRefundPending}}, dups)
+
+	b.now = b.now.Add(time.Minute)
+	run, err := b.completer(nil, b.engineFor(t)).RunOnce(context.Background())
+	require.NoError(t, err)
+	require.Equal(t, 1, run.Finished)
+	require.NoError(t, b.pool.QueryRow(context.Background(), "SELECT duplicate_charges FROM payments").Scan(&raw))
+	require.NoError(t, json.Unmarshal(raw, &dups))
+	require.Equal(t, payments.DuplicateRefundedFully, dups[0].Status)
+	refunds, err := b.sim.Objects("refund")
+	require.NoError(t, err)
+	require.Len(t, refunds, 1, "refunded once")
+	var re struct {
+		Amount        int64
+		PaymentIntent string `json:"payment_intent"`
+	}
+	require.NoError(t, json.Unmarshal(refunds[0], &re))
+	require.Equal(t, own, re.PaymentIntent)
+	require.EqualValues(t, 1500, re.Amount)
+}
+
+// The refund flow's own answer is Stripe's second refund: the late one (the
+// first attempt's, executed after the flow moved to its next child key)
+// was reported first and recorded on our refund, and the flow's record,
+// cut short by a crash and resumed by the retry, finds it there. Its answer
+// becomes a refund of origin duplicate, counted in amount_refunded, and
+// the client gets our refund.
+func TestDuplicates_theRefundFlowsOwnRefundRecordedSecond(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	svc := func(failpoints string) *payments.Service {
+		fp, err := failpoint.Parse(failpoints)
+		require.NoError(t, err)
+		return mustService(payments.NewService(b.pool, recovery.New(recovery.Config{
+			Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1, Failpoints: fp,
+		}), b.stripe))
+	}
+	created, err := b.create(ctx, svc(""), "pay-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`)
+	require.NoError(t, err)
+	var pay struct{ ID string }
+	require.NoError(t, json.Unmarshal(created.Body, &pay))
+	require.NoError(t, b.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/refunds", Method: "POST", Kind: stripesim.FaultLate500, DelayMS: 30_000}))
+
+	params := payments.RefundParams{Payment: pay.ID, Amount: 500}
+	_, err = b.refund(ctx, svc(""), "refund-1", params)
+	require.True(t, recovery.IsTransient(err), "the 500")
+	b.now = b.now.Add(2 * time.Second)
+	_, err = b.refund(ctx, svc("after_stripe:refund=error"), "refund-1", params)
+	require.ErrorIs(t, err, failpoint.ErrInjected, "spent, nothing found, refunded under the next child key, the record cut short")
+
+	b.sim.Advance(30 * time.Second) // Stripe executes the 500's request too
+	events, err := b.sim.Objects("event")
+	require.NoError(t, err)
+	var lateEvent []byte
+	created2 := 0
+	for _, raw := range events {
+		var ev struct{ Type string }
+		require.NoError(t, json.Unmarshal(raw, &ev))
+		if ev.Type == "refund.created" {
+			if created2++; created2 == 2 {
+				lateEvent = raw // the late one's: made second
+			}
+		}
+	}
+	require.NotNil(t, lateEvent)
+	const secret = "whsec_duplicate_test"
+	rcv := webhooks.NewReceiver(webhooks.Config{Pool: b.pool, Secret: secret})
+	outcome, err := rcv.Receive(ctx, lateEvent, stripesim.Sign(lateEvent, secret, time.Now()))
+	require.NoError(t, err)
+	require.Equal(t, payments.EventApplied, outcome, "recorded on our refund, which had no Stripe refund yet")
+
+	b.now = b.now.Add(2 * time.Second)
+	answer, err := b.refund(ctx, svc(""), "refund-1", params)
+	require.NoError(t, err)
+	require.Equal(t, 201, answer.Status)
+	var ours struct {
+		ID, Origin, Status string
+		StripeRefund       string `json:"stripe_refund"`
+	}
+	require.NoError(t, json.Unmarshal(answer.Body, &ours))
+	require.Equal(t, "api", ours.Origin)
+
+	rows, err := b.pool.Query(ctx, "SELECT origin, status, amount, stripe_refund FROM refunds ORDER BY origin")
+	require.NoError(t, err)
+	type row struct {
+		origin, status string
+		amount         int64
+		stripeRefund   string
+	}
+	var got []row
+	for rows.Next() {
+		var r row
+		require.NoError(t, rows.Scan(&r.origin, &r.status, &r.amount, &r.stripeRefund))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	require.Len(t, got, 2)
+	require.Equal(t, "api", got[0].origin)
+	require.Equal(t, ours.StripeRefund, got[0].stripeRefund)
+	require.Equal(t, "duplicate", got[1].origin)
+	require.NotEqual(t, got[0].stripeRefund, got[1].stripeRefund)
+	for _, r := range got {
+		require.Equal(t, "succeeded", r.status)
+		require.EqualValues(t, 500, r.amount)
+	}
+	var refunded int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT amount_refunded FROM payments WHERE id = $1", pay.ID).Scan(&refunded))
+	require.EqualValues(t, 1000, refunded, "what Stripe holds: two refunds of 500")
+	stripeRefunds, err := b.sim.Objects("refund")
+	require.NoError(t, err)
+	require.Len(t, stripeRefunds, 2)
+}
+
+// engineFor is an engine over the bundle's database and clock with the
+// service's flows registered, for a completer.
+func (b *testBundle) engineFor(t *testing.T) *recovery.Engine {
+	t.Helper()
+	_, engine := b.service(t, "")
+	return engine
+}

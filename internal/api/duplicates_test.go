@@ -14,6 +14,7 @@ import (
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/clocktest"
+	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripesim"
@@ -267,7 +268,13 @@ func TestDuplicates_aSecondPaymentIntentIsRefundedOnce(t *testing.T) {
 	require.Len(t, b.simRefundsFor(t, second), 1)
 	require.Equal(t, []string{"payment.succeeded", "payment.duplicate_refunded"}, b.stagedEvents(t, pay.ID))
 	require.Zero(t, b.count(t, "SELECT count(*) FROM refunds"), "no refund of the merchant's is made up")
-	require.True(t, strings.HasPrefix(payments.DuplicateChargeKey(second), "payments:duplicate_charge:pi_"))
+	require.True(t, strings.HasPrefix(payments.DuplicateChargeKey(second), "payments duplicate_charge pi_"))
+	// No client can name a key so: a merchant's key of that name would
+	// take the refund's place.
+	for _, header := range []string{payments.DuplicateChargeKey(second), `"` + payments.DuplicateChargeKey(second) + `"`} {
+		_, ok := api.ParseIdempotencyKey(header)
+		require.False(t, ok, "a client may send %s, the key the service names a duplicate charge's refund", header)
+	}
 }
 
 // The refund of a duplicate charge that Stripe answers pending (a card

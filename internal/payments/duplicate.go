@@ -52,7 +52,7 @@ import (
 const (
 	DuplicateRefunded       recovery.RecoveryPoint = "duplicate_refunded"
 	stepRefundDuplicate                            = "refund_duplicate" // the Stripe call, its child key and failpoint
-	duplicateKeyPrefix                             = "payments:duplicate_charge:"
+	duplicateKeyPrefix                             = "payments duplicate_charge "
 	refundDuplicateFlow                            = "refund_duplicate_charge"
 	refundDuplicatePath                            = "/internal/duplicate_charges/refund"
 	duplicateChargeMetadata                        = "duplicate_charge" // on the refund: the PaymentIntent it refunds
@@ -77,7 +77,10 @@ const (
 )
 
 // DuplicateChargeKey is the name of the key whose flow refunds the
-// duplicate PaymentIntent pi.
+// duplicate PaymentIntent pi. It holds spaces, which no client's key may
+// (docs/API.md: 1 to 255 visible ASCII characters, %x21-7E): a merchant
+// that sent a key of the same name would otherwise take its place, and the
+// duplicate charge would never be refunded.
 func DuplicateChargeKey(pi string) string { return duplicateKeyPrefix + pi }
 
 // duplicateParams are the flow's parameters, stored with its key.

@@ -279,7 +279,7 @@ func (c *checker) refusedAfterExpiry(r *Record, a Answer) bool {
 // duplicateChargeKeyPrefix begins the keys the service makes for the
 // refund of a duplicate charge (payments.DuplicateChargeKey): no client
 // sends them.
-const duplicateChargeKeyPrefix = "payments:duplicate_charge:"
+const duplicateChargeKeyPrefix = "payments duplicate_charge "
 
 // hasDuplicateRefund tells whether Stripe refunded payment twice for one of
 // its refunds (a refund of origin duplicate).

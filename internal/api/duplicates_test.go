@@ -13,8 +13,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stretchr/testify/require"
 
-	"github.com/example/payments/internal/clocktest"
 	"github.com/example/payments/internal/api"
+	"github.com/example/payments/internal/clocktest"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stripesim"

@@ -42,15 +42,24 @@ type embeddedSimulator struct {
 
 // startSimulator serves a Stripe simulator on addr, delivering webhooks to
 // webhookURL when it is set.
-func startSimulator(addr, webhookURL, webhookSecret string, authorisationLifetime time.Duration, log *slog.Logger) (*embeddedSimulator, error) {
+// With a stateFile, the simulator keeps its state there (stripesim.Open):
+// what it had when it last stopped, it has again.
+func startSimulator(addr, webhookURL, webhookSecret string, authorisationLifetime time.Duration, stateFile string, log *slog.Logger) (*embeddedSimulator, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("starting the Stripe simulator: %w", err)
 	}
-	sim := stripesim.New(stripesim.Config{
+	cfg := stripesim.Config{
 		WebhookURL: webhookURL, WebhookSecret: webhookSecret, AuthorisationLifetime: authorisationLifetime,
 		Logger: log.With(slog.String("component", "stripesim")),
-	})
+	}
+	var sim *stripesim.Simulator
+	if stateFile == "" {
+		sim = stripesim.New(cfg)
+	} else if sim, err = stripesim.Open(cfg, stateFile); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	srv := &http.Server{
 		Handler:           sim.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,

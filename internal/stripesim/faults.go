@@ -158,6 +158,7 @@ func (s *Simulator) storeAndExecuteLater(c *call, op operation, d time.Duration)
 		s.state.settleKey(c, res, true)
 	}
 	s.later(d, func() { op(c) })
+	s.changed()
 	return res
 }
 

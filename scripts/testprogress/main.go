@@ -48,7 +48,7 @@ type progress struct {
 	out     io.Writer
 	now     func() time.Time
 	start   time.Time
-	started bool // a package's tests began
+	started bool                        // a package's tests began
 	output  map[string]*strings.Builder // a package's output, kept until it ends
 	running map[string]time.Time
 	build   map[string]*strings.Builder // build output, by import path

@@ -45,8 +45,8 @@ build: deps
 run:
 	@echo "make run: installing what is missing (scripts/install-deps.sh run), building bin/payments, starting payments dev"
 	@./scripts/install-deps.sh run
-	@./scripts/with-progress.sh "make run" "building bin/payments (go build; a first build downloads the modules it needs and compiles them)" \
-		$(GO) build -o bin/payments ./cmd/payments
+	@echo "make run: building bin/payments (go build: a first build downloads the modules it needs and compiles them, minutes; then a second)"
+	@./scripts/with-progress.sh "make run" "building bin/payments" $(GO) build -o bin/payments ./cmd/payments
 	@echo "make run: starting bin/payments dev (PostgreSQL in PAYMENTS_DATA_DIR, default .data; the API on PAYMENTS_ADDR, default 127.0.0.1:8080)"
 	./bin/payments dev
 

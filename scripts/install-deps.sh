@@ -51,9 +51,9 @@ install_pg_server() {
     echo 'create_main_cluster = false' > /etc/postgresql-common/createcluster.conf
   fi
   export DEBIAN_FRONTEND=noninteractive
-  progress "PostgreSQL's server binaries are missing; installing them: apt-get update" apt-get update -qq
-  progress "installing PostgreSQL's server binaries: apt-get install postgresql" \
-    apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold postgresql >/dev/null
+  log "PostgreSQL's server binaries are missing; installing them (apt-get update; apt-get install postgresql)"
+  progress "apt-get update" apt-get update -qq
+  progress "apt-get install postgresql" apt-get install -y -qq --no-install-recommends -o Dpkg::Options::=--force-confold postgresql >/dev/null
 }
 
 # pg_found says where PostgreSQL's server binaries are.
@@ -92,9 +92,11 @@ if command -v chromium >/dev/null 2>&1; then
   log "chromium (for the console's browser tests): found at $(command -v chromium)"
 elif [ "$(id -u)" -eq 0 ] && command -v apt-get >/dev/null 2>&1; then
   export DEBIAN_FRONTEND=noninteractive
-  progress "chromium (for the console's browser tests) is missing; installing it: apt-get update" apt-get update -qq
-  progress "installing chromium: apt-get install chromium" apt-get install -y -qq chromium >/dev/null
+  log "chromium (for the console's browser tests) is missing; installing it (apt-get update; apt-get install chromium)"
+  progress "apt-get update" apt-get update -qq
+  progress "apt-get install chromium" apt-get install -y -qq chromium >/dev/null
 else
   log "chromium is missing: the console's browser tests need it (sudo apt-get install chromium)"
 fi
-progress "Go modules: go mod download (every module of go.mod, the tests' too, into $(go env GOMODCACHE))" go mod download
+log "Go modules: go mod download (every module of go.mod, the tests' too, into $(go env GOMODCACHE))"
+progress "Go modules" go mod download

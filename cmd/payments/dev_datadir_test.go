@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -51,6 +52,16 @@ func TestDev_aSecondDevOnTheSameDataDirRefusesAndTheFirstServesOn(t *testing.T) 
 	code, created, err := createPayment(t, base, "after-the-second-dev")
 	require.NoError(t, err)
 	require.Equal(t, http.StatusCreated, code, string(created))
+
+	// An operator command finds dev's database as keys does, without
+	// DATABASE_URL, and touches nothing either.
+	users := exec.Command(binary, "users", "create", "--email", "dora@example.com", "--data-dir", dataDir)
+	users.Env = append(os.Environ(), "DATABASE_URL=")
+	key, err := users.Output()
+	require.NoError(t, err)
+	status, body = get(t, base+"/v1/payments", strings.TrimSpace(string(key)))
+	require.Equal(t, http.StatusOK, status, "the new user's key works: %s", body)
+	require.Equal(t, postmaster, childIn(t, *cluster, first.cmd.Process.Pid))
 
 	// Once the first is gone, the data directory is free again.
 	require.Zero(t, first.signalAndWait(t, syscall.SIGTERM))
@@ -129,4 +140,38 @@ func childIn(t *testing.T, cluster string, pid int) int {
 	}
 	require.FailNow(t, "no postmaster", "no postgres in %s is a child of %d", cluster, pid)
 	return 0
+}
+
+// A usage error names the one setting that is wrong and how to give it,
+// in a line, not the whole usage; a missing or unknown command gets the
+// usage, which lists the commands.
+func TestCommands_aUsageErrorNamesTheSettingNotTheWholeUsage(t *testing.T) {
+	t.Parallel()
+	noDB := "DATABASE_URL=postgres://nobody@127.0.0.1:1/none"
+	for _, tc := range []struct {
+		args  []string
+		env   []string
+		names []string
+		usage bool
+	}{
+		{[]string{"users", "create"}, nil, []string{"--email", "e.g. --email ada@example.com"}, false},
+		{[]string{"keys", "retry", "--user", "ada@example.com", "some-key"}, []string{noDB, "STRIPE_API_BASE=", "STRIPE_SECRET_KEY="},
+			[]string{"STRIPE_API_BASE=http://127.0.0.1:12111", "STRIPE_SECRET_KEY=sk_test_"}, false},
+		{[]string{"keys", "show", "some-key"}, []string{noDB}, []string{"--user EMAIL"}, false},
+		{[]string{"nonsense"}, nil, []string{`unknown command "nonsense"`, "Commands:"}, true},
+	} {
+		cmd := exec.Command(binary, tc.args...)
+		cmd.Env = append(os.Environ(), tc.env...)
+		out, err := cmd.CombinedOutput()
+		var exitErr *exec.ExitError
+		require.ErrorAs(t, err, &exitErr, "payments %v should fail: %s", tc.args, out)
+		require.Equal(t, 2, exitErr.ExitCode(), "payments %v: %s", tc.args, out)
+		for _, want := range tc.names {
+			require.Contains(t, string(out), want, "payments %v", tc.args)
+		}
+		if !tc.usage {
+			require.NotContains(t, string(out), "Commands:", "payments %v: not the whole usage", tc.args)
+			require.LessOrEqual(t, strings.Count(string(out), "\n"), 2, "payments %v: %s", tc.args, out)
+		}
+	}
 }

@@ -1,6 +1,7 @@
 package main_test
 
 import (
+	"encoding/json"
 	"fmt"
 	"net/http"
 	"os"
@@ -174,4 +175,37 @@ func TestCommands_aUsageErrorNamesTheSettingNotTheWholeUsage(t *testing.T) {
 			require.LessOrEqual(t, strings.Count(string(out), "\n"), 2, "payments %v: %s", tc.args, out)
 		}
 	}
+}
+
+// `payments stripesim --state-file` keeps its objects across a restart.
+func TestStripesim_theStateFileKeepsItsObjectsAcrossARestart(t *testing.T) {
+	t.Parallel()
+	stateFile := filepath.Join(t.TempDir(), "stripesim.json")
+	start := func() (*proc, string) {
+		sim := startProc(t, nil, "stripesim", "--addr", "127.0.0.1:0", "--state-file", stateFile)
+		return sim, sim.waitFor(t, &sim.stdout, simListening)
+	}
+	call := func(method, url, form string) (int, string) {
+		t.Helper()
+		req, err := http.NewRequest(method, url, strings.NewReader(form))
+		require.NoError(t, err)
+		req.Header.Set("Authorization", "Bearer sk_test_state_file")
+		req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+		resp, err := http.DefaultClient.Do(req)
+		require.NoError(t, err)
+		defer resp.Body.Close()
+		var body struct{ ID string }
+		require.NoError(t, json.NewDecoder(resp.Body).Decode(&body))
+		return resp.StatusCode, body.ID
+	}
+	sim, url := start()
+	status, id := call(http.MethodPost, url+"/v1/payment_intents", "amount=2000&currency=usd")
+	require.Equal(t, http.StatusOK, status)
+	require.Zero(t, sim.signalAndWait(t, syscall.SIGTERM))
+
+	sim, url = start()
+	status, got := call(http.MethodGet, url+"/v1/payment_intents/"+id, "")
+	require.Equal(t, http.StatusOK, status)
+	require.Equal(t, id, got)
+	require.Zero(t, sim.signalAndWait(t, syscall.SIGTERM))
 }

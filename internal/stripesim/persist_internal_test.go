@@ -14,7 +14,7 @@ func TestStateFile_coversEveryFieldOfState(t *testing.T) {
 	t.Parallel()
 	st := newState()
 	covered := map[uintptr]string{}
-	for _, f := range stateFields(st) {
+	for _, f := range stateFields(st, nil) {
 		require.NotEmpty(t, f.covers, f.name)
 		for _, p := range f.covers {
 			covered[reflect.ValueOf(p).Pointer()] = f.name
@@ -43,7 +43,7 @@ func TestStateFile_keepsEveryFieldOfTheObjects(t *testing.T) {
 	t.Parallel()
 	keptByCodec := map[string]bool{"charge.released": true}
 	st := newState()
-	for _, f := range stateFields(st) {
+	for _, f := range stateFields(st, nil) {
 		for _, p := range f.covers {
 			typ := reflect.TypeOf(p).Elem()
 			if typ.Kind() != reflect.Struct || typ.NumField() != 2 || typ.Field(0).Name != "byID" {

@@ -59,7 +59,8 @@ run:
 test:
 	@echo "make test: installing what is missing (scripts/install-deps.sh test), then every package with -race, against real PostgreSQL clusters: about 10 minutes on 2 cores (cmd/payments, the slowest, takes about 6)"
 	@./scripts/install-deps.sh test
-	@set -o pipefail; $(GO) test -race -count=1 -json ./... 2>&1 | $(GO) run ./scripts/testprogress
+	@./scripts/with-progress.sh "make test" "building the progress printer (scripts/testprogress)" $(GO) build -o bin/testprogress ./scripts/testprogress
+	@set -o pipefail; $(GO) test -race -count=1 -json ./... 2>&1 | ./bin/testprogress
 
 check: deps $(SQLC)
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi

@@ -41,7 +41,9 @@ var errDataDirInUse = errors.New("the data directory is in use")
 // error (errDataDirInUse) names that process's command, PID and address, as
 // far as it has written them yet.
 func lockDataDir(dataDir, command string) (*devLock, error) {
-	if err := os.MkdirAll(dataDir, 0o700); err != nil {
+	// 0755, as pglocal makes it: the postgres OS user (when we are root)
+	// must reach the cluster inside.
+	if err := os.MkdirAll(dataDir, 0o755); err != nil {
 		return nil, fmt.Errorf("creating the data directory: %w", err)
 	}
 	path := filepath.Join(dataDir, devLockFile)

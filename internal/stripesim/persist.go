@@ -90,6 +90,11 @@ var forgottenOnRestart = map[string]string{
 func Open(cfg Config, path string) (*Simulator, error) {
 	s := New(cfg)
 	s.store = &stateStore{path: path}
+	// A temporary file of a write that a crash interrupted is not the state.
+	stale, _ := filepath.Glob(filepath.Join(filepath.Dir(path), "."+filepath.Base(path)+".*.tmp"))
+	for _, f := range stale {
+		_ = os.Remove(f)
+	}
 	data, err := os.ReadFile(path)
 	if errors.Is(err, fs.ErrNotExist) {
 		return s, nil

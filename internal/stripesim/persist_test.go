@@ -116,7 +116,10 @@ func TestOpen_aChangeDueWhileDownHappensAfterTheStart(t *testing.T) {
 	first.sim.Close()
 
 	clk.Advance(time.Hour)
+	leftover := filepath.Join(filepath.Dir(path), ".stripesim.json.123.tmp") // a write a crash cut short
+	require.NoError(t, os.WriteFile(leftover, []byte(`{"vers`), 0o600))
 	second := openAt(t, path, clk)
+	require.NoFileExists(t, leftover)
 	got, err := second.stripe.Refunds.Get(re.ID, nil)
 	require.NoError(t, err)
 	require.Equal(t, stripe.RefundStatusFailed, got.Status)

@@ -68,7 +68,7 @@ func (s *Simulator) serveAPI(w http.ResponseWriter, r *http.Request, op operatio
 
 	rec := s.recordRequest(c)
 	res, fault := s.handle(r, c, op)
-	s.save() // what the answer says is on disk before it goes out (Open)
+	s.save() // what the answer says is in the state file before it goes out (Open)
 	s.finishRecord(rec, res, fault)
 	s.logger.Info("stripesim: request", "request_id", c.requestID, "method", c.method, "path", c.path,
 		"idempotency_key", c.idempotencyKey, "status", res.status, "replayed", res.replayed, "fault", fault.Kind)

@@ -1,4 +1,5 @@
-# The set-up is two commands, and each installs what is missing first:
+# The set-up is two commands, and each installs what it is missing first
+# (only that: make run needs neither chromium nor sqlc):
 #   make run    build and start `payments dev` (PostgreSQL, API, demo users)
 #   make test   the whole test suite, against real PostgreSQL clusters
 .DEFAULT_GOAL := help
@@ -14,10 +15,11 @@ SQLC         := $(TOOLS_DIR)/sqlc-$(SQLC_VERSION)/sqlc
 
 help:
 	@echo "The set-up (each installs what is missing first):"
-	@echo "  make run          build and start payments dev on http://127.0.0.1:8080"
-	@echo "  make test         every test, with -race (installs PostgreSQL's server first if missing); about 10 minutes on 2 cores"
+	@echo "  make run          build and start payments dev on PAYMENTS_ADDR (default 127.0.0.1:8080; e.g. PAYMENTS_ADDR=127.0.0.1:9090 make run)"
+	@echo "                   (installs PostgreSQL's server first if missing; the Go modules come with the build)"
+	@echo "  make test         every test, with -race (installs PostgreSQL's server, chromium and the Go modules first if missing); about 10 minutes on 2 cores"
 	@echo "Also:"
-	@echo "  make deps         install what the others need (Go modules; PostgreSQL's server binaries; sqlc, pinned, into TOOLS_DIR)"
+	@echo "  make deps         install what all of them need (PostgreSQL's server binaries; chromium; Go modules; sqlc, pinned, into TOOLS_DIR)"
 	@echo "  make build        build bin/payments"
 	@echo "  make check        gofmt, go vet, generated code up to date, no links outside the repository"
 	@echo "  make generate     regenerate internal/db/dbsqlc from the queries (sqlc, installed once into TOOLS_DIR)"
@@ -31,22 +33,34 @@ help:
 # sqlc too, pinned (SQLC_VERSION), once per machine: make check and
 # make generate need it, and a fresh clone's set-up is make deps.
 deps:
-	@./scripts/install-deps.sh
+	@./scripts/install-deps.sh all
 	@$(MAKE) -s --no-print-directory $(SQLC)
 
 build: deps
 	$(GO) build -o bin/payments ./cmd/payments
 
-run: build
+# Only what running needs: PostgreSQL's server binaries, and the modules
+# bin/payments needs, which go build downloads. A line per step, and one
+# every 15 s while a step takes long (scripts/with-progress.sh).
+run:
+	@echo "make run: installing what is missing (scripts/install-deps.sh run), building bin/payments, starting payments dev"
+	@./scripts/install-deps.sh run
+	@echo "make run: building bin/payments (go build: a first build downloads the modules it needs and compiles them, minutes; then a second)"
+	@./scripts/with-progress.sh "make run" "building bin/payments" $(GO) build -o bin/payments ./cmd/payments
+	@echo "make run: starting bin/payments dev (PostgreSQL in PAYMENTS_DATA_DIR, default .data; the API on PAYMENTS_ADDR, default 127.0.0.1:8080)"
 	./bin/payments dev
 
 # go test -json through scripts/testprogress: a line per package as it
-# finishes, with its time, the whole output of a failing package, the
-# packages still running every minute. pipefail: a failing go test fails
-# make test even if the printer did not see why.
-test: deps
-	@echo "make test: every package with -race, against real PostgreSQL clusters: about 10 minutes on 2 cores (cmd/payments, the slowest, takes about 6)"
-	@set -o pipefail; $(GO) test -race -count=1 -json ./... 2>&1 | $(GO) run ./scripts/testprogress
+# finishes, with its time, the whole output of a failing package, and every
+# 20 s what is still running or, before the tests begin, that go test is
+# still building. pipefail: a failing go test fails make test even if the
+# printer did not see why. It installs what the tests need (no sqlc: that
+# is make check's, through make deps).
+test:
+	@echo "make test: installing what is missing (scripts/install-deps.sh test), then every package with -race, against real PostgreSQL clusters: about 10 minutes on 2 cores (cmd/payments, the slowest, takes about 6)"
+	@./scripts/install-deps.sh test
+	@./scripts/with-progress.sh "make test" "building the progress printer (scripts/testprogress)" $(GO) build -o bin/testprogress ./scripts/testprogress
+	@set -o pipefail; $(GO) test -race -count=1 -json ./... 2>&1 | ./bin/testprogress
 
 check: deps $(SQLC)
 	@unformatted=$$(gofmt -l .); if [ -n "$$unformatted" ]; then echo "gofmt would change: $$unformatted"; exit 1; fi

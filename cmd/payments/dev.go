@@ -34,6 +34,27 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	}
 	defer flushTraces()
 
+	// One dev per data directory: a second one stops here, before it
+	// touches the first one's cluster or ports (devlock.go).
+	var lock *devLock
+	if cfg.usesDataDir() {
+		if lock, err = lockDataDir(cfg.DataDir, "payments dev"); err != nil {
+			return err
+		}
+		defer lock.release()
+	}
+	// Listen first: the simulator needs the API's address for its webhooks,
+	// and a second dev the address to name.
+	ln, err := net.Listen("tcp", cfg.Addr)
+	if err != nil {
+		return err
+	}
+	defer ln.Close()
+	if lock != nil {
+		if err := lock.setAddr(ln.Addr().String()); err != nil {
+			return err
+		}
+	}
 	if cfg.DatabaseURL == "" {
 		pg, err := startLocalPostgres(ctx, cfg.DataDir, log)
 		if err != nil {
@@ -42,21 +63,16 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 		defer pg.Stop()
 		cfg.DatabaseURL = pg.URL("payments")
 	}
-	// Listen first: the simulator needs the API's address for its webhooks.
-	ln, err := net.Listen("tcp", cfg.Addr)
-	if err != nil {
-		return err
-	}
-	defer ln.Close()
 	if cfg.StripeWebhookSecret == "" {
 		cfg.StripeWebhookSecret = devWebhookSecret
 	}
-	if cfg.StripeAPIBase == "" && cfg.StripeSecretKey == "" {
+	if cfg.embeddedSimulator() {
 		webhookURL := "http://" + ln.Addr().String() + "/v1/stripe/webhooks"
 		// STRIPE_WEBHOOK_SECRET may list several secrets (one being rolled):
 		// the simulator signs with the first, which the service takes.
 		signing, _, _ := strings.Cut(cfg.StripeWebhookSecret, ",")
-		sim, err := startSimulator(cfg.StripesimAddr, webhookURL, strings.TrimSpace(signing), 0, log)
+		sim, err := startSimulator(cfg.StripesimAddr, webhookURL, strings.TrimSpace(signing), 0,
+			filepath.Join(cfg.DataDir, devSimulatorStateFile), log)
 		if err != nil {
 			return err
 		}
@@ -142,6 +158,10 @@ func ownAddresses(ctx context.Context, apiAddr, stripeAPIBase string, log *slog.
 	return own
 }
 
+// devSimulatorStateFile, in --data-dir, keeps the embedded simulator's
+// state across restarts, as the cluster beside it keeps the service's.
+const devSimulatorStateFile = "stripesim.json"
+
 // devWebhookSecret signs the embedded simulator's webhooks in dev, on both
 // sides, unless STRIPE_WEBHOOK_SECRET says otherwise.
 const devWebhookSecret = "whsec_dev_0123456789abcdef"
@@ -192,4 +212,16 @@ func printWelcome(w io.Writer, cfg config, addr string) {
 	fmt.Fprintf(w, "\n  Try:\n    curl -H 'Authorization: Bearer %s' -H 'Idempotency-Key: first-payment' \\\n"+
 		"      -H 'Content-Type: application/json' -d '{\"amount\":2000,\"currency\":\"usd\",\"payment_method\":\"pm_card_visa\"}' \\\n"+
 		"      %s/v1/payments\n\n", users.DemoUsers[0].APIKey, base)
+}
+
+// usesDataDir tells whether dev keeps anything in --data-dir: its own
+// PostgreSQL cluster (without DATABASE_URL) or the embedded simulator's
+// state (without STRIPE_API_BASE and STRIPE_SECRET_KEY).
+func (cfg config) usesDataDir() bool {
+	return cfg.DatabaseURL == "" || cfg.embeddedSimulator()
+}
+
+// embeddedSimulator tells whether dev runs its own Stripe simulator.
+func (cfg config) embeddedSimulator() bool {
+	return cfg.StripeAPIBase == "" && cfg.StripeSecretKey == ""
 }

@@ -90,6 +90,9 @@ func runKeys(ctx context.Context, args []string, stdout, stderr io.Writer) error
 		if err := cfg.validateEngine(); err != nil {
 			return err
 		}
+		if err := cfg.requireStripe(); err != nil {
+			return err
+		}
 	}
 
 	log := newLogger(stderr, cfg.LogLevel)
@@ -169,10 +172,13 @@ func (c config) validateEngine() error {
 	return nil
 }
 
-// keysDatabase finds the database: DATABASE_URL, else the server payments
-// dev runs on the cluster in --data-dir, else that cluster started here (and
-// stopped by the returned func). Starting it while dev runs would shut
-// dev's server down, so a running one is always used as it is.
+// keysDatabase finds the database of every operator command (keys, users,
+// stripe-events): DATABASE_URL, else the server payments dev runs on the
+// cluster in --data-dir, else that cluster started here (and stopped by
+// the returned func). Starting it while dev runs would shut dev's server
+// down, so a running one is always used as it is; and the cluster is
+// started only under the data directory's lock (devlock.go), so that a dev
+// starting meanwhile waits for nothing of ours, and refuses instead.
 func keysDatabase(ctx context.Context, cfg config, log *slog.Logger) (string, func(), error) {
 	if cfg.DatabaseURL != "" {
 		return cfg.DatabaseURL, func() {}, nil
@@ -182,13 +188,37 @@ func keysDatabase(ctx context.Context, cfg config, log *slog.Logger) (string, fu
 		return url, func() {}, nil
 	}
 	if _, err := os.Stat(filepath.Join(clusterDir, "PG_VERSION")); err != nil {
-		return "", nil, fmt.Errorf("no database: DATABASE_URL is not set and --data-dir %s holds no cluster (run payments dev once, or set DATABASE_URL)", cfg.DataDir)
+		return "", nil, fmt.Errorf("no database: DATABASE_URL is not set and --data-dir %s holds no cluster "+
+			"(start payments dev once to make it, give --data-dir where dev keeps it, or set DATABASE_URL)", cfg.DataDir)
+	}
+	lock, err := lockDataDir(cfg.DataDir, "payments operator command")
+	if err != nil {
+		// A dev still starting holds the lock: its server is up in a moment.
+		if url, ok := waitForDevDatabase(ctx, clusterDir); ok {
+			return url, func() {}, nil
+		}
+		return "", nil, err
 	}
 	pg, err := startLocalPostgres(ctx, cfg.DataDir, log)
 	if err != nil {
+		lock.release()
 		return "", nil, err
 	}
-	return pg.URL("payments"), func() { _ = pg.Stop() }, nil
+	return pg.URL("payments"), func() { _ = pg.Stop(); lock.release() }, nil
+}
+
+// waitForDevDatabase waits up to a minute (a dev's first start runs initdb
+// and the migrations) for the server of the dev that holds the data
+// directory's lock to accept connections.
+func waitForDevDatabase(ctx context.Context, clusterDir string) (string, bool) {
+	deadline := time.Now().Add(time.Minute)
+	for time.Now().Before(deadline) && ctx.Err() == nil {
+		if url, ok := pglocal.Running(ctx, clusterDir, "payments"); ok {
+			return url, true
+		}
+		time.Sleep(250 * time.Millisecond)
+	}
+	return "", false
 }
 
 // newKeyAdmin connects to the database and, for a retry, builds the engine,

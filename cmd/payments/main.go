@@ -42,8 +42,13 @@ func main() {
 	err := run(ctx, os.Args[1:], os.Stdout, os.Stderr)
 	switch {
 	case err == nil, errors.Is(err, flag.ErrHelp):
-	case errors.Is(err, errUsage):
+	case errors.Is(err, errNoCommand):
 		fmt.Fprintf(os.Stderr, "payments: %v\n\n%s", err, usage)
+		os.Exit(2)
+	case errors.Is(err, errUsage):
+		// The one setting that is wrong and how to give it; the whole
+		// usage would bury it.
+		fmt.Fprintf(os.Stderr, "payments: %v\n(payments help lists the commands; payments <command> -h a command's flags)\n", err)
 		os.Exit(2)
 	default:
 		fmt.Fprintf(os.Stderr, "payments: %v\n", err)
@@ -53,9 +58,13 @@ func main() {
 
 var errUsage = errors.New("usage")
 
+// errNoCommand is the usage error of a missing or unknown command: the
+// only one answered with the whole usage, which lists the commands.
+var errNoCommand = fmt.Errorf("%w", errUsage)
+
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 	if len(args) == 0 {
-		return fmt.Errorf("%w: no command given", errUsage)
+		return fmt.Errorf("%w: no command given", errNoCommand)
 	}
 	cmd, args := args[0], args[1:]
 	switch cmd {
@@ -83,6 +92,6 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) error {
 		fmt.Fprint(stdout, usage)
 		return nil
 	default:
-		return fmt.Errorf("%w: unknown command %q", errUsage, cmd)
+		return fmt.Errorf("%w: unknown command %q", errNoCommand, cmd)
 	}
 }

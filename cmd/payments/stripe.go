@@ -20,17 +20,28 @@ const simulatorKey = "sk_test_simulator"
 // newStripeClient connects to the Stripe that cfg names. With only an API
 // base, it uses simulatorKey.
 func newStripeClient(cfg config, log *slog.Logger) (*stripeclient.Client, error) {
+	if err := cfg.requireStripe(); err != nil {
+		return nil, err
+	}
 	key := cfg.StripeSecretKey
 	if key == "" {
-		if cfg.StripeAPIBase == "" {
-			return nil, fmt.Errorf("%w: set STRIPE_SECRET_KEY (Stripe itself) or STRIPE_API_BASE (a simulator)", errUsage)
-		}
 		key = simulatorKey
 	}
 	return stripeclient.New(stripeclient.Config{
 		SecretKey: key, APIBase: cfg.StripeAPIBase, AllowLive: cfg.AllowLiveKeys,
 		Logger: log.With(slog.String("component", "stripe")),
 	})
+}
+
+// requireStripe is the usage error of settings that name no Stripe: which
+// settings, with example values.
+func (cfg config) requireStripe() error {
+	if cfg.StripeSecretKey != "" || cfg.StripeAPIBase != "" {
+		return nil
+	}
+	return fmt.Errorf("%w: no Stripe to call: set STRIPE_API_BASE to a Stripe simulator (payments dev's embedded one: "+
+		"STRIPE_API_BASE=http://127.0.0.1:12111, its default --stripesim-addr; payments stripesim's: the same by default), "+
+		"or STRIPE_SECRET_KEY to a Stripe test key (STRIPE_SECRET_KEY=sk_test_...); or the flags --stripe-api-base, --stripe-secret-key", errUsage)
 }
 
 // embeddedSimulator is a Stripe simulator served from this process.
@@ -42,15 +53,24 @@ type embeddedSimulator struct {
 
 // startSimulator serves a Stripe simulator on addr, delivering webhooks to
 // webhookURL when it is set.
-func startSimulator(addr, webhookURL, webhookSecret string, authorisationLifetime time.Duration, log *slog.Logger) (*embeddedSimulator, error) {
+// With a stateFile, the simulator keeps its state there (stripesim.Open):
+// what it had when it last stopped, it has again.
+func startSimulator(addr, webhookURL, webhookSecret string, authorisationLifetime time.Duration, stateFile string, log *slog.Logger) (*embeddedSimulator, error) {
 	ln, err := net.Listen("tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("starting the Stripe simulator: %w", err)
 	}
-	sim := stripesim.New(stripesim.Config{
+	cfg := stripesim.Config{
 		WebhookURL: webhookURL, WebhookSecret: webhookSecret, AuthorisationLifetime: authorisationLifetime,
 		Logger: log.With(slog.String("component", "stripesim")),
-	})
+	}
+	var sim *stripesim.Simulator
+	if stateFile == "" {
+		sim = stripesim.New(cfg)
+	} else if sim, err = stripesim.Open(cfg, stateFile); err != nil {
+		ln.Close()
+		return nil, err
+	}
 	srv := &http.Server{
 		Handler:           sim.Handler(),
 		ReadHeaderTimeout: 5 * time.Second,

@@ -10,7 +10,7 @@ import (
 
 // runStripesim is `payments stripesim`: the Stripe simulator alone.
 func runStripesim(ctx context.Context, args []string, stdout, stderr io.Writer) error {
-	var addr, webhookURL, webhookSecret string
+	var addr, webhookURL, webhookSecret, stateFile string
 	var level slog.Level
 	var authorisationLifetime time.Duration
 	f := newFlags("stripesim", stderr)
@@ -19,6 +19,8 @@ func runStripesim(ctx context.Context, args []string, stdout, stderr io.Writer) 
 	f.stringVar(&webhookSecret, "webhook-secret", "STRIPE_WEBHOOK_SECRET", "", "secret that signs the webhook events (whsec_...)")
 	f.durationVar(&authorisationLifetime, "authorisation-lifetime", "PAYMENTS_STRIPESIM_AUTHORISATION_LIFETIME", 7*24*time.Hour,
 		"how long an uncaptured authorisation lives before the simulator cancels it, as Stripe does after 7 days (shorter for chaos runs)")
+	f.stringVar(&stateFile, "state-file", "PAYMENTS_STRIPESIM_STATE_FILE", "",
+		"a file that keeps the simulator's objects and idempotency keys across restarts, written after every change (empty: memory only)")
 	f.levelVar(&level, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
 	if err := f.parse(args); err != nil {
 		return err
@@ -30,7 +32,7 @@ func runStripesim(ctx context.Context, args []string, stdout, stderr io.Writer) 
 		return fmt.Errorf("%w: --webhook-url needs --webhook-secret (or STRIPE_WEBHOOK_SECRET)", errUsage)
 	}
 	log := newLogger(stderr, level)
-	sim, err := startSimulator(addr, webhookURL, webhookSecret, authorisationLifetime, log)
+	sim, err := startSimulator(addr, webhookURL, webhookSecret, authorisationLifetime, stateFile, log)
 	if err != nil {
 		return err
 	}

@@ -39,12 +39,15 @@ func (s *Simulator) now() time.Time {
 // time.
 func (s *Simulator) Advance(d time.Duration) time.Time {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if d > 0 {
 		s.offset.Add(int64(d))
+		s.changed()
 	}
 	s.applyDue()
-	return s.now()
+	now := s.now()
+	s.mu.Unlock()
+	s.save()
+	return now
 }
 
 // later schedules apply for d from now. It runs with s.mu held.
@@ -71,6 +74,7 @@ func (s *Simulator) applyDue() {
 		s.applyingAt = c.at
 		c.apply()
 		s.applyingAt = time.Time{}
+		s.changed()
 	}
 	s.armTimer()
 }
@@ -97,8 +101,9 @@ func (s *Simulator) armTimer() {
 
 func (s *Simulator) onTimer() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	if !s.closed {
 		s.applyDue()
 	}
+	s.mu.Unlock()
+	s.save()
 }

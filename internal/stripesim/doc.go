@@ -1,7 +1,8 @@
 // Package stripesim is a stateful stand-in for Stripe's test mode, for tests
 // and for `payments dev`. It owns an in-memory copy of the few Stripe objects
 // the service uses (customers, payment intents, charges, refunds), Stripe's
-// idempotency layer, fault injection and signed webhook delivery. It must
+// idempotency layer, fault injection and signed webhook delivery; made by
+// Open, it also keeps them in a file across restarts (persist.go). It must
 // never be reachable from production: `payments serve` does not start it, and
 // its control surface answers loopback clients only.
 //

@@ -170,6 +170,7 @@ func (s *Simulator) storeAndExecuteLater(c *call, op operation, d time.Duration)
 		s.state.lateRequests--
 		op(c)
 	})
+	s.changed()
 	return res
 }
 

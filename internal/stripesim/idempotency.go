@@ -96,6 +96,7 @@ func (s *Simulator) storeWithoutExecuting(c *call, e *apiError) response {
 	if c.claim != nil {
 		s.state.settleKey(c, res, true)
 	}
+	s.changed()
 	return res
 }
 

@@ -68,6 +68,7 @@ func (s *Simulator) serveAPI(w http.ResponseWriter, r *http.Request, op operatio
 
 	rec := s.recordRequest(c)
 	res, fault := s.handle(r, c, op)
+	s.save() // what the answer says is in the state file before it goes out (Open)
 	s.finishRecord(rec, res, fault)
 	s.logger.Info("stripesim: request", "request_id", c.requestID, "method", c.method, "path", c.path,
 		"idempotency_key", c.idempotencyKey, "status", res.status, "replayed", res.replayed, "fault", fault.Kind)
@@ -113,6 +114,9 @@ func (s *Simulator) execute(c *call, op operation) response {
 
 	s.applyDue() // what Stripe decided meanwhile is in place before the request reads it
 	out := op(c)
+	if c.method != http.MethodGet { // a GET reads; applyDue counts what it changed
+		s.changed()
+	}
 	res := response{status: out.status, body: out.body, requestID: c.requestID}
 	if c.claim != nil {
 		s.state.settleKey(c, res, out.executed)

@@ -53,6 +53,9 @@ type Simulator struct {
 	timer      *time.Timer // fires when the next later change is due; nil until one is scheduled
 	applyingAt time.Time   // while applyDue applies a change: when it fell due (see now)
 	closed     bool        // Close ran: the timer is never armed again
+	gen        uint64      // counts changes of state, for store (persist.go)
+
+	store *stateStore // nil unless made by Open: the state lives in a file too
 }
 
 // New returns a simulator with no objects. Call Close to stop its webhook
@@ -127,6 +130,7 @@ func (s *Simulator) Close() {
 		if s.webhooks != nil {
 			s.webhooks.close()
 		}
+		s.save()
 	})
 }
 
@@ -135,13 +139,15 @@ func (s *Simulator) Close() {
 // Advance added.
 func (s *Simulator) Reset() {
 	s.mu.Lock()
-	defer s.mu.Unlock()
 	s.state = newState()
 	s.offset.Store(0)
+	s.changed()
 	s.armTimer()
 	if s.webhooks != nil {
 		s.webhooks.clear() // under s.mu, so no event of the old state slips in after
 	}
+	s.mu.Unlock()
+	s.save()
 }
 
 // sleep waits for d, or less if the simulator closes. It never holds s.mu.

@@ -170,7 +170,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 
 	client, err := river.NewClient(riverpgxv5.New(cfg.Pool), &river.Config{
-		Logger: cfg.Logger.With(slog.String("component", "river")),
+		Logger: slog.New(quietRiver{cfg.Logger.Handler()}).With(slog.String("component", "river")),
 		Queues: map[string]river.QueueConfig{
 			river.QueueDefault:      {MaxWorkers: cfg.MaxWorkers},
 			stagedjobs.ReceiptQueue: {MaxWorkers: riverReceiptWorkers}, // see AddWorker above

@@ -2,7 +2,9 @@
 // short report for people, as `make test` runs: one line per package as it
 // finishes, with its time; the whole output of every failing package (and of
 // every build failure), in full, as `go test` would have printed it; a line
-// every minute naming the packages still running; and a summary. It exits 1
+// every 20 s naming the packages still running or, while none runs, saying
+// that go test is still building (go test -json is silent while it
+// compiles, and a first -race build takes minutes); and a summary. It exits 1
 // when any package failed or did not build, so `make test` fails with it
 // (the Makefile also sets pipefail, for a `go test` that fails otherwise).
 // Lines that are not JSON (go's own errors on stderr) are printed as they
@@ -31,17 +33,22 @@ type event struct {
 	ImportPath string // build-output and build-fail
 }
 
-// stillRunningEvery is how often the packages still running are named.
-const stillRunningEvery = time.Minute
+// stillRunningEvery is how often a line says what is still going on: well
+// under the 30 s that make test promises between two lines.
+const stillRunningEvery = 20 * time.Second
 
 func main() {
-	os.Exit(report(os.Stdin, os.Stdout, stillRunningEvery))
+	t := time.NewTicker(stillRunningEvery)
+	defer t.Stop()
+	os.Exit(report(os.Stdin, os.Stdout, t.C, time.Now))
 }
 
 type progress struct {
 	mu      sync.Mutex
 	out     io.Writer
+	now     func() time.Time
 	start   time.Time
+	started bool                        // a package's tests began
 	output  map[string]*strings.Builder // a package's output, kept until it ends
 	running map[string]time.Time
 	build   map[string]*strings.Builder // build output, by import path
@@ -49,11 +56,19 @@ type progress struct {
 	failed  []string
 }
 
-func report(in io.Reader, out io.Writer, every time.Duration) int {
-	p := &progress{out: out, start: time.Now(), output: map[string]*strings.Builder{},
+// report reads go test -json from in and reports on out; each value from
+// ticks prints what is still going on.
+func report(in io.Reader, out io.Writer, ticks <-chan time.Time, now func() time.Time) int {
+	p := &progress{out: out, now: now, start: now(), output: map[string]*strings.Builder{},
 		running: map[string]time.Time{}, build: map[string]*strings.Builder{}}
+	fmt.Fprintf(out, "...  go test builds the test binaries first (with -race, a first build compiles the standard library and "+
+		"every module with the race detector: minutes); a line every %s until it is done\n", stillRunningEvery)
 	done := make(chan struct{})
-	go p.tick(every, done)
+	ticking := make(chan struct{})
+	go func() {
+		defer close(ticking)
+		p.tick(ticks, done)
+	}()
 	scanner := bufio.NewScanner(in)
 	scanner.Buffer(make([]byte, 1<<20), 64<<20)
 	for scanner.Scan() {
@@ -66,6 +81,7 @@ func report(in io.Reader, out io.Writer, every time.Duration) int {
 		p.handle(e)
 	}
 	close(done)
+	<-ticking
 	return p.summary(scanner.Err())
 }
 
@@ -96,7 +112,8 @@ func (p *progress) handle(e event) {
 	}
 	switch {
 	case e.Action == "start":
-		p.running[e.Package] = time.Now()
+		p.running[e.Package] = p.now()
+		p.started = true
 	case e.Action == "output":
 		b.WriteString(e.Output)
 	case e.Test != "":
@@ -104,34 +121,38 @@ func (p *progress) handle(e event) {
 	case e.Action == "pass" || e.Action == "skip":
 		delete(p.running, e.Package)
 		p.passed++
-		fmt.Fprintf(p.out, "ok   %-60s %6.1fs   (%s in all)\n", e.Package, e.Elapsed, since(p.start))
+		fmt.Fprintf(p.out, "ok   %-60s %6.1fs   (%s in all)\n", e.Package, e.Elapsed, p.since(p.start))
 		delete(p.output, e.Package)
 	case e.Action == "fail":
 		delete(p.running, e.Package)
 		p.failed = append(p.failed, e.Package)
-		fmt.Fprintf(p.out, "FAIL %-60s %6.1fs   (%s in all)\n", e.Package, e.Elapsed, since(p.start))
+		fmt.Fprintf(p.out, "FAIL %-60s %6.1fs   (%s in all)\n", e.Package, e.Elapsed, p.since(p.start))
 		fmt.Fprintf(p.out, "--- output of %s ---\n%s--- end of %s ---\n", e.Package, b, e.Package)
 		delete(p.output, e.Package)
 	}
 }
 
-func (p *progress) tick(every time.Duration, done <-chan struct{}) {
-	t := time.NewTicker(every)
-	defer t.Stop()
+func (p *progress) tick(ticks <-chan time.Time, done <-chan struct{}) {
 	for {
 		select {
 		case <-done:
 			return
-		case <-t.C:
+		case <-ticks:
 		}
 		p.mu.Lock()
 		var names []string
 		for pkg, started := range p.running {
-			names = append(names, fmt.Sprintf("%s (%s)", pkg, since(started)))
+			names = append(names, fmt.Sprintf("%s (%s)", pkg, p.since(started)))
 		}
 		slices.Sort(names)
-		if len(names) > 0 {
-			fmt.Fprintf(p.out, "...  %s in all; still running: %s\n", since(p.start), strings.Join(names, ", "))
+		switch {
+		case len(names) > 0:
+			fmt.Fprintf(p.out, "...  %s in all; still running: %s\n", p.since(p.start), strings.Join(names, ", "))
+		case !p.started:
+			fmt.Fprintf(p.out, "...  %s in all; go test is still building: no package's tests have begun yet\n", p.since(p.start))
+		default:
+			fmt.Fprintf(p.out, "...  %s in all; %d package(s) done; go test is building the next test binaries\n",
+				p.since(p.start), p.passed+len(p.failed))
 		}
 		p.mu.Unlock()
 	}
@@ -157,11 +178,11 @@ func (p *progress) summary(readErr error) int {
 		fmt.Fprintf(p.out, "--- output of %s (it did not finish) ---\n%s", pkg, p.output[pkg])
 	}
 	if len(p.failed) > 0 {
-		fmt.Fprintf(p.out, "FAIL: %d package(s) passed, %d failed in %s: %s\n", p.passed, len(p.failed), since(p.start), strings.Join(p.failed, ", "))
+		fmt.Fprintf(p.out, "FAIL: %d package(s) passed, %d failed in %s: %s\n", p.passed, len(p.failed), p.since(p.start), strings.Join(p.failed, ", "))
 		return 1
 	}
-	fmt.Fprintf(p.out, "PASS: %d packages in %s\n", p.passed, since(p.start))
+	fmt.Fprintf(p.out, "PASS: %d packages in %s\n", p.passed, p.since(p.start))
 	return 0
 }
 
-func since(t time.Time) string { return time.Since(t).Round(time.Second).String() }
+func (p *progress) since(t time.Time) string { return p.now().Sub(t).Round(time.Second).String() }

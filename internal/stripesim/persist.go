@@ -72,6 +72,7 @@ func stateFields(st *state, events *encodedEvents) []stateField {
 		{"payment_intents", []any{&st.paymentIntents}, &st.paymentIntents},
 		{"charges", []any{&st.charges}, chargesCodec{&st.charges}},
 		{"refunds", []any{&st.refunds}, &st.refunds},
+		{"disputes", []any{&st.disputes}, &st.disputes},
 		{"events", []any{&st.events}, eventsCodec{&st.events, events}},
 		{"idempotency_keys", []any{&st.keys, &st.keyOrder}, keysCodec{st}},
 	}
@@ -81,8 +82,9 @@ func stateFields(st *state, events *encodedEvents) []stateField {
 var forgottenOnRestart = map[string]string{
 	"later": "a closure cannot be written down: rescheduleLater makes the changes still to come again from the " +
 		"objects (authorisations to expire, refunds to settle or fail); a FaultLate500's late execution is forgotten",
-	"faults":   "faults are a test's set-up for the run it is in",
-	"requests": "the request log is a test's record of the run it is in",
+	"lateRequests": "counts the late_500 executions still to come, which are forgotten with later",
+	"faults":       "faults are a test's set-up for the run it is in",
+	"requests":     "the request log is a test's record of the run it is in",
 }
 
 // Open returns a simulator that loads its state from path, when the file
@@ -217,6 +219,25 @@ func (s *Simulator) rescheduleLater() {
 		}
 		if ch, ok := s.state.charges.get(*pi.LatestCharge); ok {
 			s.later(at(ch.Created, s.authorisationLifetime), func() { s.expireAuthorisation(pi) })
+		}
+	}
+	for _, pi := range s.state.paymentIntents.order {
+		if pi.Status != statusProcessing || pi.LatestCharge == nil {
+			continue
+		}
+		// The processing fault's delay is not kept: the charge goes
+		// through at once.
+		if ch, ok := s.state.charges.get(*pi.LatestCharge); ok {
+			s.later(0, func() {
+				if pi.Status == statusProcessing {
+					s.approve(nil, pi, ch)
+				}
+			})
+		}
+	}
+	for _, ch := range s.state.charges.order {
+		if testCards[ch.PaymentMethod].disputed && ch.Captured && !ch.Disputed {
+			s.later(at(ch.Created, laterDelay), func() { s.openDispute(ch) })
 		}
 	}
 	for _, re := range s.state.refunds.order {

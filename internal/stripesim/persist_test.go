@@ -135,3 +135,31 @@ func TestOpen_refusesAFileItCannotRead(t *testing.T) {
 	require.ErrorContains(t, err, "version 99")
 	require.ErrorContains(t, err, "move it away")
 }
+
+// A dispute still to come when the simulator stopped opens after the next
+// one starts, and a dispute opened before is kept: a restarted dev's
+// pm_card_createDispute payments are disputed as Stripe's would be.
+func TestOpen_keepsDisputesAndOpensThoseStillToCome(t *testing.T) {
+	t.Parallel()
+	path := filepath.Join(t.TempDir(), "stripesim.json")
+	clk := clocktest.New(time.Date(2026, 11, 22, 12, 0, 0, 0, time.UTC))
+	first := openAt(t, path, clk)
+	early, err := first.stripe.PaymentIntents.New(paymentIntent("early", "pm_card_createDispute"))
+	require.NoError(t, err)
+	first.sim.Advance(time.Minute) // its dispute opens
+	require.Len(t, first.objects(t, "dispute"), 1)
+	late, err := first.stripe.PaymentIntents.New(paymentIntent("late", "pm_card_createDispute"))
+	require.NoError(t, err)
+	first.sim.Close() // before late's dispute opens
+
+	clk.Advance(time.Hour)
+	second := openAt(t, path, clk)
+	second.sim.Advance(time.Second) // what fell due while it was down
+	disputes := second.objects(t, "dispute")
+	require.Len(t, disputes, 2, "the kept dispute and the one still to come")
+	var pis []string
+	for _, d := range disputes {
+		pis = append(pis, d["payment_intent"].(string))
+	}
+	require.ElementsMatch(t, []string{early.ID, late.ID}, pis)
+}

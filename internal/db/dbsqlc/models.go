@@ -38,6 +38,12 @@ type ChildKeyGeneration struct {
 	SpentAt          pgtype.Timestamptz
 }
 
+type ConsoleSession struct {
+	ID        []byte
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
 type Event struct {
 	ID          string
 	UserID      int64

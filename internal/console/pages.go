@@ -87,7 +87,9 @@ var funcs = template.FuncMap{
 		}
 		return *s
 	},
-	"pretty":     prettyJSON,
+	"pretty": prettyJSON,
+	// shortTime is a time to the second, for a table's column.
+	"shortTime":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
 	"money":      formatMoney,
 	"pathEscape": url.PathEscape,
 	"label":      func(s string) string { return strings.ReplaceAll(s, "_", " ") },

@@ -193,7 +193,7 @@ func printWelcome(w io.Writer, cfg config, addr string) {
 	if cfg.ConsoleToken != "" {
 		fmt.Fprintf(w, "  Console:   %s/console  (token: %s)\n", base, cfg.ConsoleToken)
 	}
-	if cfg.MetricsAddr != "" && !strings.EqualFold(cfg.MetricsAddr, metricsOff) {
+	if metrics := strings.TrimSpace(cfg.MetricsAddr); metrics != "" && !strings.EqualFold(metrics, metricsOff) {
 		fmt.Fprintf(w, "  Metrics:   http://%s/metrics\n", cfg.MetricsAddr)
 	}
 	fmt.Fprintf(w, "\n  Demo API keys:\n")

@@ -13,7 +13,7 @@ import (
 // attention, failed authentications by outcome, webhook failures) is not
 // open to whoever reaches the API (issue 42). Loopback by default: a scraper
 // on another machine needs the address set (0.0.0.0:9465 in a container).
-// `off` serves no metrics at all.
+// `off` (or an empty value) serves no metrics at all.
 const (
 	// defaultMetricsAddr is serve's and dev's; the worker keeps its own
 	// (defaultWorkerMetricsAddr), so both run side by side on one machine.
@@ -25,12 +25,14 @@ const (
 // metricsFlag adds --metrics-addr (env PAYMENTS_METRICS_ADDR) with def.
 func (c *config) metricsFlag(f *flags, def string) {
 	f.stringVar(&c.MetricsAddr, "metrics-addr", "PAYMENTS_METRICS_ADDR", def,
-		"where /metrics and /healthz are served, apart from the API (loopback by default; off: nowhere)")
+		"where /metrics and /healthz are served, apart from the API (loopback by default; off or empty: nowhere)")
 }
 
-// listenMetrics opens the metrics listener: nil when the address is off.
+// listenMetrics opens the metrics listener: nil when the address is off,
+// or empty (which net.Listen would take for a random port on every
+// interface: the opposite of what an empty setting means).
 func listenMetrics(addr string) (net.Listener, error) {
-	if strings.EqualFold(strings.TrimSpace(addr), metricsOff) {
+	if a := strings.TrimSpace(addr); a == "" || strings.EqualFold(a, metricsOff) {
 		return nil, nil
 	}
 	ln, err := net.Listen("tcp", addr)

@@ -39,11 +39,13 @@ func TestServe_metricsOnTheirOwnListener(t *testing.T) {
 	require.Equal(t, http.StatusNotFound, resp.StatusCode, "not on the API's port: %s", body)
 	require.Contains(t, body, `"not_found"`)
 
-	off, offBase := startServe(t, dbURL, simURL, "PAYMENTS_METRICS_ADDR=off")
-	off.waitFor(t, &off.stderr, regexp.MustCompile(`"msg":"metrics (not served)"`))
-	require.NotRegexp(t, metricsListening, off.output(&off.stderr))
-	status, _ = get(t, offBase+"/healthz", "")
-	require.Equal(t, http.StatusOK, status)
+	for _, setting := range []string{"off", ""} {
+		off, offBase := startServe(t, dbURL, simURL, "PAYMENTS_METRICS_ADDR="+setting)
+		off.waitFor(t, &off.stderr, regexp.MustCompile(`"msg":"metrics (not served)"`))
+		require.NotRegexp(t, metricsListening, off.output(&off.stderr), "%q", setting)
+		status, _ = get(t, offBase+"/healthz", "")
+		require.Equal(t, http.StatusOK, status)
+	}
 }
 
 func readAll(t *testing.T, resp *http.Response) string {

@@ -65,7 +65,7 @@ func runWithDev(m *testing.M) int {
 		return 1
 	}
 	dev := exec.Command(binary, "dev", "--data-dir", filepath.Join(dir, "data"),
-		"--addr", "127.0.0.1:0", "--stripesim-addr", "127.0.0.1:0")
+		"--addr", "127.0.0.1:0", "--stripesim-addr", "127.0.0.1:0", "--metrics-addr", "127.0.0.1:0")
 	dev.Env = append(os.Environ(), "DATABASE_URL=", "STRIPE_API_BASE=", "STRIPE_SECRET_KEY=", "PAYMENTS_FAILPOINTS=",
 		"PAYMENTS_LOG_LEVEL=warn")
 	var devLog bytes.Buffer

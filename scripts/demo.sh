@@ -78,24 +78,25 @@ trap cleanup EXIT
 trap 'exit 130' INT
 trap 'exit 143' TERM
 
-# Two free loopback ports, found together so that they differ.
-read -r api_port sim_port < <(node -e '
+# Three free loopback ports, found together so that they differ.
+read -r api_port sim_port metrics_port < <(node -e '
   const net = require("net");
-  const a = net.createServer(), b = net.createServer();
-  a.listen(0, "127.0.0.1", () => b.listen(0, "127.0.0.1", () => {
-    console.log(a.address().port, b.address().port);
-    a.close(); b.close();
-  }));') || die "could not find two free loopback ports"
+  const a = net.createServer(), b = net.createServer(), c = net.createServer();
+  a.listen(0, "127.0.0.1", () => b.listen(0, "127.0.0.1", () => c.listen(0, "127.0.0.1", () => {
+    console.log(a.address().port, b.address().port, c.address().port);
+    a.close(); b.close(); c.close();
+  })));') || die "could not find three free loopback ports"
 base_url="http://127.0.0.1:$api_port"
 sim_url="http://127.0.0.1:$sim_port"
+metrics_url="http://127.0.0.1:$metrics_port"
 
 log "starting payments dev: API $base_url, Stripe simulator $sim_url, data in $tmp/data"
 # dev's own cluster and embedded simulator, whatever this shell's environment
 # says: unset what would point it elsewhere.
 env -u DATABASE_URL -u STRIPE_API_BASE -u STRIPE_SECRET_KEY -u STRIPE_WEBHOOK_SECRET \
-    -u PAYMENTS_FAILPOINTS -u PAYMENTS_DATA_DIR \
+    -u PAYMENTS_FAILPOINTS -u PAYMENTS_DATA_DIR -u PAYMENTS_METRICS_ADDR \
   ./bin/payments dev --data-dir "$tmp/data" --addr "127.0.0.1:$api_port" \
-    --stripesim-addr "127.0.0.1:$sim_port" >"$tmp/dev.log" 2>&1 &
+    --stripesim-addr "127.0.0.1:$sim_port" --metrics-addr "127.0.0.1:$metrics_port" >"$tmp/dev.log" 2>&1 &
 dev_pid=$!
 
 started=$SECONDS
@@ -109,11 +110,12 @@ log "payments dev is up after $((SECONDS - started)) s"
 
 # --- the walkthrough --------------------------------------------------------
 # httpyac lets a variable defined in the file win over --var, so the copy it
-# runs differs from api.http in the two lines that say where the service is.
-for var in baseUrl simUrl; do
+# runs differs from api.http in the three lines that say where the service is.
+for var in baseUrl simUrl metricsUrl; do
   [ "$(grep -c "^@$var = " api.http)" -eq 1 ] || die "api.http must define @$var once, as '@$var = ...'"
 done
 sed -e "s|^@baseUrl = .*|@baseUrl = $base_url|" -e "s|^@simUrl = .*|@simUrl = $sim_url|" \
+  -e "s|^@metricsUrl = .*|@metricsUrl = $metrics_url|" \
   api.http >"$tmp/api.http"
 
 log "httpyac $HTTPYAC_VERSION: send api.http --all --bail"

@@ -25,6 +25,7 @@ import (
 // wins over the default.
 type config struct {
 	Addr            string
+	MetricsAddr     string // metrics.go
 	DataDir         string
 	DatabaseURL     string
 	DBMaxConns      int

@@ -171,10 +171,12 @@ func TestDeploy_composeRunsPrometheusAndGrafanaOnTheDeployFiles(t *testing.T) {
 			targets = append(targets, st.Targets...)
 		}
 	}
-	serveAddr := flagValue(t, c.Services["serve"].Command, "--addr")
+	serveAddr := flagValue(t, c.Services["serve"].Command, "--metrics-addr")
 	workerAddr := flagValue(t, c.Services["worker"].Command, "--metrics-addr")
 	require.ElementsMatch(t, []string{"serve:" + port(serveAddr), "worker:" + port(workerAddr)}, targets,
-		"Prometheus scrapes the API and the worker where they listen")
+		"Prometheus scrapes serve's and the worker's metrics listeners where they listen")
+	require.NotEqual(t, port(flagValue(t, c.Services["serve"].Command, "--addr")), port(serveAddr),
+		"serve's metrics are not on the API's port")
 
 	grafana := mounts("grafana")
 	require.Equal(t, "deploy/grafana/payments.json", grafana["/var/lib/grafana/dashboards/payments.json"])
@@ -417,7 +419,7 @@ func scrapeServeAndWorker(t *testing.T) map[string]bool {
 	simURL := startSimulator(t)
 	dbURL := dbtest.NewURL(t)
 	seedDemoUsers(t, dbURL)
-	_, base := startServe(t, dbURL, simURL, "PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true", "STRIPE_WEBHOOK_SECRET=whsec_test_deploy")
+	serve, base := startServe(t, dbURL, simURL, "PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true", "STRIPE_WEBHOOK_SECRET=whsec_test_deploy")
 	worker := startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
 		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0", "PAYMENTS_ENQUEUER_POLL_INTERVAL=50ms",
 		"PAYMENTS_WEBHOOK_ALLOW_PRIVATE=true"}, "worker")
@@ -456,6 +458,6 @@ func scrapeServeAndWorker(t *testing.T) map[string]bool {
 		scrape(workerMetrics)
 		return exposed["payments_webhook_deliveries_total"]
 	}, 60*time.Second, 50*time.Millisecond, "the worker delivers the payment's event to the merchant")
-	scrape(base + "/metrics")
+	scrape("http://" + serve.waitFor(t, &serve.stderr, metricsListening) + "/metrics")
 	return exposed
 }

@@ -97,8 +97,15 @@ func runDev(ctx context.Context, args []string, stdout, stderr io.Writer) error 
 	if err := users.SeedDemoUsers(ctx, p.Pool); err != nil {
 		return err
 	}
+	metrics, err := listenMetrics(cfg.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	if metrics != nil {
+		cfg.MetricsAddr = metrics.Addr().String() // the port chosen, for the banner
+	}
 	printWelcome(stdout, cfg, ln.Addr().String())
-	return runAll(ctx, p.runWorker, func(ctx context.Context) error { return p.serveAPI(ctx, ln) })
+	return runAll(ctx, p.runWorker, func(ctx context.Context) error { return p.serveAPI(ctx, ln) }, p.metricsServer(metrics))
 }
 
 // parseDevConfig reads dev's settings: serve's, and its own.
@@ -106,6 +113,7 @@ func parseDevConfig(args []string, stderr io.Writer) (config, error) {
 	var cfg config
 	f := newFlags("dev", stderr)
 	cfg.commonFlags(f)
+	cfg.metricsFlag(f, defaultMetricsAddr)
 	f.stringVar(&cfg.DataDir, "data-dir", "PAYMENTS_DATA_DIR", ".data", "where the local PostgreSQL cluster lives")
 	f.stringVar(&cfg.StripesimAddr, "stripesim-addr", "PAYMENTS_STRIPESIM_ADDR", "127.0.0.1:12111",
 		"where the embedded Stripe simulator listens (when neither STRIPE_API_BASE nor STRIPE_SECRET_KEY is set)")
@@ -204,6 +212,9 @@ func printWelcome(w io.Writer, cfg config, addr string) {
 	fmt.Fprintf(w, "  Stripe:    %s\n", stripe)
 	if cfg.ConsoleToken != "" {
 		fmt.Fprintf(w, "  Console:   %s/console  (token: %s)\n", base, cfg.ConsoleToken)
+	}
+	if metrics := strings.TrimSpace(cfg.MetricsAddr); metrics != "" && !strings.EqualFold(metrics, metricsOff) {
+		fmt.Fprintf(w, "  Metrics:   http://%s/metrics\n", cfg.MetricsAddr)
 	}
 	fmt.Fprintf(w, "\n  Demo API keys:\n")
 	for _, u := range users.DemoUsers {

@@ -65,7 +65,9 @@ type proc struct {
 func startProc(t *testing.T, env []string, args ...string) *proc {
 	t.Helper()
 	p := &proc{cmd: exec.Command(binary, args...), exited: make(chan struct{})}
-	p.cmd.Env = append(os.Environ(), env...)
+	// Every process's metrics on a port of its own (the defaults are one
+	// port for all serve and dev processes); env may say otherwise.
+	p.cmd.Env = append(append(os.Environ(), "PAYMENTS_METRICS_ADDR=127.0.0.1:0"), env...)
 	p.cmd.Stdout = &lockedWriter{&p.mu, &p.stdout}
 	p.cmd.Stderr = &lockedWriter{&p.mu, &p.stderr}
 	require.NoError(t, p.cmd.Start())

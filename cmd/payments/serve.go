@@ -13,6 +13,7 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg config
 	f := newFlags("serve", stderr)
 	cfg.commonFlags(f)
+	cfg.metricsFlag(f, defaultMetricsAddr)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -38,5 +39,9 @@ func runServe(ctx context.Context, args []string, stderr io.Writer) error {
 	if err != nil {
 		return err
 	}
-	return p.serveAPI(ctx, ln)
+	metrics, err := listenMetrics(cfg.MetricsAddr)
+	if err != nil {
+		return err
+	}
+	return runAll(ctx, func(ctx context.Context) error { return p.serveAPI(ctx, ln) }, p.metricsServer(metrics))
 }

@@ -5,18 +5,16 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 )
 
 // runWorker is `payments worker`: the background work only (enqueuer, job
-// workers, completer, reaper), with /metrics on --metrics-addr. Any number
+// workers, completer, reaper), with /metrics on --metrics-addr (metrics.go). Any number
 // may run at once.
 func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	var cfg config
-	var metricsAddr string
 	f := newFlags("worker", stderr)
 	cfg.commonFlags(f)
-	f.stringVar(&metricsAddr, "metrics-addr", "PAYMENTS_METRICS_ADDR", "127.0.0.1:9464", "where the worker serves /metrics, /healthz and /readyz")
+	cfg.metricsFlag(f, defaultWorkerMetricsAddr)
 	if err := f.parse(args); err != nil {
 		return err
 	}
@@ -38,9 +36,9 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 		return err
 	}
 	defer p.Close()
-	ln, err := net.Listen("tcp", metricsAddr)
+	ln, err := listenMetrics(cfg.MetricsAddr)
 	if err != nil {
 		return err
 	}
-	return runAll(ctx, p.runWorker, func(ctx context.Context) error { return p.serveMetrics(ctx, ln) })
+	return runAll(ctx, p.runWorker, p.metricsServer(ln))
 }

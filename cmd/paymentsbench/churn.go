@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -153,6 +154,11 @@ func (b *bench) runChurn(ctx context.Context, variant string) (*churnResult, err
 		}
 		p := exec.CommandContext(ctx, o.paymentsBin, command)
 		p.Env, p.Stdout, p.Stderr = env, logFile, logFile
+		if command == "serve" {
+			// The worker's metrics are the ones read (metricsAddr):
+			// serve's own listener would take the same address.
+			p.Env = append(slices.Clone(env), "PAYMENTS_METRICS_ADDR=off")
+		}
 		if err := p.Start(); err != nil {
 			return nil, err
 		}

@@ -72,7 +72,7 @@ func (b *bench) measureStartup(ctx context.Context, t *scaleTarget, filterOn, ba
 	cmd := exec.CommandContext(ctx, bin, "serve")
 	cmd.Env = append(os.Environ(),
 		"DATABASE_URL="+b.server.URL(t.db.name), "STRIPE_API_BASE="+b.simURL, "STRIPE_WEBHOOK_SECRET=whsec_bench_0123456789abcdef",
-		"PAYMENTS_ADDR="+addr, "PAYMENTS_RATE_LIMIT=0", "PAYMENTS_KEYFILTER="+strconv.FormatBool(filterOn),
+		"PAYMENTS_ADDR="+addr, "PAYMENTS_METRICS_ADDR=off", "PAYMENTS_RATE_LIMIT=0", "PAYMENTS_KEYFILTER="+strconv.FormatBool(filterOn),
 		"PAYMENTS_KEYFILTER_EXPECTED_KEYS="+strconv.Itoa(int(cfg.ExpectedKeysPerSlice)))
 	stderr, err := cmd.StdoutPipe()
 	if err != nil {

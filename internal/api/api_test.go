@@ -19,6 +19,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/api"
@@ -49,6 +50,9 @@ type testBundle struct {
 	// handler is the API's handler itself, without the server's check
 	// against the OpenAPI document (FuzzHandler wraps it per input).
 	handler http.Handler
+	// registry holds the API's metrics, which the process serves on its
+	// metrics listener (cmd/payments), not on the API's.
+	registry *prometheus.Registry
 }
 
 type setupOpts struct {
@@ -107,7 +111,20 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
 		Hooks:    hooks, WebhookURLCheck: o.checkURL,
 	})
-	return &testBundle{pool: pool, server: server, sim: sim, payments: svc, engine: engine, handler: handler}
+	return &testBundle{pool: pool, server: server, sim: sim, payments: svc, engine: engine, handler: handler, registry: reg}
+}
+
+// metrics is the text the metrics listener serves for b's API.
+func (b *testBundle) metrics(t testing.TB) string { return metricsText(t, b.registry) }
+
+// metricsText is what GET /metrics on the process's metrics listener
+// answers for reg: Prometheus' text format.
+func metricsText(t testing.TB, reg prometheus.Gatherer) string {
+	t.Helper()
+	rec := httptest.NewRecorder()
+	promhttp.HandlerFor(reg, promhttp.HandlerOpts{}).ServeHTTP(rec, httptest.NewRequest(http.MethodGet, "/metrics", nil))
+	require.Equal(t, http.StatusOK, rec.Code)
+	return rec.Body.String()
 }
 
 // do sends a request and returns the response with its body read.
@@ -303,10 +320,13 @@ func TestHealthReadyMetrics(t *testing.T) {
 	require.NotEmpty(t, resp.Header.Get("X-Request-Id"))
 
 	b.list(t, aliceKey, "")
+	metrics := b.metrics(t)
+	require.Contains(t, metrics, `payments_http_requests_total{code="200",method="GET",route="/v1/payments"} 1`)
+	require.Contains(t, metrics, `payments_http_request_duration_seconds_bucket{method="GET",route="/v1/payments",le="+Inf"} 1`)
+	// Issue 42: the metrics are served on a listener of their own, never
+	// on the API's port (cmd/payments' TestServe_metricsOnTheirOwnListener).
 	resp, body = b.do(t, http.MethodGet, "/metrics", "", nil, nil)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	require.Contains(t, string(body), `payments_http_requests_total{code="200",method="GET",route="/v1/payments"} 1`)
-	require.Contains(t, string(body), `payments_http_request_duration_seconds_bucket{method="GET",route="/v1/payments",le="+Inf"} 1`)
+	requireProblem(t, resp, body, http.StatusNotFound, "not_found")
 
 	b.pool.Close() // the database goes away
 	resp, body = b.do(t, http.MethodGet, "/readyz", "", nil, nil)

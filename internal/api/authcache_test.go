@@ -22,19 +22,21 @@ import (
 // authCacheBundle serves the API with only what authentication and
 // GET /v1/events need: a database with the demo users.
 type authCacheBundle struct {
-	pool   *pgxpool.Pool
-	server *httptest.Server
+	pool     *pgxpool.Pool
+	server   *httptest.Server
+	registry *prometheus.Registry
 }
 
 func setupAuthCache(t *testing.T, ttl time.Duration) *authCacheBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
+	reg := prometheus.NewRegistry()
 	server := httptest.NewServer(openapitest.Handler(t, api.NewHandler(api.Config{
-		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), AuthCacheTTL: ttl,
+		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: reg, AuthCacheTTL: ttl,
 	})))
 	t.Cleanup(server.Close)
-	return &authCacheBundle{pool: pool, server: server}
+	return &authCacheBundle{pool: pool, server: server, registry: reg}
 }
 
 func (b *authCacheBundle) get(t *testing.T, path, key string) (int, string) {
@@ -71,7 +73,7 @@ func TestAuthenticate_answersAKnownKeyFromTheCacheByDefault(t *testing.T) {
 	code, body = b.get(t, "/v1/events", bobKey)
 	require.Equal(t, http.StatusOK, code, body)
 
-	_, metrics := b.get(t, "/metrics", "")
+	metrics := metricsText(t, b.registry)
 	require.Contains(t, metrics, "\npayments_auth_cache_hits_total 1\n")
 	require.Contains(t, metrics, "\npayments_auth_cache_misses_total 2\n")
 }
@@ -87,7 +89,7 @@ func TestAuthenticate_withTheCacheOffRefusesARevokedKeyAtOnce(t *testing.T) {
 	require.Equal(t, http.StatusUnauthorized, code, body)
 	require.Contains(t, body, `"unauthorized"`)
 
-	_, metrics := b.get(t, "/metrics", "")
+	metrics := metricsText(t, b.registry)
 	require.Contains(t, metrics, "\npayments_auth_cache_hits_total 0\n")
 	require.Contains(t, metrics, "\npayments_auth_cache_misses_total 2\n")
 }

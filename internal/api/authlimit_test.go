@@ -26,16 +26,18 @@ import (
 // authLimitBundle is the API's handler called directly, so that each
 // request says which client address it comes from.
 type authLimitBundle struct {
-	handler http.Handler
-	pool    *pgxpool.Pool
+	handler  http.Handler
+	pool     *pgxpool.Pool
+	registry *prometheus.Registry
 }
 
 func setupAuthLimit(t *testing.T, limit api.RateLimit, cacheTTL time.Duration) *authLimitBundle {
 	t.Helper()
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
-	return &authLimitBundle{pool: pool, handler: api.NewHandler(api.Config{
-		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
+	reg := prometheus.NewRegistry()
+	return &authLimitBundle{pool: pool, registry: reg, handler: api.NewHandler(api.Config{
+		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: reg,
 		AuthCacheTTL: cacheTTL, FailedAuthLimit: limit,
 	})}
 }
@@ -57,10 +59,8 @@ var authMisses = regexp.MustCompile(`\npayments_auth_cache_misses_total (\d+)\n`
 // for a key, from the metric that counts it.
 func (b *authLimitBundle) keyStoreQueries(t *testing.T) int {
 	t.Helper()
-	resp := b.get("192.0.2.99:1", "/metrics", "")
-	body, err := io.ReadAll(resp.Body)
-	require.NoError(t, err)
-	m := authMisses.FindSubmatch(body)
+	body := metricsText(t, b.registry)
+	m := authMisses.FindStringSubmatch(body)
 	require.NotNil(t, m, "%s", body)
 	n, err := strconv.Atoi(string(m[1]))
 	require.NoError(t, err)

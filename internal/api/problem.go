@@ -14,6 +14,7 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/safehttp"
 	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/users"
 	"github.com/example/payments/internal/webhooks"
@@ -125,7 +126,7 @@ func problemFor(err error) *problem.Problem {
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such webhook endpoint.")
 	case errors.Is(err, recovery.ErrKeyNotFound):
 		return problem.New(http.StatusNotFound, problem.NotFound, "No such idempotency key.")
-	case errors.Is(err, merchanthooks.ErrInvalid), errors.Is(err, currency.ErrUnsupported),
+	case errors.Is(err, merchanthooks.ErrInvalid), errors.Is(err, safehttp.ErrInvalidURL), errors.Is(err, currency.ErrUnsupported),
 		errors.Is(err, currency.ErrAmountTooSmall), errors.Is(err, currency.ErrAmountTooLarge):
 		return validationFailed("%s.", err)
 	default:

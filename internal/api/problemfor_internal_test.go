@@ -29,6 +29,7 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/safehttp"
 	"github.com/example/payments/internal/stagedjobs"
 	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/telemetry"
@@ -71,6 +72,7 @@ var answeredSentinels = map[string]struct {
 	"events.ErrNotFound":                {events.ErrNotFound, 404, problem.NotFound},
 	"merchanthooks.ErrEndpointNotFound": {merchanthooks.ErrEndpointNotFound, 404, problem.NotFound},
 	"merchanthooks.ErrInvalid":          {merchanthooks.ErrInvalid, 400, problem.ValidationFailed},
+	"safehttp.ErrInvalidURL":            {safehttp.ErrInvalidURL, 400, problem.ValidationFailed},
 	"users.ErrUnknownKey":               {users.ErrUnknownKey, 401, problem.Unauthorized},
 	"webhooks.ErrSignature":             {webhooks.ErrSignature, 400, problem.WebhookSignatureInvalid},
 	"currency.ErrUnsupported":           {currency.ErrUnsupported, 400, problem.ValidationFailed},
@@ -97,6 +99,8 @@ var bugSentinels = map[string]struct {
 	"recovery.ErrUndeclaredMove":       {recovery.ErrUndeclaredMove, "a phase moving its key where its step did not declare: a bug in a flow, nothing committed"},
 	"recovery.ErrUnregisteredFlow":     {recovery.ErrUnregisteredFlow, "a request run through a flow the engine was not given: a bug in how the service is built"},
 	"failpoint.ErrUnknown":             {failpoint.ErrUnknown, "a failpoint no flow declares, refused at start-up"},
+	"safehttp.ErrNonPublicAddress":     {safehttp.ErrNonPublicAddress, "a webhook delivery's refused connection: background work, worded into its last_error (safehttp.Describe), never a request's answer"},
+	"safehttp.ErrOwnAddress":           {safehttp.ErrOwnAddress, "a webhook delivery's refused connection: background work, worded into its last_error (safehttp.Describe), never a request's answer"},
 	"keyfilter.ErrSnapshotUnusable":    {keyfilter.ErrSnapshotUnusable, "a key filter snapshot refused at start-up, which then rebuilds the filter: never a request's answer"},
 }
 

@@ -9,7 +9,6 @@ import (
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
-	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
@@ -38,7 +37,8 @@ type Config struct {
 	// section 2), a negative Rate turns it off.
 	FailedAuthLimit RateLimit
 	Logger          *slog.Logger
-	// Registry collects the API's metrics and is served at /metrics.
+	// Registry collects the API's metrics; the process serves it at
+	// /metrics on a listener of its own, never on the API's.
 	Registry *prometheus.Registry
 	// Console, when set, is the operator's console (docs/API.md section
 	// 10), mounted at /console: given the limiter of failed
@@ -105,7 +105,6 @@ func NewHandler(cfg Config) http.Handler {
 
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
-	r.Method(http.MethodGet, "/metrics", promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{}))
 	r.Get("/openapi.json", serveOpenAPI)
 	if cfg.Console != nil {
 		console := cfg.Console(FailedAuthGate{l: s.failedAuth})

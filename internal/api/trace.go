@@ -17,7 +17,7 @@ import (
 
 // untracedPaths are the probes and the scrape: polled every few seconds,
 // they would bury the traces worth reading.
-var untracedPaths = map[string]bool{"/healthz": true, "/readyz": true, "/metrics": true}
+var untracedPaths = map[string]bool{"/healthz": true, "/readyz": true}
 
 // traceRequests wraps the router in otelhttp's server span. The span is
 // named by the method alone until the router has matched a route

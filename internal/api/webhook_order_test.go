@@ -29,9 +29,7 @@ func (b *testBundle) eventsOfType(t *testing.T, typ string) int {
 // webhookOutcomes reads the receiver's counter of deliveries with an outcome.
 func (b *testBundle) webhookOutcomes(t *testing.T, outcome string) int {
 	t.Helper()
-	resp, data := b.do(t, http.MethodGet, "/metrics", "", nil, nil)
-	require.Equal(t, http.StatusOK, resp.StatusCode)
-	m := regexp.MustCompile(`(?m)^payments_stripe_webhooks_total\{outcome="` + outcome + `"\} (\d+)$`).FindSubmatch(data)
+	m := regexp.MustCompile(`(?m)^payments_stripe_webhooks_total\{outcome="` + outcome + `"\} (\d+)$`).FindStringSubmatch(b.metrics(t))
 	if m == nil {
 		return 0
 	}

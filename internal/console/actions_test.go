@@ -139,3 +139,70 @@ func TestConsole_redeliverAnEvent(t *testing.T) {
 	form.Set("event", "evt_nope")
 	assert.Equal(t, http.StatusNotFound, b.do(http.MethodPost, "/console/webhook_endpoints/"+ep.ID+"/redeliver", form).status)
 }
+
+// Issue 42, item 8: re-drive was offered while the key was locked (being
+// executed). Its story now shows the button disabled with the reason, and
+// the re-drive is refused (409) with that reason, confirmed or not, while
+// the lock is live; once it lapses, the re-drive is offered and works.
+func TestConsole_redriveIsRefusedWhileTheKeyIsLocked(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{failpoints: "after_stripe:payment_intent=error"})
+	status, body := e.apiPostTo(e.crashURL, "/v1/payments", "held-1", paymentBody)
+	require.GreaterOrEqual(t, status, 500, body)
+	// Another process holds it now: its lock is live for a minute.
+	_, err := e.app.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET locked_at = now(), lock_expires_at = now() + interval '1 minute'
+		WHERE idempotency_key = 'held-1'`)
+	require.NoError(t, err)
+
+	b := e.browser()
+	b.signIn()
+	story := "/console/keys/" + url.PathEscape(e.email) + "/held-1"
+	page := b.get(story)
+	require.Equal(t, http.StatusOK, page.status)
+	assert.Regexp(t, `<button type="button" disabled[^>]*>Re-drive this key`, page.body)
+	assert.Contains(t, page.body, "Not while it is locked")
+	assert.NotContains(t, page.body, `action="`+story+`/retry"`, "no form to send")
+	csrf := b.csrf("/console")
+	for _, form := range []url.Values{{"csrf": {csrf}}, {"csrf": {csrf}, "confirm": {"yes"}}} {
+		a := b.do(http.MethodPost, story+"/retry", form)
+		assert.Equal(t, http.StatusConflict, a.status, form)
+		assert.Regexp(t, `being executed right now`, a.body)
+		assert.Contains(t, a.body, `class="message error" role="alert"`, "styled as an error")
+	}
+	point, _ := e.keyState("held-1")
+	assert.NotEqual(t, "finished", point, "nothing was re-driven")
+
+	// The lock lapses: the re-drive is offered, and finishes the key.
+	_, err = e.app.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET lock_expires_at = now() - interval '1 second' WHERE idempotency_key = 'held-1'`)
+	require.NoError(t, err)
+	assert.Contains(t, b.get(story).body, `action="`+story+`/retry"`)
+	a := b.do(http.MethodPost, story+"/retry", url.Values{"csrf": {csrf}, "confirm": {"yes"}})
+	require.Equal(t, http.StatusOK, a.status, a.body)
+	point, _ = e.keyState("held-1")
+	assert.Equal(t, "finished", point)
+}
+
+// A key's story lists the recovery points of its flow, as the flow declares
+// them, with the key's place among them, apart from the audit trail (it
+// listed the audit trail's action names under "Recovery points committed").
+func TestConsole_storyShowsTheFlowsRecoveryPoints(t *testing.T) {
+	t.Parallel()
+	e := newEnv(t, envConfig{failpoints: "after_stripe:payment_intent=error"})
+	status, body := e.apiPostTo(e.crashURL, "/v1/payments", "points-1", paymentBody)
+	require.GreaterOrEqual(t, status, 500, body)
+	point, _ := e.keyState("points-1")
+	require.Equal(t, "payment_created", point)
+
+	b := e.browser()
+	b.signIn()
+	page := b.get("/console/keys/" + url.PathEscape(e.email) + "/points-1").body
+	points := regexp.MustCompile(`(?s)<ol class="points".*?</ol>`).FindString(page)
+	require.NotEmpty(t, points, page)
+	var order []string
+	for _, m := range regexp.MustCompile(`<li class="(\w+)"><span class="point point-(\w+)">`).FindAllStringSubmatch(points, -1) {
+		order = append(order, m[2]+":"+m[1])
+	}
+	assert.Equal(t, []string{"started:passed", "payment_created:here", "payment_intent_created:ahead", "finished:ahead"}, order)
+	assert.Contains(t, page, "<h2>Audit trail</h2>")
+	assert.NotContains(t, page, "Recovery points committed")
+}

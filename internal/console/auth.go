@@ -8,11 +8,14 @@ import (
 	"crypto/subtle"
 	"encoding/base64"
 	"encoding/binary"
+	"fmt"
 	"math"
 	"net/http"
 	"strconv"
 	"strings"
 	"time"
+
+	"github.com/example/payments/internal/db/dbsqlc"
 )
 
 // cookieName is the session cookie's name.
@@ -62,8 +65,24 @@ func (h *handler) cookieValue(s session) string {
 	return b64.EncodeToString(payload) + "." + b64.EncodeToString(h.sign([]byte("session"), payload))
 }
 
-// readSession verifies the session cookie of r.
-func (h *handler) readSession(r *http.Request) (session, bool) {
+// readSession verifies the session cookie of r: its signature, its age,
+// and that the session is still on record (console_sessions): signed out,
+// it is not, on any instance. A database that does not answer is no
+// session either (err says so, for the log).
+func (h *handler) readSession(r *http.Request) (session, bool, error) {
+	s, ok := h.readCookie(r)
+	if !ok {
+		return session{}, false, nil
+	}
+	live, err := queries.ConsoleSessionLive(r.Context(), h.cfg.Pool, dbsqlc.ConsoleSessionLiveParams{ID: s.id, Now: h.cfg.Now()})
+	if err != nil {
+		return session{}, false, err
+	}
+	return s, live, nil
+}
+
+// readCookie verifies the session cookie's signature and age.
+func (h *handler) readCookie(r *http.Request) (session, bool) {
 	c, err := r.Cookie(cookieName)
 	if err != nil {
 		return session{}, false
@@ -95,7 +114,11 @@ func (h *handler) csrf(s session) string {
 // without the session's CSRF value is 403.
 func (h *handler) requireSession(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		s, ok := h.readSession(r)
+		s, ok, err := h.readSession(r)
+		if err != nil {
+			h.serverError(w, r, fmt.Errorf("reading the session: %w", err))
+			return
+		}
 		if !ok {
 			if r.Method == http.MethodGet || r.Method == http.MethodHead {
 				http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)
@@ -122,7 +145,7 @@ func (h *handler) requireSession(next http.Handler) http.Handler {
 }
 
 func (h *handler) loginForm(w http.ResponseWriter, r *http.Request) {
-	if _, ok := h.readSession(r); ok {
+	if _, ok, err := h.readSession(r); err == nil && ok {
 		http.Redirect(w, r, Prefix, http.StatusSeeOther)
 		return
 	}
@@ -156,6 +179,18 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	settle(false)
 	s := session{id: make([]byte, 16), issued: h.cfg.Now()}
 	_, _ = rand.Read(s.id)
+	// The session is kept on the server, so that signing out ends it;
+	// sessions past their time go at each sign-in.
+	if err := queries.DeleteExpiredConsoleSessions(r.Context(), h.cfg.Pool, s.issued); err != nil {
+		h.serverError(w, r, fmt.Errorf("deleting expired sessions: %w", err))
+		return
+	}
+	if err := queries.StartConsoleSession(r.Context(), h.cfg.Pool, dbsqlc.StartConsoleSessionParams{
+		ID: s.id, Now: s.issued, ExpiresAt: s.issued.Add(h.cfg.SessionTTL),
+	}); err != nil {
+		h.serverError(w, r, fmt.Errorf("starting a session: %w", err))
+		return
+	}
 	http.SetCookie(w, &http.Cookie{
 		Name: cookieName, Value: h.cookieValue(s), Path: Prefix, MaxAge: int(h.cfg.SessionTTL.Seconds()),
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: viaHTTPS(r),
@@ -163,7 +198,14 @@ func (h *handler) login(w http.ResponseWriter, r *http.Request) {
 	http.Redirect(w, r, Prefix, http.StatusSeeOther)
 }
 
+// logout ends the session on the server (its row goes: the cookie, kept
+// or copied, is refused from now on, by every instance), and clears the
+// cookie in this browser.
 func (h *handler) logout(w http.ResponseWriter, r *http.Request) {
+	if err := queries.EndConsoleSession(r.Context(), h.cfg.Pool, sessionFrom(r.Context()).id); err != nil {
+		h.serverError(w, r, fmt.Errorf("ending the session: %w", err))
+		return
+	}
 	http.SetCookie(w, &http.Cookie{Name: cookieName, Value: "", Path: Prefix, MaxAge: -1,
 		HttpOnly: true, SameSite: http.SameSiteStrictMode, Secure: viaHTTPS(r)})
 	http.Redirect(w, r, Prefix+"/login", http.StatusSeeOther)

@@ -222,6 +222,10 @@ func TestBrowser_refusedWithoutTheCredentialOrTheCSRFValue(t *testing.T) {
 
 	signInWithBrowser(t, ctx, base, "not-the-token")
 	waitFor(t, ctx, 10*time.Second, `document.querySelector("main").textContent.includes("That is not the console's token")`)
+	// Issue 42: a wrong token is an error, styled as one (it was styled as
+	// information, in blue).
+	require.Equal(t, "That is not the console's token.", text(t, ctx, `p.message.error[role="alert"]`))
+	require.Equal(t, "rgb(253, 236, 234)", eval[string](t, ctx, `getComputedStyle(document.querySelector("p.message")).backgroundColor`))
 	signInWithBrowser(t, ctx, base, e.apiKey)
 	waitFor(t, ctx, 10*time.Second, `document.querySelector("main").textContent.includes("That is not the console's token")`)
 	do(t, ctx, chromedp.Navigate(base+"/console/keys"))
@@ -238,4 +242,86 @@ func TestBrowser_refusedWithoutTheCredentialOrTheCSRFValue(t *testing.T) {
 	// The session itself is intact: the console still opens.
 	do(t, ctx, chromedp.Navigate(base+"/console"))
 	require.Equal(t, base+"/console", eval[string](t, ctx, "location.href"))
+}
+
+// requireFits checks that the page at path, in the 1,280 px window, needs
+// no horizontal scrolling, and writes its screenshot (name, when set).
+func requireFits(t *testing.T, ctx context.Context, base, path, selector, name string) {
+	t.Helper()
+	do(t, ctx, chromedp.Navigate(base+path))
+	ready(t, ctx, selector)
+	if name != "" {
+		screenshot(t, ctx, name)
+	}
+	width := eval[int](t, ctx, `document.scrollingElement.scrollWidth`)
+	require.LessOrEqual(t, width, 1280, "%s is %d px wide in a 1,280 px window", path, width)
+}
+
+// Issue 42, item 8: the payments table was 1,395 px wide in a 1,280 px
+// window, the endpoints page wrapped its URLs every few characters, and
+// amounts were in minor units ("2000 USD" for $20.00). Every page, with
+// realistic data (long descriptions, emails and URLs, three currencies),
+// fits the window, and money reads in major units with its symbol.
+func TestBrowser_pagesFitA1280pxWindowAndShowMoney(t *testing.T) {
+	t.Parallel()
+	ctx := tab(t)
+	e := newEnv(t, envConfig{failpoints: "after_stripe:payment_intent=error"})
+	base := e.server.URL
+	require.Equal(t, 1280, eval[int](t, ctx, `window.innerWidth`), "the window is 1,280 px wide")
+
+	var ids []string
+	for i, body := range []string{
+		`{"amount":2000,"currency":"usd","payment_method":"pm_card_visa","description":"Order 10492: two annual plans for the Northwind Traders accounting team, billed in advance","metadata":{"order_id":"10492","customer":"cus_northwind_traders_accounting"}}`,
+		`{"amount":2000,"currency":"jpy","payment_method":"pm_card_visa","description":"Tokyo store order 7731, gift-wrapped, delivery on Saturday morning"}`,
+		`{"amount":123456,"currency":"eur","payment_method":"pm_card_mastercard","description":"Invoice 2026-11-0042 for consulting services rendered in October and November"}`,
+		`{"amount":99999999,"currency":"usd","payment_method":"pm_card_visa","capture":false}`,
+	} {
+		status, out := e.apiPost("/v1/payments", "fit-pay-"+strconv.Itoa(i), body)
+		require.Equal(t, http.StatusCreated, status, out)
+		var p struct{ ID string }
+		require.NoError(t, json.Unmarshal([]byte(out), &p))
+		ids = append(ids, p.ID)
+	}
+	status, out := e.apiPost("/v1/refunds", "fit-refund", `{"payment":"`+ids[0]+`","amount":550,"reason":"requested_by_customer"}`)
+	require.Equal(t, http.StatusCreated, status, out)
+	status, out = e.apiPost("/v1/webhook_endpoints", "fit-endpoint",
+		`{"url":"`+e.hooks.URL+`/merchants/northwind-traders/integrations/payments/webhooks/v2/receive?tenant=northwind-eu-west-1&signature-version=2","description":"Northwind's production endpoint for payment and refund events"}`)
+	require.Equal(t, http.StatusCreated, status, out)
+	var ep struct{ ID string }
+	require.NoError(t, json.Unmarshal([]byte(out), &ep))
+	// A key left unfinished by a crash, and now locked by another process.
+	status, out = e.apiPostTo(e.crashURL, "/v1/payments", "order-10493-held-by-another-process", paymentBody)
+	require.GreaterOrEqual(t, status, 500, out)
+	_, err := e.app.Pool.Exec(context.Background(), `UPDATE idempotency_keys SET locked_at = now(), lock_expires_at = now() + interval '1 minute'
+		WHERE idempotency_key = 'order-10493-held-by-another-process'`)
+	require.NoError(t, err)
+
+	signInWithBrowser(t, ctx, base, consoleToken)
+	waitFor(t, ctx, 10*time.Second, `location.pathname === "/console" && !!document.querySelector("#total-unfinished")`)
+	requireFits(t, ctx, base, "/console", "#total-unfinished", "")
+	requireFits(t, ctx, base, "/console/keys", "a.key", "")
+	requireFits(t, ctx, base, "/console/keys/"+e.email+"/order-10493-held-by-another-process", "dl.facts", "story-locked")
+	require.True(t, eval[bool](t, ctx, `document.querySelector("#redrive-why") !== null && document.querySelector('button[aria-describedby="redrive-why"]').disabled`),
+		"re-drive is disabled while the key is locked")
+	requireFits(t, ctx, base, "/console/payments", "table", "payments")
+	list := text(t, ctx, "main table")
+	for _, want := range []string{"$20.00", "$5.50", "¥2,000", "€1,234.56", "$999,999.99"} {
+		require.Contains(t, list, want)
+	}
+	for _, minor := range []string{"2000 USD", "2000 JPY", "123456"} {
+		require.NotContains(t, list, minor)
+	}
+	requireFits(t, ctx, base, "/console/payments/"+ids[0], "dl.facts", "")
+	require.Contains(t, text(t, ctx, "dl.facts"), "$20.00 (captured $20.00, refunded $5.50)")
+	requireFits(t, ctx, base, "/console/payments/"+ids[1], "dl.facts", "")
+	require.Contains(t, text(t, ctx, "dl.facts"), "¥2,000")
+	requireFits(t, ctx, base, "/console/webhook_endpoints", "table", "endpoints")
+	// The URL wraps in a column at least 16rem wide: a line holds far
+	// more than the four characters it held.
+	lineHeight := eval[float64](t, ctx, `parseFloat(getComputedStyle(document.querySelector(".cell-url")).lineHeight)`)
+	urlHeight := eval[float64](t, ctx, `document.querySelector(".cell-url").getBoundingClientRect().height`)
+	urlLength := eval[int](t, ctx, `document.querySelector(".cell-url").textContent.length`)
+	require.Less(t, urlHeight/lineHeight, float64(urlLength)/20, "the URL wraps every 20 characters or more")
+	requireFits(t, ctx, base, "/console/webhook_endpoints/"+ep.ID, "dl.facts", "")
+	requireFits(t, ctx, base, "/console/receipts", "main", "")
 }

@@ -11,8 +11,9 @@
 // internal/db/queries/console.sql and operator.sql.
 //
 // Its credential is its own (Config.Token), never a merchant's API key. A
-// right token buys a session cookie, signed and stateless (so any instance
-// that has the same token accepts it), and every POST carries a CSRF value
+// right token buys a session: a signed cookie, and a row in
+// console_sessions, so that any instance that has the same token accepts
+// it and signing out ends it everywhere. Every POST carries a CSRF value
 // bound to that session.
 package console
 
@@ -142,9 +143,7 @@ func (h *handler) routes() chi.Router {
 	r.MethodNotAllowed(func(w http.ResponseWriter, r *http.Request) {
 		h.render(w, r, http.StatusMethodNotAllowed, "error", page{Title: "Method not allowed", Message: r.Method + " is not allowed here."})
 	})
-	assets, _ := fs.Sub(assetFS, "assets")
-	// http.StripPrefix sees the path as mounted, with Prefix.
-	r.Get("/assets/*", http.StripPrefix(Prefix+"/assets/", http.FileServerFS(assets)).ServeHTTP)
+	r.Get("/assets/*", h.asset)
 	r.Get("/login", h.loginForm)
 	r.Post("/login", h.login)
 	r.Group(func(r chi.Router) {
@@ -183,6 +182,19 @@ func (h *handler) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	rctx.RoutePath = path
 	ctx := context.WithValue(r.Context(), chi.RouteCtxKey, rctx)
 	h.router.ServeHTTP(w, r.WithContext(ctx))
+}
+
+// asset serves one of the embedded assets, without a session. A directory
+// is 404, the same with or without a session: http.FileServer would list
+// it (issue 42), telling whoever asks what the console is made of.
+func (h *handler) asset(w http.ResponseWriter, r *http.Request) {
+	name := chi.URLParam(r, "*")
+	assets, _ := fs.Sub(assetFS, "assets")
+	if info, err := fs.Stat(assets, name); err != nil || info.IsDir() || !fs.ValidPath(name) {
+		h.render(w, r, http.StatusNotFound, "error", page{Title: "Not found", Message: "No such page."})
+		return
+	}
+	http.ServeFileFS(w, r, assets, name)
 }
 
 // param is the route parameter name, unescaped.

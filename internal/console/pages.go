@@ -40,6 +40,9 @@ type page struct {
 	// CSRF is the session's CSRF value, for the forms.
 	CSRF string
 	Data any
+	// Failed styles Message as an error (an alert), not as information:
+	// set by render for an answer of 400 or more.
+	Failed bool
 }
 
 var pageNames = []string{"login", "error", "dashboard", "keys", "story", "confirm", "retried",
@@ -85,9 +88,9 @@ var funcs = template.FuncMap{
 		return *s
 	},
 	"pretty": prettyJSON,
-	"money": func(amount int64, currency string) string {
-		return fmt.Sprintf("%d %s", amount, strings.ToUpper(currency))
-	},
+	// shortTime is a time to the second, for a table's column.
+	"shortTime":  func(t time.Time) string { return t.UTC().Format("2006-01-02 15:04:05Z") },
+	"money":      formatMoney,
 	"pathEscape": url.PathEscape,
 	"label":      func(s string) string { return strings.ReplaceAll(s, "_", " ") },
 	"sub":        func(a int64, b int32) int64 { return a - int64(b) },
@@ -109,6 +112,7 @@ func parsePages() (map[string]*template.Template, error) {
 // render writes the page name with status, in the layout (or only the
 // template part, for the live updates).
 func (h *handler) render(w http.ResponseWriter, r *http.Request, status int, name string, p page) {
+	p.Failed = status >= http.StatusBadRequest
 	h.renderPart(w, r, status, name, "layout.html", p)
 }
 
@@ -266,6 +270,32 @@ type storyData struct {
 	// TraceURL links to the key's trace, when a trace UI is configured and
 	// the key was traced.
 	TraceURL string
+	// Points are the recovery points of the key's flow, as the flow
+	// declares them, each with where the key stands against it.
+	Points []pointState
+}
+
+// pointState is one recovery point of a key's flow: Passed (the key has
+// gone beyond it, or it was skipped on the way: a flow may move past a
+// point, as a declined payment goes from payment_created to finished),
+// Here (the key stands at it), or neither (ahead).
+type pointState struct {
+	Name         string
+	Passed, Here bool
+}
+
+// flowPoints places the key's recovery point among its flow's.
+func flowPoints(declared []string, at string) []pointState {
+	out := make([]pointState, 0, len(declared))
+	passed := true
+	for _, p := range declared {
+		here := p == at
+		if here {
+			passed = false
+		}
+		out = append(out, pointState{Name: p, Passed: passed && !here, Here: here})
+	}
+	return out
 }
 
 func (h *handler) story(w http.ResponseWriter, r *http.Request) {
@@ -284,7 +314,7 @@ func (h *handler) story(w http.ResponseWriter, r *http.Request) {
 		h.serverError(w, r, err)
 		return
 	}
-	d := storyData{Story: s}
+	d := storyData{Story: s, Points: flowPoints(h.cfg.Keys.Points(s.Flow), s.RecoveryPoint)}
 	if h.cfg.TraceURL != "" && s.TraceID != "" {
 		d.TraceURL = strings.ReplaceAll(h.cfg.TraceURL, "{trace_id}", s.TraceID)
 	}
@@ -325,6 +355,13 @@ func (h *handler) retry(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		d.Story = s
+		if s.Locked {
+			// Refused as the re-drive itself would be (keyadmin.ErrInUse):
+			// the process that holds the key is executing it.
+			h.render(w, r, http.StatusConflict, "retried", page{Title: "Re-drive " + key, Nav: "keys",
+				Message: lockedReason(s), Data: d})
+			return
+		}
 		h.render(w, r, http.StatusOK, "confirm", page{Title: "Re-drive " + key + "?", Nav: "keys", Data: d})
 		return
 	}
@@ -348,6 +385,20 @@ func (h *handler) retry(w http.ResponseWriter, r *http.Request) {
 		msg = "It is finished: its answer is stored and replayed to every retry."
 	}
 	h.render(w, r, status, "retried", page{Title: "Re-drive " + key, Nav: "keys", Message: msg, Data: d})
+}
+
+// lockedReason says why a locked key cannot be re-driven now.
+func lockedReason(s *keyadmin.Story) string {
+	until := "its lock lapses"
+	if s.LockExpiresAt != nil {
+		until = s.LockExpiresAt.UTC().Format("2006-01-02 15:04:05Z")
+	}
+	if s.LockOverdue {
+		return "It is locked until " + until + " by a process that has not renewed its lock and may have died: " +
+			"nothing can take the key over before then. Re-drive it after that, or let the completer."
+	}
+	return "It is being executed right now (locked until " + until + " while its process renews the lock): " +
+		"re-drive it once that has finished, or after then if the process dies."
 }
 
 // paymentsData is the payment list.

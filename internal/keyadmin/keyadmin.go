@@ -72,6 +72,21 @@ type Admin struct {
 	exactCountBytes int64
 }
 
+// Points are the recovery points the flow named flow declares, in the order
+// of its steps, finished last; nil for a flow this build does not declare.
+// The console shows a key's place among them.
+func (a *Admin) Points(flow string) []string {
+	f, ok := a.flows[flow]
+	if !ok {
+		return nil
+	}
+	var out []string
+	for _, p := range f.Points() {
+		out = append(out, string(p))
+	}
+	return out
+}
+
 // New returns an Admin over db, a pool (or a transaction). flows are every
 // flow a key may name (for the child keys each derives); completer, when
 // set, drives retries.

@@ -293,7 +293,7 @@ func TestDispatcher_shutdownFinishesOrCancelsTheAttemptsInFlightAndRecordsThem(t
 		FROM webhook_deliveries WHERE event_id = $1`, cut).Scan(&status, &attempts, &lastError, &nextAttempt))
 	require.Equal(t, merchanthooks.StatusPending, status, "due again")
 	require.Equal(t, 1, attempts)
-	require.Contains(t, lastError, "context canceled")
+	require.Equal(t, "the attempt was cut short: the service was stopping", lastError, "worded for the endpoint's owner (safehttp.Describe)")
 	require.WithinDuration(t, time.Now().Add(merchanthooks.DefaultRetrySchedule[0]), nextAttempt, 3*time.Second,
 		"after the schedule's first delay")
 }

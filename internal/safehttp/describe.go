@@ -64,7 +64,7 @@ func Describe(err error, rawURL string) string {
 	case errors.Is(err, syscall.ECONNRESET) || errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF):
 		return "the connection was closed before an answer"
 	case errors.Is(err, context.Canceled):
-		return "the attempt was cut short (the service was stopping); it is made again"
+		return "the attempt was cut short: the service was stopping"
 	default:
 		var tlsAlert tls.AlertError
 		var recordErr tls.RecordHeaderError

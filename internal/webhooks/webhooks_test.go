@@ -15,6 +15,7 @@ import (
 
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/api"
@@ -52,7 +53,12 @@ func setupWith(t testing.TB, secrets string) *testBundle {
 		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: reg,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: secrets, Registry: reg}),
 	})
-	server := httptest.NewServer(handler)
+	// /metrics is the process's metrics listener's (cmd/payments), beside
+	// the API: both on one test server here.
+	mux := http.NewServeMux()
+	mux.Handle("GET /metrics", promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+	mux.Handle("/", handler)
+	server := httptest.NewServer(mux)
 	t.Cleanup(server.Close)
 	return &testBundle{pool: pool, server: server}
 }

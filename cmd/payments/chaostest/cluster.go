@@ -117,7 +117,7 @@ func StartCluster(ctx context.Context, cfg ClusterConfig, dupShare float64, seed
 	}
 	common := []string{
 		"DATABASE_URL=" + cfg.DatabaseURL, "STRIPE_API_BASE=" + c.SimURL, "STRIPE_WEBHOOK_SECRET=" + webhookSecret,
-		"PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s",
+		"PAYMENTS_RATE_LIMIT=0", "PAYMENTS_SHUTDOWN_TIMEOUT=5s", "PAYMENTS_METRICS_ADDR=127.0.0.1:0",
 		// A key Stripe stored a 500 under moves on to a new derived key 5 s
 		// after its first replayed 500, not a minute: longer than the 0-3 s
 		// after which the work of an armed late_500 lands (faults.go), so a

@@ -43,6 +43,12 @@ type CommitProbe struct {
 	ProbedAt time.Time
 }
 
+type ConsoleSession struct {
+	ID        []byte
+	CreatedAt time.Time
+	ExpiresAt time.Time
+}
+
 type Event struct {
 	ID          string
 	UserID      int64

@@ -56,7 +56,7 @@ const (
 // MaxResponseBytes bounds the body of an answer the client reads: a larger
 // one is an error (ErrResponseTooLarge), never a buffer that grows without
 // end. The API's largest answers (a list of 100 payments with their
-// metadata, GET /openapi.json) are far below it.
+// metadata, GET /metrics, GET /openapi.json) are far below it.
 const MaxResponseBytes = 10 << 20
 
 // ErrResponseTooLarge is an answer whose body was over MaxResponseBytes.

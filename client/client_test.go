@@ -247,6 +247,9 @@ func TestClient_everyRoute(t *testing.T) {
 
 	require.NoError(t, c.Health(ctx))
 	require.NoError(t, c.Ready(ctx))
+	metrics, err := c.Metrics(ctx)
+	require.NoError(t, err)
+	require.Contains(t, metrics, "payments_http_requests_total")
 	doc, err := c.OpenAPIDocument(ctx)
 	require.NoError(t, err)
 	require.Contains(t, string(doc), `"openapi": "3.1.0"`)

@@ -248,6 +248,17 @@ func (c *Client) Ready(ctx context.Context) error {
 	return err
 }
 
+// Metrics returns the service's Prometheus metrics, in the text format:
+// GET /metrics, which the service answers to a client on its own machine
+// only (a *Error of status 404 to any other).
+func (c *Client) Metrics(ctx context.Context) (string, error) {
+	var text rawText
+	if _, err := c.do(ctx, call{method: http.MethodGet, path: "/metrics", out: &text}); err != nil {
+		return "", err
+	}
+	return string(text), nil
+}
+
 // OpenAPIDocument returns the API's OpenAPI 3.1 document: GET /openapi.json.
 func (c *Client) OpenAPIDocument(ctx context.Context) ([]byte, error) {
 	var doc rawText

@@ -14,7 +14,9 @@ import (
 
 // Issue 42, item 7: /metrics was open on the API's port. serve (as dev and
 // worker) serves it on a listener of its own, PAYMENTS_METRICS_ADDR
-// (loopback by default), and the API's port answers 404; `off` serves none.
+// (loopback by default), and the API's port answers it only to a client on
+// the machine itself that no proxy forwarded (404 otherwise); `off` serves
+// none.
 func TestServe_metricsOnTheirOwnListener(t *testing.T) {
 	t.Parallel()
 	simURL := startSimulator(t)
@@ -36,7 +38,14 @@ func TestServe_metricsOnTheirOwnListener(t *testing.T) {
 	resp, err = http.Get(base + "/metrics")
 	require.NoError(t, err)
 	body = readAll(t, resp)
-	require.Equal(t, http.StatusNotFound, resp.StatusCode, "not on the API's port: %s", body)
+	require.Equal(t, http.StatusOK, resp.StatusCode, "to a client on the machine itself: %s", body)
+	req, err := http.NewRequest(http.MethodGet, base+"/metrics", nil)
+	require.NoError(t, err)
+	req.Header.Set("X-Forwarded-For", "203.0.113.7") // as a proxy in front of the API forwards others
+	resp, err = http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	body = readAll(t, resp)
+	require.Equal(t, http.StatusNotFound, resp.StatusCode, "not to a forwarded client: %s", body)
 	require.Contains(t, body, `"not_found"`)
 
 	for _, setting := range []string{"off", ""} {

@@ -323,10 +323,23 @@ func TestHealthReadyMetrics(t *testing.T) {
 	metrics := b.metrics(t)
 	require.Contains(t, metrics, `payments_http_requests_total{code="200",method="GET",route="/v1/payments"} 1`)
 	require.Contains(t, metrics, `payments_http_request_duration_seconds_bucket{method="GET",route="/v1/payments",le="+Inf"} 1`)
-	// Issue 42: the metrics are served on a listener of their own, never
-	// on the API's port (cmd/payments' TestServe_metricsOnTheirOwnListener).
+	// Issue 42: Prometheus scrapes a listener of the metrics' own
+	// (cmd/payments' TestServe_metricsOnTheirOwnListener); the API's
+	// /metrics answers a client on the machine itself (this test's), and
+	// 404 to one a proxy forwarded.
 	resp, body = b.do(t, http.MethodGet, "/metrics", "", nil, nil)
-	requireProblem(t, resp, body, http.StatusNotFound, "not_found")
+	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
+	require.Contains(t, string(body), "payments_http_requests_total")
+	for _, h := range []http.Header{{"X-Forwarded-For": {"203.0.113.7"}}, {"Forwarded": {"for=203.0.113.7"}}} {
+		resp, body = b.do(t, http.MethodGet, "/metrics", "", nil, h)
+		requireProblem(t, resp, body, http.StatusNotFound, "not_found")
+	}
+	// A peer from another machine, as the handler sees it.
+	rec := httptest.NewRecorder()
+	req := httptest.NewRequest(http.MethodGet, "/metrics", nil)
+	req.RemoteAddr = "203.0.113.7:41234"
+	b.handler.ServeHTTP(rec, req)
+	require.Equal(t, http.StatusNotFound, rec.Code, rec.Body.String())
 
 	b.pool.Close() // the database goes away
 	resp, body = b.do(t, http.MethodGet, "/readyz", "", nil, nil)

@@ -2,13 +2,16 @@ package api
 
 import (
 	"log/slog"
+	"net"
 	"net/http"
+	"net/netip"
 	"strings"
 	"time"
 
 	"github.com/go-chi/chi/v5"
 	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
@@ -37,8 +40,10 @@ type Config struct {
 	// section 2), a negative Rate turns it off.
 	FailedAuthLimit RateLimit
 	Logger          *slog.Logger
-	// Registry collects the API's metrics; the process serves it at
-	// /metrics on a listener of its own, never on the API's.
+	// Registry collects the API's metrics. The process serves it to
+	// Prometheus on a listener of its own (PAYMENTS_METRICS_ADDR); the
+	// API's /metrics answers only a client on the machine itself
+	// (localOnly).
 	Registry *prometheus.Registry
 	// Console, when set, is the operator's console (docs/API.md section
 	// 10), mounted at /console: given the limiter of failed
@@ -106,6 +111,7 @@ func NewHandler(cfg Config) http.Handler {
 	r.Get("/healthz", s.healthz)
 	r.Get("/readyz", s.readyz)
 	r.Get("/openapi.json", serveOpenAPI)
+	r.Method(http.MethodGet, "/metrics", localOnly(promhttp.HandlerFor(cfg.Registry, promhttp.HandlerOpts{})))
 	if cfg.Console != nil {
 		console := cfg.Console(FailedAuthGate{l: s.failedAuth})
 		r.Handle("/console", console)
@@ -160,4 +166,23 @@ func (s *Server) handle(h handlerFunc) http.HandlerFunc {
 			s.writeError(w, r, err)
 		}
 	}
+}
+
+// localOnly serves next to a client on the machine itself, a loopback peer
+// that no proxy forwarded (no Forwarded or X-Forwarded-For header), and
+// answers 404 to anyone else, as if the route did not exist: the metrics
+// name routes, queue depths and failure counts, which are no business of a
+// merchant's (issue 42), while the contract's GET /metrics stays for an
+// operator on the host. Prometheus scrapes the metrics listener.
+func localOnly(next http.Handler) http.Handler {
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		host, _, err := net.SplitHostPort(r.RemoteAddr)
+		ip, perr := netip.ParseAddr(host)
+		if err != nil || perr != nil || !ip.Unmap().IsLoopback() ||
+			r.Header.Get("Forwarded") != "" || r.Header.Get("X-Forwarded-For") != "" {
+			problem.Write(w, problem.New(http.StatusNotFound, problem.NotFound, "%s", "No such route: "+r.Method+" "+r.URL.Path))
+			return
+		}
+		next.ServeHTTP(w, r)
+	})
 }

@@ -325,7 +325,7 @@ func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	lapses := time.Now().Add(e.cfg.LockTimeout) // at the latest: the lock was last renewed before now
 	if !db.IsUnavailable(cause) {
-		err := e.unlockOnce(ctx, a)
+		_, err := e.unlockOnce(ctx, a)
 		if err == nil {
 			return
 		}
@@ -335,7 +335,20 @@ func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
 		}
 	}
 	a.log.InfoContext(ctx, "the database cannot take writes now: unlocking the key in the background")
-	go e.keepUnlocking(ctx, a, lapses)
+	go e.keepUnlocking(ctx, a, lapses, false)
+}
+
+// unlockUncertainClaim unlocks, in the background, the new key of a claim
+// whose COMMIT failed with the database's unavailability: the commit may
+// have landed (it was written, and its answer was lost), or may land yet
+// (a commit waiting for a synchronous standby completes when the standby
+// is back, though its client is gone). Until it has, the key's row is not
+// there to unlock, so an unlock that matches no row is tried again, until
+// the lock would have lapsed: a claim that never committed costs a few
+// one-row updates a second, meanwhile.
+func (e *Engine) unlockUncertainClaim(ctx context.Context, a *attempt) {
+	ctx = context.WithoutCancel(ctx)
+	go e.keepUnlocking(ctx, a, time.Now().Add(e.cfg.LockTimeout), true)
 }
 
 // The background unlock's tries: each has unlockTryTimeout, and they are
@@ -351,21 +364,24 @@ const (
 	unlockBackoffMax = time.Second
 )
 
-// keepUnlocking tries to unlock a's key until it succeeds, fails for a
-// reason other than the database's unavailability, the pool is closed (the
-// process is stopping), or lapses (when the lock would have lapsed anyway)
-// has passed.
-func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time) {
+// keepUnlocking tries to unlock a's key until it succeeds (with
+// untilARow, until it matches the key's row), fails for a reason other
+// than the database's unavailability, the pool is closed (the process is
+// stopping), or lapses (when the lock would have lapsed anyway) has passed.
+func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time, untilARow bool) {
 	began := time.Now()
 	wait := unlockBackoffMin
 	for tries := 1; ; tries++ {
-		err := e.unlockOnce(ctx, a)
+		n, err := e.unlockOnce(ctx, a)
+		if err == nil && n == 0 && untilARow {
+			err = errNoRowYet
+		}
 		switch {
 		case err == nil:
 			a.log.InfoContext(ctx, "key unlocked after the database came back",
 				slog.Int("tries", tries), slog.Duration("after", time.Since(began)))
 			return
-		case !db.IsUnavailable(err), errors.Is(err, puddle.ErrClosedPool):
+		case !db.IsUnavailable(err) && !errors.Is(err, errNoRowYet), errors.Is(err, puddle.ErrClosedPool):
 			a.log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
 			return
 		case time.Now().Add(wait).After(lapses):
@@ -378,17 +394,21 @@ func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time
 	}
 }
 
-// unlockOnce makes one try at unlocking a's key.
-func (e *Engine) unlockOnce(ctx context.Context, a *attempt) error {
+// errNoRowYet: an uncertain claim's unlock matched no row (yet).
+var errNoRowYet = errors.New("the claim's key row is not there (yet)")
+
+// unlockOnce makes one try at unlocking a's key, and says how many rows
+// it unlocked (0: the key has another lock token, or no row).
+func (e *Engine) unlockOnce(ctx context.Context, a *attempt) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, unlockTryTimeout)
 	defer cancel()
-	_, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
+	n, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
 	if err != nil && ctx.Err() != nil {
 		// The try's own deadline, not the caller's (WithoutCancel): the
 		// database did not answer in time.
-		return fmt.Errorf("%w: unlock: no answer within %v: %w", db.ErrUnavailable, unlockTryTimeout, err)
+		return 0, fmt.Errorf("%w: unlock: no answer within %v: %w", db.ErrUnavailable, unlockTryTimeout, err)
 	}
-	return err
+	return n, err
 }
 
 // txOptions is how the engine runs a phase's transaction: SERIALIZABLE,

@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +68,10 @@ type Engine struct {
 
 	flowsMu sync.RWMutex
 	flows   map[string]*Flow // Register
+
+	// uncertainUnlocks counts the background unlocks of uncertain claims
+	// running now (unlockUncertainClaim), at most maxUncertainUnlocks.
+	uncertainUnlocks atomic.Int64
 }
 
 // New returns an Engine.
@@ -325,7 +330,7 @@ func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	lapses := time.Now().Add(e.cfg.LockTimeout) // at the latest: the lock was last renewed before now
 	if !db.IsUnavailable(cause) {
-		err := e.unlockOnce(ctx, a)
+		_, err := e.unlockOnce(ctx, a, false)
 		if err == nil {
 			return
 		}
@@ -335,8 +340,47 @@ func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
 		}
 	}
 	a.log.InfoContext(ctx, "the database cannot take writes now: unlocking the key in the background")
-	go e.keepUnlocking(ctx, a, lapses)
+	go e.keepUnlocking(ctx, a, lapses, false)
 }
+
+// unlockUncertainClaim unlocks, in the background, the key of a claim
+// whose COMMIT failed with the database's unavailability: the commit may
+// have landed (it was written, and its answer was lost), or may land yet
+// (a commit waiting for a synchronous standby completes when the standby
+// is back, though its client is gone). Until it has, the claim's lock is
+// not there to release, so an unlock that matches no row is tried again,
+// until the lock would have lapsed: a claim that never committed costs a
+// few one-row updates a second, meanwhile. The unlock matches only this
+// claim's lock: a new key's row by the id this claim chose and token 1,
+// which no other attempt holds; an existing key's by its token and the
+// time this claim took the lock (UnlockClaimedIdempotencyKey).
+//
+// Most such claims never land (a failover discards what the old primary
+// did not replicate), so their unlocks run until the lock would have
+// lapsed, one short update a second each. At most maxUncertainUnlocks run
+// at once: past that (a primary whose every commit hangs, under load), a
+// claim's lock is left to lapse, and the log says so.
+func (e *Engine) unlockUncertainClaim(ctx context.Context, a *attempt) {
+	ctx = context.WithoutCancel(ctx)
+	if e.uncertainUnlocks.Add(1) > maxUncertainUnlocks {
+		e.uncertainUnlocks.Add(-1)
+		a.log.WarnContext(ctx, "too many uncertain claims being unlocked: this key's lock lapses by itself",
+			slog.Int("max", maxUncertainUnlocks))
+		return
+	}
+	go func() {
+		defer e.uncertainUnlocks.Add(-1)
+		e.keepUnlocking(ctx, a, time.Now().Add(e.cfg.LockTimeout), true)
+	}()
+}
+
+// maxUncertainUnlocks bounds the background unlocks of uncertain claims
+// running at once in one engine: the claims in flight when a primary dies
+// are about as many as the requests in flight (the connection pool's size,
+// a few dozen), so this only binds when every commit hangs while requests
+// keep coming, and then caps the database's extra load at this many
+// one-row updates a second.
+const maxUncertainUnlocks = 256
 
 // The background unlock's tries: each has unlockTryTimeout, and they are
 // unlockBackoffMin apart, doubling up to unlockBackoffMax. The longest a
@@ -351,21 +395,24 @@ const (
 	unlockBackoffMax = time.Second
 )
 
-// keepUnlocking tries to unlock a's key until it succeeds, fails for a
-// reason other than the database's unavailability, the pool is closed (the
-// process is stopping), or lapses (when the lock would have lapsed anyway)
-// has passed.
-func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time) {
+// keepUnlocking tries to unlock a's key until it succeeds (with
+// untilARow, for an uncertain claim, until it matches the claim's lock), fails for a reason other
+// than the database's unavailability, the pool is closed (the process is
+// stopping), or lapses (when the lock would have lapsed anyway) has passed.
+func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time, untilARow bool) {
 	began := time.Now()
 	wait := unlockBackoffMin
 	for tries := 1; ; tries++ {
-		err := e.unlockOnce(ctx, a)
+		n, err := e.unlockOnce(ctx, a, untilARow)
+		if err == nil && n == 0 && untilARow {
+			err = errNoRowYet
+		}
 		switch {
 		case err == nil:
 			a.log.InfoContext(ctx, "key unlocked after the database came back",
 				slog.Int("tries", tries), slog.Duration("after", time.Since(began)))
 			return
-		case !db.IsUnavailable(err), errors.Is(err, puddle.ErrClosedPool):
+		case !db.IsUnavailable(err) && !errors.Is(err, errNoRowYet), errors.Is(err, puddle.ErrClosedPool):
 			a.log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
 			return
 		case time.Now().Add(wait).After(lapses):
@@ -378,17 +425,31 @@ func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time
 	}
 }
 
-// unlockOnce makes one try at unlocking a's key.
-func (e *Engine) unlockOnce(ctx context.Context, a *attempt) error {
+// errNoRowYet: an uncertain claim's unlock matched no row (yet).
+var errNoRowYet = errors.New("the claim's key row is not there (yet)")
+
+// unlockOnce makes one try at unlocking a's key, and says how many rows
+// it unlocked (0: the key has another lock token, or no row). An
+// uncertain claim of an existing key (unlockUncertainClaim) is unlocked
+// only while the row holds that claim's very lock; any other attempt's
+// by its token, which its claim committed.
+func (e *Engine) unlockOnce(ctx context.Context, a *attempt, uncertainClaim bool) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, unlockTryTimeout)
 	defer cancel()
-	_, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
+	var n int64
+	var err error
+	if uncertainClaim && !a.key.insertedByThisClaim {
+		n, err = queries.UnlockClaimedIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockClaimedIdempotencyKeyParams{
+			ID: a.key.ID, LockToken: a.key.lockToken, LockedAt: a.key.lockedAt})
+	} else {
+		n, err = queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
+	}
 	if err != nil && ctx.Err() != nil {
 		// The try's own deadline, not the caller's (WithoutCancel): the
 		// database did not answer in time.
-		return fmt.Errorf("%w: unlock: no answer within %v: %w", db.ErrUnavailable, unlockTryTimeout, err)
+		return 0, fmt.Errorf("%w: unlock: no answer within %v: %w", db.ErrUnavailable, unlockTryTimeout, err)
 	}
-	return err
+	return n, err
 }
 
 // txOptions is how the engine runs a phase's transaction: SERIALIZABLE,
@@ -453,7 +514,7 @@ func toKey(row dbsqlc.IdempotencyKey) *Key {
 		Method: row.RequestMethod, Path: row.RequestPath, Params: json.RawMessage(row.RequestParams),
 		RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Locked: row.LockedAt.Valid,
 		ResponseCode: int(row.ResponseCode.Int32), Created: row.CreatedAt, Expires: row.ExpiresAt.Time,
-		lockToken: row.LockToken, responseBody: row.ResponseBody, traceParent: row.TraceParent.String,
+		lockToken: row.LockToken, lockedAt: row.LockedAt, responseBody: row.ResponseBody, traceParent: row.TraceParent.String,
 	}
 }
 

@@ -128,8 +128,11 @@ func ApplyRefundEventTx(ctx context.Context, tx *db.Tx, sr *stripe.Refund) (Even
 		return "", err
 	}
 	change, err := applyStripeRefundTx(ctx, tx, pay, sr)
-	if err != nil || change == refundUnchanged {
+	switch {
+	case err != nil || change == refundUnchanged:
 		return EventNoChange, err
+	case change == refundDeferred:
+		return EventDeferred, nil
 	}
 	return EventApplied, nil
 }
@@ -183,6 +186,7 @@ const (
 	refundUnchanged refundChange = ""
 	refundMoved     refundChange = "refund"          // our refund moved
 	refundExternal  refundChange = "external_refund" // a refund made outside the service is now ours to show
+	refundDeferred  refundChange = "deferred"        // not yet: the payment does not show its capture
 )
 
 // applyStripeRefundTx applies what Stripe says of one refund of pay, which
@@ -195,8 +199,10 @@ const (
 // first, so whichever learns of the refund second finds the first one's row.
 //
 // Stripe refunds only a captured charge: while our payment does not show
-// the capture yet (its webhook was lost, say), the refund waits, and the
-// reconciler, told to look soon, reads the PaymentIntent first.
+// the capture yet (its webhook was lost, or comes later), the refund
+// waits: the event is deferred (EventDeferred), and applied again when it
+// comes again, by a webhook's retry or from the event log, which lists the
+// capture's event before it.
 func applyStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe.Refund) (refundChange, error) {
 	re, ok, err := ourRefund(ctx, tx, sr, true)
 	if err != nil {
@@ -204,7 +210,7 @@ func applyStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe
 	}
 	if !ok {
 		if pay.Status != StatusSucceeded {
-			return refundUnchanged, queries.ReconcileSoon(ctx, tx, dbsqlc.ReconcileSoonParams{ID: pay.ID})
+			return refundDeferred, nil
 		}
 		row, err := queries.InsertExternalRefund(ctx, tx, dbsqlc.InsertExternalRefundParams{
 			ID: newRefundID(), UserID: pay.UserID, PaymentID: pay.ID, Amount: sr.Amount,

@@ -22,6 +22,7 @@ type call struct {
 	form           url.Values // body and query parameters, decoded
 
 	claim *keyEntry // the idempotency key this request holds while it runs
+	fault Fault     // the fault that hit this request, if any (events_lag reads it)
 }
 
 func newCall(r *http.Request) *call {

@@ -17,10 +17,10 @@ type backlog struct {
 	authorised     int // payments still authorised: each is captured, canceled or expires (and then changes)
 	deliveries     int // webhook deliveries to merchants still pending
 	webhooks       int // 1 while the simulator may still have events to deliver
-	// unreconciled are payments Stripe could still change that the
-	// reconciler has not read since Stripe's last later change (see
-	// reconcileBound): with webhooks lost, only its reading brings them to
-	// Stripe's state.
+	// unreconciled is 1 until the reconciler finished a reading of
+	// Stripe's event log after Stripe's last later change (see
+	// reconcileBound): with webhooks lost, only its reading brings the
+	// records to Stripe's state.
 	unreconciled int
 }
 
@@ -33,7 +33,7 @@ func (b backlog) size() int {
 
 func (b backlog) String() string {
 	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized or receipts unsent, %d refunds pending, "+
-		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, %d payments not reconciled since",
+		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, event log not read since: %d",
 		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0, b.unreconciled)
 }
 
@@ -46,19 +46,15 @@ const backlogQuery = `SELECT
 	(SELECT count(*) FROM refunds WHERE status = 'pending'),
 	(SELECT count(*) FROM payments WHERE status = 'requires_capture'),
 	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
-	(SELECT count(*) FROM payments p WHERE p.stripe_payment_intent IS NOT NULL
-		AND p.status IN ('processing', 'requires_capture', 'succeeded')
-		AND (p.status <> 'succeeded' OR p.amount_refunded < p.amount_captured
-			OR EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status IN ('pending', 'succeeded')))
-		AND coalesce(p.next_check_at, 'epoch') < $1::timestamptz + $2::interval)`
+	(SELECT CASE WHEN coalesce(c.read_at, 'epoch') < $1::timestamptz + $2::interval THEN 1 ELSE 0 END
+		FROM stripe_event_cursor c WHERE c.name = 'events'))`
 
 // reconcileBound is how long after the clients finished the reconciler's
 // reading is sure to show Stripe's final state: Stripe's later outcomes
 // (refunds that settle or fail) come 2 s after the request, and the last
 // authorisation left to expire lapses within the simulator's lifetime,
-// which settle waits out anyway (authorised). A payment whose next check is
-// at least the cluster's PAYMENTS_RECONCILE_BACKOFF_CAP (4 s) past that was
-// claimed, and so read from Stripe, after it.
+// which settle waits out anyway (authorised). A complete reading of the
+// event log that ended this long after the clients finished listed them.
 const reconcileBound = "6 seconds"
 
 // retryReceiptsNow makes the receipts waiting for a retry (the mail server
@@ -90,7 +86,7 @@ const webhookQuiet = 15 * time.Second
 func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, stall time.Duration,
 	logf func(string, ...any)) (time.Duration, error) {
 	start := time.Now()
-	var since time.Time // the database's clock, as next_check_at's
+	var since time.Time // the database's clock, as the event cursor's read_at
 	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&since); err != nil {
 		return 0, fmt.Errorf("chaos: reading the database's clock: %w", err)
 	}

@@ -59,13 +59,14 @@ import (
 // (the simulator's events_lag fault), later than its webhook; an event that
 // shows up late is listed with its own created time, before events already
 // read, so each pass reads again the Margin before the cursor. Stripe
-// publishes no bound on that delay; the default, 5 minutes, is Stripe's
-// own tolerance for a webhook's timestamp (webhook.DefaultTolerance), a
-// delay Stripe treats as normal for its events, and costs little: the
-// events re-read are in the inbox already (one index probe each), and a
-// window of 5 minutes and 30 seconds fits one page of 100 below about 0.3
-// events of those types a second (about 25,000 payments a day); past it,
-// a page more per 100 events.
+// publishes no bound on that delay; the default, 2 minutes (four default
+// intervals), is this code's choice, and a trade: the events re-read are
+// in the inbox already (one index probe each, nothing applied), but every
+// 100 events in the window cost a list call each pass. With 5 minutes,
+// the benchmark's million payments a month (docs/BENCHMARKS-reconcile.md)
+// read each event 11 times and took two pages a pass; with 2 minutes, one.
+// An event Stripe lists later than the margin is missed by the log; its
+// webhook (Stripe retries for days) still brings it.
 //
 // A window of more than Config.MaxPages pages (the first pass, over 30 days
 // of events, or the pass after an outage) is swept from the newest event
@@ -109,7 +110,7 @@ type ReconcilerConfig struct {
 	// Apply applies an event as the webhook does. Required.
 	Apply ApplyEvent
 	// Margin is how far before the cursor each pass reads again (see the
-	// package comment). Default 5m.
+	// package comment). Default 2m.
 	Margin time.Duration
 	// MaxPages bounds the pages of the log one pass reads. Default 50.
 	MaxPages int
@@ -165,7 +166,7 @@ type eventHead struct {
 // NewReconciler returns a Reconciler over the service's pool and Stripe client.
 func (s *Service) NewReconciler(cfg ReconcilerConfig) *Reconciler {
 	if cfg.Margin <= 0 {
-		cfg.Margin = 5 * time.Minute
+		cfg.Margin = 2 * time.Minute
 	}
 	if cfg.MaxPages <= 0 {
 		cfg.MaxPages = 50

@@ -446,3 +446,37 @@ func TestReconcile_aProcessingPaymentIsRetrievedPastItsBound(t *testing.T) {
 	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.succeeded'"),
 		"one each: the flow's for order-2, the reconciler's for order-1")
 }
+
+// A window of more pages than a pass reads (the first pass over 30 days of
+// events, or the pass after an outage) is swept over several passes, from
+// the newest event down, each going on after the oldest event the last one
+// read; the cursor moves once the sweep is through, and nothing is missed.
+func TestReconcile_aLongWindowIsSweptOverPasses(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	const n = 4
+	var auths []string
+	for i := range n {
+		auths = append(auths, b.createPayment(t, aliceKey, "auth-"+strconv.Itoa(i), authoriseBody).ID)
+	}
+	b.sim.Advance(7*24*time.Hour + time.Minute) // each lapses: 2 events each of the types read
+	r := b.reconciler(payments.ReconcilerConfig{PageSize: 2, MaxPages: 1})
+
+	var runs []payments.ReconcileRun
+	for {
+		run := r.round(t)
+		runs = append(runs, run)
+		if !run.Partial {
+			break
+		}
+		require.Less(t, len(runs), 10, "%+v", runs)
+		require.Equal(t, 0, b.count(t, "SELECT count(*) FROM stripe_event_cursor WHERE created IS NOT NULL"),
+			"the cursor waits for the sweep")
+	}
+	require.Len(t, runs, n, "2n events, 2 a pass: %+v", runs)
+	for _, id := range auths {
+		require.Equal(t, "canceled", b.getPayment(t, aliceKey, id).Status)
+	}
+	require.Equal(t, n, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.canceled'"))
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM stripe_event_cursor WHERE created IS NOT NULL"))
+}

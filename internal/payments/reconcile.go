@@ -114,6 +114,9 @@ type ReconcilerConfig struct {
 	Margin time.Duration
 	// MaxPages bounds the pages of the log one pass reads. Default 50.
 	MaxPages int
+	// PageSize is how many events a page of the log holds. Default 100,
+	// the most Stripe gives (tests make it small).
+	PageSize int
 	// After is how long a payment Stripe answered "processing" waits for
 	// the log to tell where it ended up before it is retrieved, and the
 	// first step of its back-off. Default 5m.
@@ -235,6 +238,11 @@ func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileRun, error) {
 		return run, nil
 	}
 	err := r.readLog(ctx, &run)
+	if err != nil && !errors.Is(err, errRateLimited) {
+		// A sweep's next page starts after an event Stripe may no longer
+		// list (past its 30 days): the next pass starts again from the cursor.
+		r.setSweep(nil)
+	}
 	if err == nil {
 		err = r.checkUnsure(ctx, &run)
 	}
@@ -278,7 +286,8 @@ func (r *Reconciler) readLog(ctx context.Context, run *ReconcileRun) error {
 		for run.Pages < r.cfg.MaxPages {
 			var page stripeclient.EventsPage
 			if err := r.call(ctx, func() (err error) {
-				page, err = r.s.stripe.ListEvents(ctx, stripeclient.EventsQuery{Since: since, StartingAfter: after, Types: EventTypes})
+				page, err = r.s.stripe.ListEvents(ctx, stripeclient.EventsQuery{Since: since, StartingAfter: after, Types: EventTypes,
+					Limit: r.cfg.PageSize})
 				return err
 			}); err != nil {
 				return err

@@ -18,6 +18,7 @@ type EventsQuery struct {
 	Since, Until  time.Time
 	StartingAfter string
 	Types         []string // types[]: only these (Stripe takes up to 20); none: every type
+	Limit         int      // the page's size; 0: 100
 }
 
 // EventsPage is one page of the log: each event as Stripe sent it (the
@@ -37,6 +38,9 @@ func (c *Client) ListEvents(ctx context.Context, q EventsQuery) (EventsPage, err
 	params := &stripe.EventListParams{}
 	params.Context = ctx
 	params.Limit = stripe.Int64(100)
+	if q.Limit > 0 {
+		params.Limit = stripe.Int64(int64(q.Limit))
+	}
 	params.Single = true // this page only: the caller pages, at its own rate
 	if !q.Since.IsZero() || !q.Until.IsZero() {
 		params.CreatedRange = &stripe.RangeQueryParams{}

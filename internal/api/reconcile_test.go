@@ -480,3 +480,32 @@ func TestReconcile_aLongWindowIsSweptOverPasses(t *testing.T) {
 	require.Equal(t, n, b.count(t, "SELECT count(*) FROM staged_jobs WHERE args->>'type' = 'payment.canceled'"))
 	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM stripe_event_cursor WHERE created IS NOT NULL"))
 }
+
+// A refund's event that comes before the payment shows its capture (the
+// capture was made in the dashboard, and its webhook lost): it is kept as
+// deferred, and the reconciler applies it after the capture, which the log
+// lists before it. One external refund, counted once.
+func TestReconcile_aRefundEventBeforeItsCaptureIsDeferred(t *testing.T) {
+	t.Parallel()
+	b := setup(t, setupOpts{webhooks: true})
+	auth := b.createPayment(t, aliceKey, "auth-1", authoriseBody)
+	b.webhooksReceived(t)
+	require.NoError(t, b.sim.AddWebhookFault(stripesim.WebhookFault{Kind: stripesim.WebhookDrop, Type: "payment_intent.succeeded"}))
+	req := httptest.NewRequest(http.MethodPost, "/v1/payment_intents/"+*auth.StripePaymentIntent+"/capture", nil)
+	req.Header.Set("Authorization", "Bearer sk_test_dashboard")
+	rec := httptest.NewRecorder()
+	b.sim.Handler().ServeHTTP(rec, req)
+	require.Equal(t, http.StatusOK, rec.Code, rec.Body.String())
+	sr := b.dashboardRefund(t, *auth.StripePaymentIntent, 300)
+	requireEventually(t, "refund.created is received, and deferred", func() bool {
+		return b.count(t, "SELECT count(*) FROM stripe_events WHERE type = 'refund.created' AND outcome = 'deferred'") == 1
+	})
+	require.Equal(t, "requires_capture", b.getPayment(t, aliceKey, auth.ID).Status)
+	require.Empty(t, b.refundsOf(t, auth.ID))
+
+	run := b.reconciler().round(t)
+	require.Equal(t, 2, run.Moved, "the capture, then the refund: %+v", run)
+	require.Equal(t, "succeeded", b.getPayment(t, aliceKey, auth.ID).Status)
+	b.requireOneExternalRefund(t, auth.ID, sr, 300)
+	require.Zero(t, b.count(t, "SELECT count(*) FROM stripe_events WHERE outcome = 'deferred'"))
+}

@@ -155,12 +155,13 @@ func (q *Queries) GetStripeEventCursor(ctx context.Context, db DBTX) (GetStripeE
 }
 
 const knownStripeEvents = `-- name: KnownStripeEvents :many
-SELECT id FROM stripe_events WHERE id = ANY($1::text[])
+SELECT id FROM stripe_events WHERE id = ANY($1::text[]) AND outcome <> 'deferred'
 `
 
 // Which of the events a page of the log lists are in the inbox already
 // (applied by their webhook, or by an earlier pass): one probe of its
-// primary key per event, and those are not applied again.
+// primary key per event, and those are not applied again; a deferred one
+// is (InsertStripeEvent takes it again).
 func (q *Queries) KnownStripeEvents(ctx context.Context, db DBTX, ids []string) ([]string, error) {
 	rows, err := db.Query(ctx, knownStripeEvents, ids)
 	if err != nil {

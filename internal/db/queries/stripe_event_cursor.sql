@@ -21,8 +21,9 @@ SELECT created, event_id, read_at FROM stripe_event_cursor WHERE name = 'events'
 -- name: KnownStripeEvents :many
 -- Which of the events a page of the log lists are in the inbox already
 -- (applied by their webhook, or by an earlier pass): one probe of its
--- primary key per event, and those are not applied again.
-SELECT id FROM stripe_events WHERE id = ANY(@ids::text[]);
+-- primary key per event, and those are not applied again; a deferred one
+-- is (InsertStripeEvent takes it again).
+SELECT id FROM stripe_events WHERE id = ANY(@ids::text[]) AND outcome <> 'deferred';
 
 -- name: AwaitStripe :exec
 -- Stripe answered a status the service does not act on ("processing"):

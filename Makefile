@@ -11,7 +11,7 @@ TOOLS_DIR    ?= $(or $(XDG_CACHE_HOME),$(HOME)/.cache)/payments-tools
 SQLC_VERSION := v1.30.0
 SQLC         := $(TOOLS_DIR)/sqlc-$(SQLC_VERSION)/sqlc
 
-.PHONY: help deps build run test check generate bench bench-scale
+.PHONY: help deps build run test check generate bench bench-scale bench-reconcile
 
 help:
 	@echo "The set-up (each installs what is missing first):"
@@ -29,6 +29,7 @@ help:
 	@echo "  make lint-api     lint the OpenAPI document (Redocly CLI, Spectral) and generate Go clients from it (ogen, oapi-codegen) (needs Node.js and the npm registry)"
 	@echo "  make bench        run the benchmarks and write docs/BENCHMARKS.md"
 	@echo "  make bench-scale  B, C, E at 0 to 10M live keys, start-up, churn: docs/BENCHMARKS-scale.md (~25 min)"
+	@echo "  make bench-reconcile  the reconciler over a month of Stripe's events: docs/BENCHMARKS-reconcile.md (BENCH_RECONCILE_QUICK=1: a minute)"
 
 # sqlc too, pinned (SQLC_VERSION), once per machine: make check and
 # make generate need it, and a fresh clone's set-up is make deps.
@@ -81,6 +82,10 @@ bench: deps
 # says what it runs; it writes docs/BENCHMARKS-scale.md and docs/churn.svg.
 bench-scale: deps
 	./scripts/bench-scale.sh
+
+# The reconciler's cost against Stripe's events (issue 38): scripts/bench-reconcile.sh
+bench-reconcile: deps
+	./scripts/bench-reconcile.sh
 
 $(SQLC):
 	@echo "installing sqlc $(SQLC_VERSION) into $(dir $(SQLC)) (once)"

@@ -212,11 +212,11 @@ func (c *config) workerFlags(f *flags) {
 	f.durationVar(&c.EnqueuerPollInterval, "enqueuer-poll-interval", "PAYMENTS_ENQUEUER_POLL_INTERVAL", stagedjobs.DefaultPollInterval,
 		"how often the enqueuer looks for staged jobs (the longest a job waits to be queued)")
 	f.durationVar(&c.ReconcileInterval, "reconcile-interval", "PAYMENTS_RECONCILE_INTERVAL", 30*time.Second,
-		"how often the reconciler looks for payments and refunds due a check at Stripe")
+		"how often the reconciler reads Stripe's event log (GET /v1/events) for what the webhooks did not bring")
 	f.durationVar(&c.ReconcileAfter, "reconcile-after", "PAYMENTS_RECONCILE_AFTER", 5*time.Minute,
-		"how long after a payment was made (or refunded) the reconciler first reads it from Stripe, if Stripe could still change it (then again with back-off)")
+		"how long a payment Stripe answered processing waits for the event log before the reconciler retrieves it (then again with back-off)")
 	f.durationVar(&c.ReconcileBackoffCap, "reconcile-backoff-cap", "PAYMENTS_RECONCILE_BACKOFF_CAP", 6*time.Hour,
-		"the longest the reconciler's back-off between two checks of one payment grows")
+		"the longest the reconciler's back-off between two retrieves of one processing payment grows")
 	f.floatVar(&c.ReconcileRate, "reconcile-rate", "PAYMENTS_RECONCILE_RATE", 20,
 		"Stripe calls a second the reconciler of one process makes at most")
 	f.stringVar(&c.WebhookRetrySchedule, "webhook-retry-schedule", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE", "5s,5m,30m,2h,5h,10h,10h",

@@ -5,7 +5,9 @@ import (
 	"encoding/json"
 	"io"
 	"net/http"
+	"net/url"
 	"regexp"
+	"strings"
 	"testing"
 	"time"
 
@@ -106,4 +108,56 @@ func TestWorker_settlesARefundWhoseWebhookWasLost(t *testing.T) {
 		require.NoError(t, pool.QueryRow(ctx, "SELECT count(*) FROM events WHERE type = 'refund.succeeded'").Scan(&events))
 		return events == 1
 	}, 30*time.Second, 50*time.Millisecond, "refund.succeeded is announced when it settles")
+}
+
+// A refund made in Stripe's dashboard while no webhook reaches the service
+// (this simulator sends none): the real worker's reconciler reads it in
+// Stripe's event log, and the API shows it within two
+// PAYMENTS_RECONCILE_INTERVALs (docs/API.md section 2).
+func TestWorker_aDashboardRefundShowsWithinTwoIntervals(t *testing.T) {
+	t.Parallel()
+	const interval = 2 * time.Second
+	simURL := startSimulator(t)
+	dbURL := dbtest.NewURL(t)
+	seedDemoUsers(t, dbURL)
+	_, base := startServe(t, dbURL, simURL)
+	status, data, err := postIdempotent(t, base, "/v1/payments", "order-1",
+		`{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`)
+	require.NoError(t, err)
+	require.Equal(t, http.StatusCreated, status, string(data))
+	var pay struct {
+		ID                  string
+		StripePaymentIntent string `json:"stripe_payment_intent"`
+	}
+	require.NoError(t, json.Unmarshal(data, &pay))
+
+	startProc(t, []string{"DATABASE_URL=" + dbURL, "STRIPE_API_BASE=" + simURL, "STRIPE_SECRET_KEY=",
+		"PAYMENTS_RECONCILE_INTERVAL=" + interval.String(),
+		"PAYMENTS_FAILPOINTS=", "PAYMENTS_METRICS_ADDR=127.0.0.1:0"}, "worker")
+	pool := dbtestPool(t, dbURL)
+	ctx := context.Background()
+	require.Eventually(t, func() bool {
+		var read bool
+		require.NoError(t, pool.QueryRow(ctx, "SELECT read_at IS NOT NULL FROM stripe_event_cursor").Scan(&read))
+		return read
+	}, 30*time.Second, 20*time.Millisecond, "the worker's reconciler reads the log")
+
+	form := url.Values{"payment_intent": {pay.StripePaymentIntent}, "amount": {"700"}}
+	req, _ := http.NewRequest(http.MethodPost, simURL+"/v1/refunds", strings.NewReader(form.Encode()))
+	req.Header.Set("Authorization", "Bearer sk_test_dashboard")
+	req.Header.Set("Content-Type", "application/x-www-form-urlencoded")
+	resp, err := http.DefaultClient.Do(req)
+	require.NoError(t, err)
+	resp.Body.Close()
+	require.Equal(t, http.StatusOK, resp.StatusCode)
+	made := time.Now()
+
+	require.Eventually(t, func() bool {
+		var refunded int64
+		require.NoError(t, pool.QueryRow(ctx, "SELECT amount_refunded FROM payments WHERE id = $1", pay.ID).Scan(&refunded))
+		return refunded == 700
+	}, 30*time.Second, 20*time.Millisecond, "the dashboard's refund shows")
+	took := time.Since(made)
+	t.Logf("a dashboard refund showed %v after it was made (interval %v)", took, interval)
+	require.Less(t, took, 2*interval, "within two intervals")
 }

@@ -81,6 +81,9 @@ type options struct {
 	scaleLoad      string
 	baselineBin    string
 	clusterDir     string
+
+	// The reconciler's scenario (reconcile.go): make bench-reconcile.
+	reconcile reconcileOptions
 }
 
 // allScenarios in the order they run at each client count.
@@ -123,6 +126,12 @@ func parseFlags() (options, error) {
 	fs.IntVar(&o.goalRounds, "goal-rounds", 0, "run the cells the goals read (16 and 64 clients) this many times instead (0: -rounds)")
 	fs.IntVar(&o.topSQL, "top-sql", 0, "after each cell, log its N costliest statements by server execution time (pg_stat_statements)")
 	fs.BoolVar(&o.keep, "keep", false, "keep the cluster's directory and log (for a look at PostgreSQL's log afterwards)")
+	fs.IntVar(&o.reconcile.payments, "reconcile", 0, "the reconciler's scenario instead: payments over the simulated month (e.g. 1000000)")
+	fs.IntVar(&o.reconcile.days, "reconcile-days", 30, "reconciler's scenario: simulated days")
+	fs.DurationVar(&o.reconcile.interval, "reconcile-interval", 30*time.Second, "reconciler's scenario: PAYMENTS_RECONCILE_INTERVAL on the simulator's clock")
+	fs.Float64Var(&o.reconcile.drop, "reconcile-drop", 0.01, "reconciler's scenario: share of webhooks lost")
+	fs.Float64Var(&o.reconcile.dashboard, "reconcile-dashboard", 0.005, "reconciler's scenario: share of payments refunded in the dashboard (webhooks lost)")
+	fs.Float64Var(&o.reconcile.disputes, "reconcile-disputes", 0.001, "reconciler's scenario: share of payments disputed (not made until the simulator has disputes)")
 	fs.StringVar(&scaleSizes, "scale", "", "the scale run instead: live keys of each database, comma-separated (e.g. 0,100000,1000000,10000000; 0 is the young database)")
 	fs.StringVar(&scaleScenariosFlag, "scale-scenarios", strings.Join(scaleScenarios, ","), "scale run: the scenarios of the table (B, C, E; empty: none)")
 	fs.StringVar(&startupSizes, "startup", "", "scale run: measure the start-up of -payments-bin on these -scale sizes, filter on and off")
@@ -240,6 +249,10 @@ func run() error {
 	defer stop()
 	log := slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: slog.LevelInfo}))
 
+	if o.reconcile.payments > 0 {
+		o.reconcile.out, o.reconcile.command = o.out, o.command
+		return runReconcileBench(ctx, o.reconcile, log)
+	}
 	if len(o.scaleSizes) > 0 || o.churnTTLs > 0 {
 		return runScale(ctx, o, log)
 	}

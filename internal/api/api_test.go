@@ -68,6 +68,9 @@ type setupOpts struct {
 	// pool, when set, is the database (one on a cluster of the test's
 	// own: dbtest.NewCluster); else a fresh one on the shared cluster.
 	pool *pgxpool.Pool
+	// simWrap, if set, stands between the service and the simulator (to
+	// change an answer on its way, as a Stripe in another state would).
+	simWrap func(http.Handler) http.Handler
 }
 
 const webhookSecret = "whsec_api_test_0123456789"
@@ -99,7 +102,11 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 			WebhookBackoff: 10 * time.Millisecond}
 	}
 	sim := stripesim.New(simCfg)
-	simServer := httptest.NewServer(sim.Handler())
+	simHandler := sim.Handler()
+	if o.simWrap != nil {
+		simHandler = o.simWrap(simHandler)
+	}
+	simServer := httptest.NewServer(simHandler)
 	t.Cleanup(func() { simServer.Close(); sim.Close() })
 	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_api", APIBase: simServer.URL})
 	require.NoError(t, err)

@@ -322,9 +322,13 @@ func (s *Service) recordPaymentIntent(ctx context.Context, tx *db.Tx, k *recover
 }
 
 // leavePayment records that Stripe answered a status the service does not
-// act on: the payment is not moved (it stays processing, unless a webhook
-// moved it meanwhile), and the answer shows it as it stands, read under
-// its lock.
+// act on ("processing", say): the payment is not moved (it stays
+// processing, unless a webhook moved it meanwhile), but it keeps the
+// PaymentIntent at once, so that the webhook, or Stripe's event log, that
+// says where the PaymentIntent ends up finds it, and it is one the service
+// is unsure of (payments_awaiting_stripe): the reconciler retrieves it
+// should the log not have moved it a while later. The answer shows the
+// payment as it stands, read under its lock.
 func leavePayment(ctx context.Context, tx *db.Tx, k *recovery.Key, pi *stripe.PaymentIntent) (recovery.Outcome, error) {
 	row, err := queries.LockPaymentByIdempotencyKey(ctx, tx, keyID(k))
 	if err != nil {
@@ -333,6 +337,14 @@ func leavePayment(ctx context.Context, tx *db.Tx, k *recovery.Key, pi *stripe.Pa
 	pay, err := fromRow(row)
 	if err != nil {
 		return recovery.Outcome{}, err
+	}
+	if pay.Status == StatusProcessing {
+		if err := queries.AwaitStripe(ctx, tx, dbsqlc.AwaitStripeParams{PaymentID: pay.ID, StripePaymentIntent: textOrNull(pi.ID)}); err != nil {
+			return recovery.Outcome{}, err
+		}
+		if pay.StripePaymentIntent == nil {
+			pay.StripePaymentIntent = &pi.ID
+		}
 	}
 	if err := audit(ctx, tx, k, "payment.not_acted_on", pay.ID,
 		map[string]string{"payment_intent": pi.ID, "payment_intent_status": string(pi.Status)}); err != nil {

@@ -2,13 +2,16 @@ package payments
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
 	"sync"
 	"time"
 
+	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/stripe/stripe-go/v76"
@@ -23,58 +26,61 @@ import (
 // webhook (docs/API.md section 2). A webhook can be lost, and some of
 // Stripe's changes come with no request of ours behind them (an
 // authorisation Stripe let lapse, a refund that fails days later, a refund
-// made in Stripe's dashboard). So every payment that Stripe could still
-// change is asked about Config.After after it was made (or got a new
-// refund), and again with back-off, until Stripe can no longer change it
-// (then it leaves the queue: RetireUnwatchedPayments):
+// made in Stripe's dashboard). Every one of them is an event in Stripe's
+// event log, which Stripe keeps for 30 days and lists at GET /v1/events,
+// and which is where Stripe sends an integration that missed webhooks
+// (docs.stripe.com/webhooks/process-undelivered-events). So the
+// reconciler reads the log, and asks about single objects only where the
+// service itself is unsure. A pass:
 //
-//	claim     one statement takes a batch of due payments FOR UPDATE SKIP
-//	          LOCKED and sets each one's next check (ClaimPaymentsToReconcile),
-//	          and commits: a second reconciler running at once takes others,
-//	          so no payment is read twice in a round
-//	read      Stripe's consistent endpoints, never its search: the
-//	          PaymentIntent (GET /v1/payment_intents/{id}) of a payment that
-//	          is processing or requires_capture; the refunds of a captured
-//	          one (GET /v1/refunds?payment_intent=...), at most Config.Rate
-//	          calls a second
-//	apply     a difference goes through the webhooks' code (applyMove,
-//	          applyStripeRefundTx), in a transaction under the payment's row
-//	          lock, so its event is staged once whichever of the webhook and
-//	          the reconciler applies it first; a refund Stripe lists that no
-//	          row of ours is becomes a refund of origin external
+//	lock      the cursor row (stripe_event_cursor: the created time and id of
+//	          the newest event read) FOR UPDATE SKIP LOCKED, for the pass: a
+//	          second reader, on this instance or another, finds it taken and
+//	          skips its pass, so one instance reads at a time, and a reader
+//	          that dies lets go with its connection
+//	read      the events created since the cursor less Config.Margin, newest
+//	          first, 100 a page, at most Config.MaxPages pages a pass, at most
+//	          Config.Rate calls a second; only the types the webhook applies
+//	          (EventTypes)
+//	apply     each event not in the inbox yet (stripe_events, one probe of
+//	          its primary key per event), oldest first, through the webhook's
+//	          own code and record of event ids (Config.Apply is
+//	          webhooks.Receiver.Apply): an event is applied once whichever way
+//	          it came
+//	advance   the cursor to the newest event read, once the pass read the
+//	          whole window
+//	unsure    the payments Stripe answered "processing" (payments_awaiting_stripe)
+//	          whose check is due: one already moved (the log, or a webhook,
+//	          told) is forgotten without a call; one still processing is
+//	          retrieved (GET /v1/payment_intents/{id}) and moved as its
+//	          webhook would move it, with back-off
 //
-// Stripe's 429 ends the pass: the payments not yet asked about are due
-// again once the pause (rateLimitPause) is over, and no pass calls Stripe
-// before then. Any other failure to reach Stripe ends the pass too, with an
-// error, and the next pass starts over.
+// The margin: Stripe's list may show an event a little after it happened
+// (the simulator's events_lag fault), later than its webhook; an event that
+// shows up late is listed with its own created time, before events already
+// read, so each pass reads again the Margin before the cursor. Stripe
+// publishes no bound on that delay; the default, 2 minutes (four default
+// intervals), is this code's choice, and a trade: the events re-read are
+// in the inbox already (one index probe each, nothing applied), but every
+// 100 events in the window cost a list call each pass. With 5 minutes,
+// the benchmark's million payments a month (docs/BENCHMARKS-reconcile.md)
+// read each event 11 times and took two pages a pass; with 2 minutes, one.
+// An event Stripe lists later than the margin is missed by the log; its
+// webhook (Stripe retries for days) still brings it.
 //
-// Which payments Stripe could still change, and for how long
-// (ClaimPaymentsToReconcile):
+// A window of more than Config.MaxPages pages (the first pass, over 30 days
+// of events, or the pass after an outage) is swept from the newest event
+// down in passes of MaxPages pages, each applied oldest first and
+// continuing after the oldest event the last one read; the cursor
+// advances when the sweep reaches the window's start. Within a sweep,
+// older events are applied after newer ones: the inbox makes that safe
+// (an older PaymentIntent event is stale, a refund moves only forward),
+// but the merchant's events of one object may then come out of Stripe's
+// order.
 //
-//	processing with a PaymentIntent   until it moves
-//	requires_capture                  until it moves, or authorisationWatch after it was made
-//	succeeded with money to refund    refundWatch after it was made (dashboard refunds)
-//	with a pending refund             until the refund settles
-//	with a succeeded refund           refundWatch after the refund was made (it may still fail)
-
-// authorisationWatch is how long after its creation an authorisation is
-// asked about: Stripe cancels an uncaptured card authorisation after 7 days
-// (docs.stripe.com/payments/place-a-hold-on-a-payment-method: an online card
-// payment's authorisation is valid for 7 days), and a day more leaves
-// Stripe time to do so.
-const authorisationWatch = 8 * 24 * time.Hour
-
-// refundWatch is how long after a succeeded refund was made the reconciler
-// still asks whether it failed, and how long after a payment was made it
-// still looks for refunds made outside the service. Stripe says a refund
-// to a card can fail when the issuer cannot process it, and then sends
-// charge.refund.updated (docs.stripe.com/refunds, "Failed refunds"), but
-// publishes no bound on how late. Its support pages give 5 to 10 business
-// days for a refund to reach the customer; 30 days is a generous multiple
-// of that, chosen here, not Stripe's number. Past it, only a webhook
-// tells. The back-off keeps the cost small: about log2(cap/after) checks
-// and then one per BackoffCap.
-const refundWatch = 30 * 24 * time.Hour
+// Stripe's 429 ends the pass, and no pass calls Stripe before the pause
+// (rateLimitPause) is over. Any other failure to reach Stripe ends the
+// pass too, with an error; the next pass starts again from the cursor.
 
 // rateLimitPause is how long the reconciler leaves Stripe alone after a
 // 429: Stripe asks clients that hit its limits to back off exponentially
@@ -82,23 +88,48 @@ const refundWatch = 30 * 24 * time.Hour
 // the next interval after it, is that back-off at the rate this job runs.
 const rateLimitPause = 10 * time.Second
 
+// EventTypes are the event types the reconciler lists (types[]): those
+// the webhook receiver applies (internal/webhooks), PaymentIntent events,
+// refund events and charge.refunded, and the dispute events
+// (charge.dispute.*), which the receiver records as ignored until it
+// applies them. Stripe takes up to 20 types (docs.stripe.com/api/events/list).
+var EventTypes = []string{
+	"payment_intent.succeeded", "payment_intent.amount_capturable_updated", "payment_intent.canceled",
+	"payment_intent.payment_failed",
+	"charge.refunded", "refund.created", "charge.refund.updated",
+	"charge.dispute.created", "charge.dispute.updated", "charge.dispute.closed",
+	"charge.dispute.funds_withdrawn", "charge.dispute.funds_reinstated",
+}
+
+// ApplyEvent applies one Stripe event, given as the bytes Stripe sent,
+// exactly once: webhooks.Receiver.Apply.
+type ApplyEvent func(ctx context.Context, payload []byte) (EventOutcome, error)
+
 // ReconcilerConfig configures a Reconciler. Zero values take the defaults.
 type ReconcilerConfig struct {
-	// After is how long after a payment was made (or got a new refund)
-	// it is first asked about, and the first step of its back-off. (Not
-	// after its last change: a move must not touch the reconciler's
-	// index, see migration 000018, so a webhook that brought word does
-	// not postpone the check; the check then finds nothing to correct.) Default 5m.
+	// Apply applies an event as the webhook does. Required.
+	Apply ApplyEvent
+	// Margin is how far before the cursor each pass reads again (see the
+	// package comment). Default 2m.
+	Margin time.Duration
+	// MaxPages bounds the pages of the log one pass reads. Default 50.
+	MaxPages int
+	// PageSize is how many events a page of the log holds. Default 100,
+	// the most Stripe gives (tests make it small).
+	PageSize int
+	// After is how long a payment Stripe answered "processing" waits for
+	// the log to tell where it ended up before it is retrieved, and the
+	// first step of its back-off. Default 5m.
 	After time.Duration
-	// BackoffCap bounds the back-off between two checks of one payment.
-	// Default 6h.
+	// BackoffCap bounds the back-off between two retrieves of one unsure
+	// payment. Default 6h.
 	BackoffCap time.Duration
 	// Rate is how many Stripe calls a second the reconciler makes at most
 	// (a burst of one). Default 20: a fifth of Stripe's live-mode limit of
 	// 100 read operations a second (docs.stripe.com/rate-limits), leaving
 	// the rest to the flows.
 	Rate float64
-	// Batch is how many payments a pass claims. Default 100.
+	// Batch is how many unsure payments a pass claims. Default 100.
 	Batch int
 	// Now is the clock; nil: the database's.
 	Now      func() time.Time
@@ -106,7 +137,8 @@ type ReconcilerConfig struct {
 	Registry prometheus.Registerer
 }
 
-// Reconciler re-reads from Stripe what Stripe could still change.
+// Reconciler reads Stripe's event log and asks about the payments the
+// service is unsure of.
 type Reconciler struct {
 	s       *Service
 	cfg     ReconcilerConfig
@@ -115,13 +147,33 @@ type Reconciler struct {
 
 	mu          sync.Mutex
 	pausedUntil time.Time // after a 429
+	sweep       *sweep    // a window of more than MaxPages pages, part read
 
-	checked, corrected *prometheus.CounterVec
-	calls              *prometheus.CounterVec
+	events, calls *prometheus.CounterVec
+	unsure        *prometheus.CounterVec
+}
+
+// sweep is a window of the log being read in several passes, newest first.
+type sweep struct {
+	after   string // the oldest event read so far: the next pass goes on after it
+	newest  eventHead
+	started time.Time // the window's start (cursor less margin), as the sweep began
+}
+
+// eventHead is what the reconciler reads of an event itself.
+type eventHead struct {
+	ID      string `json:"id"`
+	Created int64  `json:"created"`
 }
 
 // NewReconciler returns a Reconciler over the service's pool and Stripe client.
 func (s *Service) NewReconciler(cfg ReconcilerConfig) *Reconciler {
+	if cfg.Margin <= 0 {
+		cfg.Margin = 2 * time.Minute
+	}
+	if cfg.MaxPages <= 0 {
+		cfg.MaxPages = 50
+	}
 	if cfg.After <= 0 {
 		cfg.After = 5 * time.Minute
 	}
@@ -135,161 +187,277 @@ func (s *Service) NewReconciler(cfg ReconcilerConfig) *Reconciler {
 		cfg.Batch = 100
 	}
 	r := &Reconciler{s: s, cfg: cfg, limiter: rate.NewLimiter(rate.Limit(cfg.Rate), 1), log: cfg.Logger,
-		checked: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payments_reconciler_checked_total",
-			Help: "Payments the reconciler asked Stripe about, by what it asked (payment_intent, refunds).",
-		}, []string{"read"}),
-		corrected: prometheus.NewCounterVec(prometheus.CounterOpts{
-			Name: "payments_reconciler_corrected_total",
-			Help: "Differences the reconciler found and applied, by what (payment, refund, external_refund).",
-		}, []string{"what"}),
+		events: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payments_reconciler_events_total",
+			Help: "Events the reconciler read from Stripe's event log, by what became of them (known: in the inbox already; else the webhook's outcome).",
+		}, []string{"outcome"}),
 		calls: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "payments_reconciler_stripe_calls_total",
 			Help: "Stripe calls the reconciler made, by outcome (ok, rate_limited, refused, error).",
 		}, []string{"outcome"}),
+		unsure: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "payments_reconciler_unsure_total",
+			Help: "Payments the service was unsure of that the reconciler checked, by result (settled: moved without a call; retrieved; moved: moved by the retrieve).",
+		}, []string{"result"}),
 	}
 	if r.log == nil {
 		r.log = slog.New(slog.DiscardHandler)
 	}
 	if cfg.Registry != nil {
-		cfg.Registry.MustRegister(r.checked, r.corrected, r.calls)
+		cfg.Registry.MustRegister(r.events, r.calls, r.unsure)
 	}
 	return r
 }
 
-// Batch is how many payments a pass claims at most.
-func (r *Reconciler) Batch() int { return r.cfg.Batch }
-
 // ReconcileRun is what one pass did.
 type ReconcileRun struct {
-	Claimed   int  // payments due a check, taken for this pass
-	Checked   int  // of those, payments Stripe was asked about
-	Corrected int  // differences applied (a payment's move, a refund's move, an external refund)
-	Refused   int  // Stripe would not show the object (a 404, say): the back-off retries it
-	Paused    bool // Stripe answered 429 (in this pass or one before): nothing more until the pause ends
+	Busy     bool // another reader holds the log: nothing read
+	Pages    int  // pages of the log read
+	Listed   int  // events the pages listed
+	Applied  int  // of those, events not in the inbox yet, applied through the webhook's code
+	Moved    int  // of those, events that changed a record (outcome applied)
+	Partial  bool // the window was more than MaxPages pages: the next pass goes on
+	Unsure   int  // unsure payments checked
+	Retrieve int  // of those, retrieved from Stripe
+	Paused   bool // Stripe answered 429 (in this pass or one before): nothing more until the pause ends
 }
 
 // errRateLimited ends a pass on Stripe's 429.
 var errRateLimited = errors.New("stripe rate limit")
 
-// RunOnce makes one pass: it claims up to a batch of due payments and asks
-// Stripe about each. A 429 from Stripe ends it with Paused and no error.
+// RunOnce makes one pass: it reads Stripe's event log from the cursor and
+// applies what is new, then checks the unsure payments that are due. A
+// 429 from Stripe ends it with Paused and no error.
 func (r *Reconciler) RunOnce(ctx context.Context) (ReconcileRun, error) {
 	var run ReconcileRun
+	if r.cfg.Apply == nil {
+		return run, bug("the reconciler has no ApplyEvent")
+	}
 	if r.paused() {
 		run.Paused = true
 		return run, nil
 	}
-	// Payments Stripe can no longer change leave the reconciler's queue
-	// first, a batch at a time, so that they never pile up in it.
-	if _, err := queries.RetireUnwatchedPayments(ctx, r.s.pool, dbsqlc.RetireUnwatchedPaymentsParams{
-		Now: r.now(), WatchSeconds: refundWatch.Seconds(),
-		AuthorisationSeconds: authorisationWatch.Seconds(), RowLimit: int32(10 * r.cfg.Batch),
-	}); err != nil {
-		return run, fmt.Errorf("retiring payments Stripe can no longer change: %w", err)
+	err := r.readLog(ctx, &run)
+	if err != nil && !errors.Is(err, errRateLimited) {
+		// A sweep's next page starts after an event Stripe may no longer
+		// list (past its 30 days): the next pass starts again from the cursor.
+		r.setSweep(nil)
 	}
-	rows, err := queries.ClaimPaymentsToReconcile(ctx, r.s.pool, dbsqlc.ClaimPaymentsToReconcileParams{
-		Now: r.now(), AfterSeconds: r.cfg.After.Seconds(), WatchSeconds: refundWatch.Seconds(),
-		AuthorisationSeconds: authorisationWatch.Seconds(), BackoffCapSeconds: r.cfg.BackoffCap.Seconds(),
+	if err == nil {
+		err = r.checkUnsure(ctx, &run)
+	}
+	if errors.Is(err, errRateLimited) {
+		run.Paused = true
+		r.pause()
+		r.log.WarnContext(ctx, "reconciler: Stripe answered 429; pausing", slog.Duration("pause", rateLimitPause))
+		return run, nil
+	}
+	return run, err
+}
+
+// readLog reads the log's window from the cursor, under the cursor's row
+// lock, and applies what is new.
+func (r *Reconciler) readLog(ctx context.Context, run *ReconcileRun) error {
+	// READ COMMITTED: the transaction only holds the cursor's row lock
+	// and writes the cursor; the events are applied in transactions of
+	// their own. Once: a pass is not run again on a conflict.
+	return db.WithTx(ctx, r.s.pool, db.TxOptions{Isolation: pgx.ReadCommitted, Attempts: 1}, func(ctx context.Context, tx *db.Tx) error {
+		rows, err := queries.LockStripeEventCursor(ctx, tx)
+		if err != nil {
+			return err
+		}
+		if len(rows) == 0 {
+			run.Busy = true
+			return nil
+		}
+		cur := rows[0]
+		var since time.Time // zero: all Stripe keeps
+		if cur.Created.Valid {
+			since = cur.Created.Time.Add(-r.cfg.Margin)
+		}
+		sw := r.takeSweep(since)
+		after := ""
+		if sw != nil {
+			after = sw.after
+		}
+		var batch []json.RawMessage
+		var heads []eventHead
+		complete := false
+		for run.Pages < r.cfg.MaxPages {
+			var page stripeclient.EventsPage
+			if err := r.call(ctx, func() (err error) {
+				page, err = r.s.stripe.ListEvents(ctx, stripeclient.EventsQuery{Since: since, StartingAfter: after, Types: EventTypes,
+					Limit: r.cfg.PageSize})
+				return err
+			}); err != nil {
+				return err
+			}
+			run.Pages++
+			for _, raw := range page.Events {
+				var h eventHead
+				if err := json.Unmarshal(raw, &h); err != nil || h.ID == "" {
+					return fmt.Errorf("reading Stripe's event log: an event without an id: %.200s", raw)
+				}
+				batch, heads = append(batch, raw), append(heads, h)
+			}
+			if !page.HasMore || len(page.Events) == 0 {
+				complete = true
+				break
+			}
+			after = heads[len(heads)-1].ID
+		}
+		run.Listed += len(heads)
+		if err := r.applyEvents(ctx, batch, heads, run); err != nil {
+			return err
+		}
+		newest := eventHead{} // the newest event of the window: the first a sweep read
+		if sw != nil {
+			newest = sw.newest
+		}
+		if len(heads) > 0 && (newest.ID == "" || heads[0].Created > newest.Created) {
+			newest = heads[0]
+		}
+		if !complete {
+			run.Partial = true
+			r.setSweep(&sweep{after: after, newest: newest, started: since})
+			return nil
+		}
+		r.setSweep(nil)
+		params := dbsqlc.AdvanceStripeEventCursorParams{Now: r.now()}
+		if newest.ID != "" {
+			params.Created = pgtype.Timestamptz{Time: time.Unix(newest.Created, 0), Valid: true}
+			params.EventID = pgtype.Text{String: newest.ID, Valid: true}
+		}
+		return queries.AdvanceStripeEventCursor(ctx, tx, params)
+	})
+}
+
+// applyEvents applies, oldest first, the events of a window not in the
+// inbox yet. heads are newest first, as the log lists them.
+func (r *Reconciler) applyEvents(ctx context.Context, batch []json.RawMessage, heads []eventHead, run *ReconcileRun) error {
+	if len(heads) == 0 {
+		return nil
+	}
+	ids := make([]string, len(heads))
+	for i, h := range heads {
+		ids[i] = h.ID
+	}
+	known, err := queries.KnownStripeEvents(ctx, r.s.pool, ids)
+	if err != nil {
+		return fmt.Errorf("reading the inbox: %w", err)
+	}
+	for i := len(batch) - 1; i >= 0; i-- {
+		if slices.Contains(known, heads[i].ID) {
+			r.events.WithLabelValues("known").Inc()
+			continue
+		}
+		outcome, err := r.cfg.Apply(ctx, batch[i])
+		if err != nil {
+			return fmt.Errorf("applying event %s: %w", heads[i].ID, err)
+		}
+		run.Applied++
+		if outcome == EventApplied {
+			run.Moved++
+			r.log.InfoContext(ctx, "reconciler: applied an event the webhook did not bring", slog.String("event_id", heads[i].ID))
+		}
+		r.events.WithLabelValues(string(outcome)).Inc()
+	}
+	return nil
+}
+
+// takeSweep is the sweep under way, if it is of the window from since.
+func (r *Reconciler) takeSweep(since time.Time) *sweep {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	if r.sweep != nil && !r.sweep.started.Equal(since) {
+		r.sweep = nil // the cursor moved (another instance's pass): start again
+	}
+	return r.sweep
+}
+
+func (r *Reconciler) setSweep(sw *sweep) {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	r.sweep = sw
+}
+
+// checkUnsure checks the payments the service is unsure of whose check is
+// due: one the log (or a webhook) moved meanwhile is forgotten without a
+// call; one still processing is retrieved and moved as its webhook would
+// move it.
+func (r *Reconciler) checkUnsure(ctx context.Context, run *ReconcileRun) error {
+	rows, err := queries.ClaimAwaitingStripe(ctx, r.s.pool, dbsqlc.ClaimAwaitingStripeParams{
+		Now: r.now(), AfterSeconds: r.cfg.After.Seconds(), BackoffCapSeconds: r.cfg.BackoffCap.Seconds(),
 		RowLimit: int32(r.cfg.Batch),
 	})
 	if err != nil {
-		return run, fmt.Errorf("claiming payments to reconcile: %w", err)
+		return fmt.Errorf("claiming the payments the service is unsure of: %w", err)
 	}
-	run.Claimed = len(rows)
-	for i, row := range rows {
-		corrected, err := r.check(ctx, row)
-		run.Corrected += corrected
+	for _, row := range rows {
+		run.Unsure++
+		settled, err := r.settled(ctx, row.PaymentID)
+		if err != nil {
+			return err
+		}
+		if settled {
+			r.unsure.WithLabelValues("settled").Inc()
+			continue
+		}
+		var pi *stripe.PaymentIntent
+		err = r.call(ctx, func() (err error) { pi, err = r.s.stripe.GetPaymentIntent(ctx, row.StripePaymentIntent); return err })
 		switch {
-		case err == nil:
-			run.Checked++
-			continue
 		case errors.Is(err, errRateLimited):
-			run.Paused = true
-			r.pause()
-			r.log.WarnContext(ctx, "reconciler: Stripe answered 429; pausing", slog.Duration("pause", rateLimitPause),
-				slog.Int("left", len(rows)-i))
-			return run, r.release(ctx, rows[i:], r.clock().Add(rateLimitPause))
+			return err
 		case stripeclient.Classify(err) == stripeclient.Terminal:
-			run.Checked++
-			run.Refused++
-			r.log.WarnContext(ctx, "reconciler: Stripe refused to show a payment's objects", slog.String("payment", row.ID),
-				slog.String("error", err.Error()))
-			continue
-		default:
-			return run, errors.Join(fmt.Errorf("reconciling payment %s: %w", row.ID, err), r.release(ctx, rows[i:], r.clock()))
+			r.log.WarnContext(ctx, "reconciler: Stripe refused to show a PaymentIntent", slog.String("payment", row.PaymentID),
+				slog.String("payment_intent", row.StripePaymentIntent), slog.String("error", err.Error()))
+			continue // the back-off asks again
+		case err != nil:
+			return fmt.Errorf("retrieving PaymentIntent %s: %w", row.StripePaymentIntent, err)
+		}
+		run.Retrieve++
+		r.unsure.WithLabelValues("retrieved").Inc()
+		if err := r.follow(ctx, row.PaymentID, pi); err != nil {
+			return err
 		}
 	}
-	return run, nil
+	return nil
 }
 
-// check asks Stripe about one claimed payment and applies what differs. It
-// returns how many differences it applied.
-func (r *Reconciler) check(ctx context.Context, row dbsqlc.Payment) (int, error) {
-	pay, err := fromRow(row)
+// settled forgets an unsure payment that is no longer processing, and
+// says whether it was.
+func (r *Reconciler) settled(ctx context.Context, paymentID string) (bool, error) {
+	status, err := queries.PaymentStatus(ctx, r.s.pool, paymentID)
 	if err != nil {
-		return 0, err
+		return false, fmt.Errorf("reading payment %s: %w", paymentID, err)
 	}
-	intent := *pay.StripePaymentIntent // the claim takes only payments with one
-	corrected := 0
-	if pay.Status == StatusProcessing || pay.Status == StatusRequiresCapture {
-		var pi *stripe.PaymentIntent
-		if err := r.call(ctx, func() (err error) { pi, err = r.s.stripe.GetPaymentIntent(ctx, intent); return err }); err != nil {
-			return 0, err
-		}
-		r.checked.WithLabelValues("payment_intent").Inc()
-		t, ok := intentStatusMove(pay, pi)
-		if ok {
-			var moved bool
-			err := db.WithTx(ctx, r.s.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
-				locked, err := lockPayment(ctx, tx, pay.ID)
-				if err != nil {
-					return err
-				}
-				pay, moved, err = applyMove(ctx, tx, nil, locked, t)
-				return err
-			})
-			if err != nil {
-				return 0, fmt.Errorf("applying PaymentIntent %s: %w", intent, err)
-			}
-			if moved {
-				corrected++
-				r.corrected.WithLabelValues("payment").Inc()
-				r.log.InfoContext(ctx, "reconciler: payment corrected", slog.String("payment", pay.ID), slog.String("status", string(pay.Status)))
-			}
-		}
+	if Status(status) == StatusProcessing {
+		return false, nil
 	}
-	if pay.Status != StatusSucceeded || !pay.Captured() {
-		return corrected, nil
-	}
-	var refunds []*stripe.Refund
-	if err := r.call(ctx, func() (err error) { refunds, err = r.s.stripe.ListRefunds(ctx, intent); return err }); err != nil {
-		return corrected, err
-	}
-	r.checked.WithLabelValues("refunds").Inc()
-	// Oldest first, as they were made: an external refund's events then
-	// come in Stripe's order.
-	for i := len(refunds) - 1; i >= 0; i-- {
-		var change refundChange
-		err := db.WithTx(ctx, r.s.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
-			locked, err := lockPayment(ctx, tx, pay.ID)
-			if err != nil {
-				return err
-			}
-			change, err = applyStripeRefundTx(ctx, tx, locked, refunds[i])
-			return err
-		})
+	return true, queries.ForgetAwaitingStripe(ctx, r.s.pool, paymentID)
+}
+
+// follow moves an unsure payment to where Stripe's PaymentIntent is, as
+// the webhook for its status would, and forgets it once it moved.
+func (r *Reconciler) follow(ctx context.Context, paymentID string, pi *stripe.PaymentIntent) error {
+	return db.WithTx(ctx, r.s.pool, db.TxOptions{}, func(ctx context.Context, tx *db.Tx) error {
+		pay, err := lockPayment(ctx, tx, paymentID)
 		if err != nil {
-			return corrected, fmt.Errorf("applying refund %s: %w", refunds[i].ID, err)
+			return err
 		}
-		if change != refundUnchanged {
-			corrected++
-			r.corrected.WithLabelValues(string(change)).Inc()
-			r.log.InfoContext(ctx, "reconciler: refund corrected", slog.String("payment", pay.ID),
-				slog.String("stripe_refund", refunds[i].ID), slog.String("change", string(change)))
+		if t, ok := intentStatusMove(pay, pi); ok {
+			if pay, _, err = applyMove(ctx, tx, nil, pay, t); err != nil {
+				return err
+			}
 		}
-	}
-	return corrected, nil
+		if pay.Status == StatusProcessing {
+			return nil
+		}
+		r.unsure.WithLabelValues("moved").Inc()
+		r.log.InfoContext(ctx, "reconciler: an unsure payment followed Stripe", slog.String("payment", pay.ID),
+			slog.String("status", string(pay.Status)))
+		return queries.ForgetAwaitingStripe(ctx, tx, paymentID)
+	})
 }
 
 // call makes one Stripe call within the rate, and sorts its failure.
@@ -311,31 +479,6 @@ func (r *Reconciler) call(ctx context.Context, call func() error) error {
 		r.calls.WithLabelValues("error").Inc()
 	}
 	return err
-}
-
-// release makes claimed payments the pass did not get to due again at
-// at, their back-off as it was: one never checked (reconcile_checks back
-// to 0) is due After past its next_check_at, so that is set After earlier.
-func (r *Reconciler) release(ctx context.Context, rows []dbsqlc.Payment, at time.Time) error {
-	ctx = context.WithoutCancel(ctx)
-	for _, row := range rows {
-		due := at
-		if row.ReconcileChecks <= 1 { // as claimed: the claim counted one more
-			due = at.Add(-r.cfg.After)
-		}
-		if err := queries.ReleaseReconcileClaim(ctx, r.s.pool, dbsqlc.ReleaseReconcileClaimParams{ID: row.ID, NextCheckAt: due}); err != nil {
-			return fmt.Errorf("releasing payment %s: %w", row.ID, err)
-		}
-	}
-	return nil
-}
-
-// clock is the injected clock, else the wall clock.
-func (r *Reconciler) clock() time.Time {
-	if r.cfg.Now != nil {
-		return r.cfg.Now()
-	}
-	return time.Now()
 }
 
 func (r *Reconciler) paused() bool {
@@ -360,8 +503,8 @@ func (r *Reconciler) now() pgtype.Timestamptz {
 
 // intentStatusMove is the move a PaymentIntent's status reports for pay:
 // the move the webhook for that status would make (intentMoves). A status
-// the service does not act on (requires_action, say, or an authorisation
-// of a payment made with capture=true) is no move.
+// the service does not act on (processing, requires_action, say, or an
+// authorisation of a payment made with capture=true) is no move.
 func intentStatusMove(pay Payment, pi *stripe.PaymentIntent) (transition, bool) {
 	var event string
 	switch pi.Status {

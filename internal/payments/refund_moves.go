@@ -131,8 +131,11 @@ func ApplyRefundEventTx(ctx context.Context, tx *db.Tx, sr *stripe.Refund) (Even
 		return "", err
 	}
 	change, err := applyStripeRefundTx(ctx, tx, pay, sr)
-	if err != nil || change == refundUnchanged {
+	switch {
+	case err != nil || change == refundUnchanged:
 		return EventNoChange, err
+	case change == refundDeferred:
+		return EventDeferred, nil
 	}
 	return EventApplied, nil
 }
@@ -187,6 +190,7 @@ const (
 	refundMoved     refundChange = "refund"           // our refund moved
 	refundExternal  refundChange = "external_refund"  // a refund made outside the service is now ours to show
 	refundDuplicate refundChange = "duplicate_refund" // a second refund Stripe made for one of ours is now ours to show
+	refundDeferred  refundChange = "deferred"         // not yet: the payment does not show its capture
 )
 
 // applyStripeRefundTx applies what Stripe says of one refund of pay, which
@@ -202,8 +206,10 @@ const (
 // the refund second finds the first one's row.
 //
 // Stripe refunds only a captured charge: while our payment does not show
-// the capture yet (its webhook was lost, say), the refund waits, and the
-// reconciler, told to look soon, reads the PaymentIntent first.
+// the capture yet (its webhook was lost, or comes later), the refund
+// waits: the event is deferred (EventDeferred), and applied again when it
+// comes again, by a webhook's retry or from the event log, which lists the
+// capture's event before it.
 func applyStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe.Refund) (refundChange, error) {
 	re, ok, err := ourRefund(ctx, tx, sr, true)
 	switch {
@@ -212,7 +218,7 @@ func applyStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe
 	case ok && isSecondRefund(re, sr):
 		return refundDuplicate, insertStripeRefundTx(ctx, tx, pay, sr, RefundDuplicate)
 	case !ok && pay.Status != StatusSucceeded:
-		return refundUnchanged, queries.ReconcileSoon(ctx, tx, dbsqlc.ReconcileSoonParams{ID: pay.ID})
+		return refundDeferred, nil
 	case !ok:
 		return refundExternal, insertStripeRefundTx(ctx, tx, pay, sr, RefundExternal)
 	}

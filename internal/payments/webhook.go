@@ -22,6 +22,11 @@ const (
 	EventNoChange  EventOutcome = "no_change" // we already knew: a flow or an earlier event got there first
 	EventStale     EventOutcome = "stale"     // it is older than the last PaymentIntent event applied to the payment
 	EventUnmatched EventOutcome = "unmatched" // no payment (or refund) of ours is its object's
+	// EventDeferred: not yet (a refund of a payment that does not show its
+	// capture yet). Its id is recorded with this outcome, and the event is
+	// applied again when it comes again, by a webhook's retry or from
+	// Stripe's event log (InsertStripeEvent, KnownStripeEvents).
+	EventDeferred EventOutcome = "deferred"
 )
 
 // intentMoves says which move each PaymentIntent event reports.
@@ -122,15 +127,14 @@ func applyOtherIntentTx(ctx context.Context, tx *db.Tx, pay Payment, pi *stripe.
 	return EventApplied, nil
 }
 
-// ApplyChargeRefundedTx applies a charge.refunded event: the reconciler
-// is to look at the payment's refunds at its next pass. The event changes
-// nothing itself: a payment's amount_refunded is the sum of its succeeded
-// refunds (see refund_moves.go), and the charge, at Stripe's API version
+// ApplyChargeRefundedTx applies a charge.refunded event: it changes
+// nothing. A payment's amount_refunded is the sum of its succeeded refunds
+// (see refund_moves.go), and the charge, at Stripe's API version
 // 2023-10-16, does not list its refunds. Its amount_refunded is no measure
 // of them either: it counts pending refunds and released authorisations
 // too, and drops when a refund fails. The refund itself comes with
-// refund.created; should that be lost, the reconciler's list of the
-// PaymentIntent's refunds shows it.
+// refund.created; should that webhook be lost, the reconciler reads it in
+// Stripe's event log.
 func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge) (EventOutcome, error) {
 	if ch.PaymentIntent == nil {
 		return EventUnmatched, nil
@@ -139,7 +143,7 @@ func ApplyChargeRefundedTx(ctx context.Context, tx *db.Tx, ch *stripe.Charge) (E
 	if err != nil || pay == nil {
 		return EventUnmatched, err
 	}
-	return EventNoChange, queries.ReconcileSoon(ctx, tx, dbsqlc.ReconcileSoonParams{ID: pay.ID})
+	return EventNoChange, nil
 }
 
 // lockByIntent locks the payment of a PaymentIntent; nil when it is not ours.

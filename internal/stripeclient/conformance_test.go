@@ -177,6 +177,18 @@ var conformanceRows = []conformanceRow{
 		_, _ = e.client.ListRefunds(e.ctx, pi)
 	}},
 	{"list refunds of nothing", []int{200}, func(e *simEnv) { _, _ = e.client.ListRefunds(e.ctx, "pi_missing") }},
+	{"list events, as the reconciler reads Stripe's event log", []int{200, 200, 200, 200}, func(e *simEnv) {
+		e.pay("pm_card_visa", false)
+		e.send("GET", "/v1/events?limit=2&type=payment_intent.*", "", "")
+		e.send("GET", "/v1/events?limit=1&types[0]=charge.succeeded&types[1]=payment_intent.succeeded&created[gte]=0", "", "")
+		page, err := e.client.ListEvents(e.ctx, stripeclient.EventsQuery{Since: time.Unix(1, 0), Types: []string{"payment_intent.succeeded"}})
+		if err != nil || len(page.Events) != 1 || page.HasMore {
+			e.t.Errorf("ListEvents: %d events, has_more %v, %v", len(page.Events), page.HasMore, err)
+		}
+	}},
+	{"list events after a missing one", []int{400}, func(e *simEnv) {
+		e.send("GET", "/v1/events?starting_after=evt_missing", "", "")
+	}},
 
 	// Disputes, as pm_card_createDispute makes them, and what they change.
 	{"a dispute opens, is retrieved, refuses a refund and is lost", []int{200, 200, 400, 200}, func(e *simEnv) {

@@ -27,6 +27,8 @@ type call struct {
 	// processingFor is how long a confirmation this request makes stays
 	// processing (FaultProcessing); 0: it is decided at once.
 	processingFor time.Duration
+
+	fault Fault // the fault that hit this request, if any (events_lag reads it)
 }
 
 func newCall(r *http.Request) *call {

@@ -46,6 +46,10 @@ const (
 	// capture_method manual), with payment_intent.succeeded. A request
 	// that confirms nothing is not changed by it.
 	FaultProcessing FaultKind = "processing"
+	// FaultEventsLag, on GET /v1/events, lists an event only DelayMS after
+	// the simulator made it (on its clock), as Stripe's list of events may
+	// trail the webhooks it sends (eventlist.go).
+	FaultEventsLag FaultKind = "events_lag"
 )
 
 // Fault hits the next Count /v1 requests whose path starts with PathPrefix,
@@ -60,7 +64,7 @@ type Fault struct {
 	IdempotencyKeySuffix string    `json:"idempotency_key_suffix,omitempty"`
 	Kind                 FaultKind `json:"kind"`
 	Count                int       `json:"count"`    // 0 means 1
-	DelayMS              int       `json:"delay_ms"` // for FaultDelay, FaultLate500 and FaultProcessing
+	DelayMS              int       `json:"delay_ms"` // for FaultDelay, FaultLate500, FaultProcessing and FaultEventsLag
 }
 
 // AddFault arms f after the faults already armed; a request meets the oldest
@@ -100,9 +104,9 @@ func (s *Simulator) Faults() []Fault {
 func (f *Fault) normalize() error {
 	switch f.Kind {
 	case FaultError500, FaultRateLimit, FaultDelay, FaultLostResponse, FaultDropConnection, FaultStoredError500, FaultLate500,
-		FaultProcessing:
+		FaultProcessing, FaultEventsLag:
 	default:
-		return fmt.Errorf("unknown fault kind %q (want error_500, rate_limit, delay, lost_response, drop_connection, stored_error_500, late_500 or processing)", f.Kind)
+		return fmt.Errorf("unknown fault kind %q (want error_500, rate_limit, delay, lost_response, drop_connection, stored_error_500, late_500, processing or events_lag)", f.Kind)
 	}
 	if f.Count < 0 || f.DelayMS < 0 {
 		return fmt.Errorf("count and delay_ms must not be negative")

@@ -82,6 +82,7 @@ func (s *Simulator) handle(r *http.Request, c *call, op operation) (response, Fa
 		return errorResponse(c, e), Fault{}
 	}
 	fault := s.takeFault(c)
+	c.fault = fault
 	if e := fault.errorBeforeExecuting(); e != nil {
 		return errorResponse(c, e), fault
 	}

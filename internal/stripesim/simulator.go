@@ -94,6 +94,7 @@ func (s *Simulator) Handler() http.Handler {
 	mux.Handle("GET /v1/refunds", s.api(s.listRefunds))
 	mux.Handle("GET /v1/refunds/{id}", s.api(s.getRefund))
 	mux.Handle("GET /v1/disputes/{id}", s.api(s.getDispute))
+	mux.Handle("GET /v1/events", s.api(s.listEvents))
 	mux.Handle("/v1/", s.api(unrecognizedURL))
 
 	mux.Handle("GET /_sim/objects", loopbackOnly(http.HandlerFunc(s.serveObjects)))

@@ -29,6 +29,11 @@ type event struct {
 	PendingWebhooks int          `json:"pending_webhooks"`
 	Request         eventRequest `json:"request"`
 	Type            string       `json:"type"`
+
+	// made is when the simulator made the event, on its clock, to the
+	// nanosecond (Created is in seconds): GET /v1/events keeps 30 days of
+	// it and lists it events_lag after it (eventlist.go).
+	made time.Time
 }
 
 type eventData struct {
@@ -51,6 +56,7 @@ func (s *Simulator) emit(c *call, typ string, obj any) {
 		Created:    s.now().Unix(),
 		Data:       eventData{Object: snapshot(obj)},
 		Type:       typ,
+		made:       s.now(),
 	}
 	if c != nil { // nil: a change Stripe made on its own, with no request behind it
 		ev.Request = eventRequest{ID: &c.requestID, IdempotencyKey: nullable(c.idempotencyKey)}

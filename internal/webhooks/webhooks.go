@@ -126,6 +126,15 @@ func (r *Receiver) Receive(ctx context.Context, payload []byte, signature string
 		r.received.WithLabelValues("bad_signature").Inc()
 		return "", err
 	}
+	return r.Apply(ctx, payload)
+}
+
+// Apply applies one event, given as the bytes Stripe sent, once: what
+// Receive does after the signature verified. The reconciler's reading of
+// Stripe's event log (GET /v1/events) applies each event it lists through
+// it, so an event is applied once whichever way it came, webhook or log,
+// through one code path and one record of event ids (stripe_events).
+func (r *Receiver) Apply(ctx context.Context, payload []byte) (payments.EventOutcome, error) {
 	event, err := decodeEvent(payload)
 	if err != nil {
 		return r.keepAside(ctx, payload, err)

@@ -45,6 +45,7 @@ import (
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/stagedjobs"
+	"github.com/example/payments/internal/webhooks"
 )
 
 // Config configures the background work. Zero intervals take the defaults.
@@ -79,16 +80,16 @@ type Config struct {
 	CompleterGrace time.Duration
 	// ReaperInterval is how often the reaper runs. Default 1m.
 	ReaperInterval time.Duration
-	// ReconcileInterval is how often the reconciler looks for payments
-	// due a check. Default 30s.
+	// ReconcileInterval is how often the reconciler reads Stripe's event
+	// log. Default 30s.
 	ReconcileInterval time.Duration
-	// ReconcileAfter is how long a payment Stripe could still change goes
-	// (from when it was made, or got a new refund) before the reconciler asks Stripe about it
-	// (its webhook may have been lost), and the first step of the back-off
-	// after. Default 5m.
+	// ReconcileAfter is how long a payment Stripe answered "processing"
+	// waits for the event log to tell where it ended up before the
+	// reconciler retrieves its PaymentIntent, and the first step of the
+	// back-off after. Default 5m.
 	ReconcileAfter time.Duration
-	// ReconcileBackoffCap bounds the back-off between two checks of one
-	// payment. Default 6h.
+	// ReconcileBackoffCap bounds the back-off between two retrieves of
+	// one such payment. Default 6h.
 	ReconcileBackoffCap time.Duration
 	// ReconcileRate is how many Stripe calls a second the reconciler of
 	// this process makes at most. Default 20.
@@ -162,8 +163,11 @@ func Run(ctx context.Context, cfg Config) error {
 		periodic(cfg.ReaperInterval, ReaperArgs{}),
 	}
 	if cfg.Payments != nil {
+		// The events the reconciler reads from Stripe's log go through the
+		// webhook's own code and record of event ids.
+		receiver := webhooks.NewReceiver(webhooks.Config{Pool: cfg.Pool, Logger: cfg.Logger.With(slog.String("component", "reconciler"))})
 		reconciler := cfg.Payments.NewReconciler(payments.ReconcilerConfig{
-			After: cfg.ReconcileAfter, BackoffCap: cfg.ReconcileBackoffCap, Rate: cfg.ReconcileRate,
+			Apply: receiver.Apply, After: cfg.ReconcileAfter, BackoffCap: cfg.ReconcileBackoffCap, Rate: cfg.ReconcileRate,
 			Logger: cfg.Logger.With(slog.String("component", "reconciler")), Registry: cfg.Registry,
 		})
 		river.AddWorker(workers, &reconcilerWorker{reconciler: reconciler, log: cfg.Logger})
@@ -363,26 +367,30 @@ type reconcilerWorker struct {
 	log        *slog.Logger
 }
 
-// Work makes passes until one finds less than a full batch due, Stripe
-// answers 429 (the reconciler pauses), or the run's budget is spent. Each
-// pass claims its payments, so another worker's run at the same time takes
-// others.
+// Work makes passes while the log's window is more than a pass reads (a
+// first pass over 30 days of events, or one after an outage), until
+// Stripe answers 429 (the reconciler pauses), another instance holds the
+// log, or the run's budget is spent. One pass otherwise: the job runs
+// every PAYMENTS_RECONCILE_INTERVAL.
 func (w *reconcilerWorker) Work(ctx context.Context, _ *river.Job[ReconcilerArgs]) error {
 	var total payments.ReconcileRun
 	defer func() {
-		if total.Claimed > 0 {
-			w.log.InfoContext(ctx, "reconciler run", slog.Int("claimed", total.Claimed), slog.Int("checked", total.Checked),
-				slog.Int("corrected", total.Corrected), slog.Int("refused", total.Refused), slog.Bool("paused", total.Paused))
+		if total.Applied > 0 || total.Unsure > 0 {
+			w.log.InfoContext(ctx, "reconciler run", slog.Int("pages", total.Pages), slog.Int("listed", total.Listed),
+				slog.Int("applied", total.Applied), slog.Int("moved", total.Moved), slog.Int("unsure", total.Unsure),
+				slog.Int("retrieved", total.Retrieve), slog.Bool("paused", total.Paused))
 		}
 	}()
 	for stop := time.Now().Add(reconcileBudget); time.Now().Before(stop); {
 		run, err := w.reconciler.RunOnce(ctx)
-		total.Claimed += run.Claimed
-		total.Checked += run.Checked
-		total.Corrected += run.Corrected
-		total.Refused += run.Refused
+		total.Pages += run.Pages
+		total.Listed += run.Listed
+		total.Applied += run.Applied
+		total.Moved += run.Moved
+		total.Unsure += run.Unsure
+		total.Retrieve += run.Retrieve
 		total.Paused = total.Paused || run.Paused
-		if err != nil || run.Paused || run.Claimed < w.reconciler.Batch() {
+		if err != nil || run.Paused || run.Busy || !run.Partial {
 			return err
 		}
 	}

@@ -18,10 +18,10 @@ type backlog struct {
 	deliveries     int // webhook deliveries to merchants still pending
 	webhooks       int // 1 while the simulator may still have events to deliver
 	lateRequests   int // requests a late_500 answered that the simulator has not executed yet
-	// unreconciled are payments Stripe could still change that the
-	// reconciler has not read since Stripe's last later change (see
-	// reconcileBound): with webhooks lost, only its reading brings them to
-	// Stripe's state.
+	// unreconciled is 1 until the reconciler finished a reading of
+	// Stripe's event log after Stripe's last later change (see
+	// reconcileBound): with webhooks lost, only its reading brings the
+	// records to Stripe's state.
 	unreconciled int
 }
 
@@ -34,7 +34,7 @@ func (b backlog) size() int {
 
 func (b backlog) String() string {
 	return fmt.Sprintf("%d unfinished keys, %d staged jobs, %d River jobs not finalized or receipts unsent, %d refunds pending, "+
-		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, %d payments not reconciled since, "+
+		"%d payments still authorised, %d deliveries to merchants pending, webhooks drained: %v, event log not read since: %d, "+
 		"%d late 500s Stripe has still to execute",
 		b.unfinishedKeys, b.stagedJobs, b.pendingJobs, b.pendingRefunds, b.authorised, b.deliveries, b.webhooks == 0, b.unreconciled,
 		b.lateRequests)
@@ -49,19 +49,15 @@ const backlogQuery = `SELECT
 	(SELECT count(*) FROM refunds WHERE status = 'pending'),
 	(SELECT count(*) FROM payments WHERE status = 'requires_capture'),
 	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
-	(SELECT count(*) FROM payments p WHERE p.stripe_payment_intent IS NOT NULL
-		AND p.status IN ('processing', 'requires_capture', 'succeeded')
-		AND (p.status <> 'succeeded' OR p.amount_refunded < p.amount_captured
-			OR EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id AND r.status IN ('pending', 'succeeded')))
-		AND coalesce(p.next_check_at, 'epoch') < $1::timestamptz + $2::interval)`
+	(SELECT CASE WHEN coalesce(c.read_at, 'epoch') < $1::timestamptz + $2::interval THEN 1 ELSE 0 END
+		FROM stripe_event_cursor c WHERE c.name = 'events'))`
 
 // reconcileBound is how long after the clients finished the reconciler's
 // reading is sure to show Stripe's final state: Stripe's later outcomes
 // (refunds that settle or fail) come 2 s after the request, and the last
 // authorisation left to expire lapses within the simulator's lifetime,
-// which settle waits out anyway (authorised). A payment whose next check is
-// at least the cluster's PAYMENTS_RECONCILE_BACKOFF_CAP (4 s) past that was
-// claimed, and so read from Stripe, after it.
+// which settle waits out anyway (authorised). A complete reading of the
+// event log that ended this long after the clients finished listed them.
 const reconcileBound = "6 seconds"
 
 // retryReceiptsNow makes the receipts waiting for a retry (the mail server
@@ -93,7 +89,7 @@ const webhookQuiet = 15 * time.Second
 func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, simURL string, stall time.Duration,
 	logf func(string, ...any)) (time.Duration, error) {
 	start := time.Now()
-	var since time.Time // the database's clock, as next_check_at's
+	var since time.Time // the database's clock, as the event cursor's read_at
 	if err := pool.QueryRow(ctx, "SELECT now()").Scan(&since); err != nil {
 		return 0, fmt.Errorf("chaos: reading the database's clock: %w", err)
 	}
@@ -107,6 +103,14 @@ func settle(ctx context.Context, pool *pgxpool.Pool, relay *webhookRelay, simURL
 		b, err := measureBacklog(ctx, pool, relay, simURL, since)
 		if err != nil {
 			return time.Since(start), err
+		}
+		if b.lateRequests > 0 {
+			// Stripe has work of a late 500 still to do: the reading of
+			// its event log that counts is one after that work, so the
+			// clock the reading is held to moves on while it waits.
+			if err := pool.QueryRow(ctx, "SELECT now()").Scan(&since); err != nil {
+				return time.Since(start), fmt.Errorf("chaos: reading the database's clock: %w", err)
+			}
 		}
 		if b.empty() {
 			calm++

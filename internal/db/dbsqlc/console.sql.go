@@ -64,7 +64,7 @@ func (q *Queries) ConsoleGetEndpoint(ctx context.Context, db DBTX, id string) (C
 }
 
 const consoleGetPayment = `-- name: ConsoleGetPayment :one
-SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.next_check_at, p.reconcile_checks, p.dispute, p.dispute_event_at, p.duplicate_charges, u.email FROM payments p
+SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.dispute, p.dispute_event_at, p.duplicate_charges, u.email FROM payments p
 JOIN users u ON u.id = p.user_id
 WHERE p.id = $1
 `
@@ -88,8 +88,6 @@ type ConsoleGetPaymentRow struct {
 	UpdatedAt           time.Time
 	IdempotencyKeyID    *uuid.UUID
 	StripeEventAt       pgtype.Timestamptz
-	NextCheckAt         time.Time
-	ReconcileChecks     int32
 	Dispute             []byte
 	DisputeEventAt      pgtype.Timestamptz
 	DuplicateCharges    []byte
@@ -118,8 +116,6 @@ func (q *Queries) ConsoleGetPayment(ctx context.Context, db DBTX, id string) (Co
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -314,7 +310,7 @@ func (q *Queries) ConsoleListEventsOfPayment(ctx context.Context, db DBTX, arg C
 
 const consoleListPayments = `-- name: ConsoleListPayments :many
 
-SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.next_check_at, p.reconcile_checks, p.dispute, p.dispute_event_at, p.duplicate_charges, u.email FROM payments p
+SELECT p.id, p.user_id, p.amount, p.currency, p.status, p.capture, p.amount_captured, p.amount_refunded, p.payment_method, p.stripe_payment_intent, p.failure_code, p.failure_message, p.description, p.metadata, p.created_at, p.updated_at, p.idempotency_key_id, p.stripe_event_at, p.dispute, p.dispute_event_at, p.duplicate_charges, u.email FROM payments p
 JOIN users u ON u.id = p.user_id
 WHERE ($1::bigint IS NULL OR p.user_id = $1)
   AND (p.created_at, p.id) < ($2::timestamptz, $3::text)
@@ -348,8 +344,6 @@ type ConsoleListPaymentsRow struct {
 	UpdatedAt           time.Time
 	IdempotencyKeyID    *uuid.UUID
 	StripeEventAt       pgtype.Timestamptz
-	NextCheckAt         time.Time
-	ReconcileChecks     int32
 	Dispute             []byte
 	DisputeEventAt      pgtype.Timestamptz
 	DuplicateCharges    []byte
@@ -393,8 +387,6 @@ func (q *Queries) ConsoleListPayments(ctx context.Context, db DBTX, arg ConsoleL
 			&i.UpdatedAt,
 			&i.IdempotencyKeyID,
 			&i.StripeEventAt,
-			&i.NextCheckAt,
-			&i.ReconcileChecks,
 			&i.Dispute,
 			&i.DisputeEventAt,
 			&i.DuplicateCharges,

@@ -117,8 +117,6 @@ type Payment struct {
 	UpdatedAt           time.Time
 	IdempotencyKeyID    *uuid.UUID
 	StripeEventAt       pgtype.Timestamptz
-	NextCheckAt         time.Time
-	ReconcileChecks     int32
 	Dispute             []byte
 	DisputeEventAt      pgtype.Timestamptz
 	DuplicateCharges    []byte
@@ -127,6 +125,13 @@ type Payment struct {
 type PaymentIntent struct {
 	StripePaymentIntent string
 	PaymentID           string
+}
+
+type PaymentsAwaitingStripe struct {
+	PaymentID           string
+	StripePaymentIntent string
+	NextCheckAt         time.Time
+	Checks              int32
 }
 
 type Receipt struct {
@@ -174,6 +179,14 @@ type StripeEvent struct {
 	OccurredAt time.Time
 	ReceivedAt time.Time
 	Outcome    string
+}
+
+type StripeEventCursor struct {
+	Name      string
+	Created   pgtype.Timestamptz
+	EventID   pgtype.Text
+	ReadAt    pgtype.Timestamptz
+	UpdatedAt time.Time
 }
 
 type StripeEventsUnprocessable struct {

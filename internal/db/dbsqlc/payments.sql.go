@@ -13,117 +13,6 @@ import (
 	"github.com/jackc/pgx/v5/pgtype"
 )
 
-const claimPaymentsToReconcile = `-- name: ClaimPaymentsToReconcile :many
-WITH clock AS NOT MATERIALIZED (
-    SELECT coalesce($1::timestamptz, now()) AS now,
-           make_interval(secs => $2::float8) AS after,
-           make_interval(secs => $3::float8) AS watch,
-           make_interval(secs => $4::float8) AS authorisation,
-           make_interval(secs => $5::float8) AS backoff_cap
-), due AS (
-    SELECT p.id FROM clock, payments p
-    WHERE p.next_check_at <= clock.now
-      AND (p.reconcile_checks > 0 OR p.next_check_at <= clock.now - clock.after)
-      AND p.stripe_payment_intent IS NOT NULL
-      AND (p.status = 'processing'
-        OR (p.status = 'requires_capture' AND p.created_at > clock.now - clock.authorisation)
-        OR (p.status = 'succeeded' AND p.amount_refunded < p.amount_captured AND p.created_at > clock.now - clock.watch)
-        OR (p.status = 'succeeded' AND EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id
-                   AND (r.status = 'pending' OR (r.status = 'succeeded' AND r.created_at > clock.now - clock.watch)))))
-    ORDER BY p.next_check_at
-    LIMIT $6
-    FOR UPDATE OF p SKIP LOCKED
-)
-UPDATE payments
-SET next_check_at = clock.now + least(clock.after * power(2, least(payments.reconcile_checks, 30)), clock.backoff_cap),
-    reconcile_checks = payments.reconcile_checks + 1
-FROM due, clock
-WHERE payments.id = due.id
-RETURNING payments.id, payments.user_id, payments.amount, payments.currency, payments.status, payments.capture, payments.amount_captured, payments.amount_refunded, payments.payment_method, payments.stripe_payment_intent, payments.failure_code, payments.failure_message, payments.description, payments.metadata, payments.created_at, payments.updated_at, payments.idempotency_key_id, payments.stripe_event_at, payments.next_check_at, payments.reconcile_checks, payments.dispute, payments.dispute_event_at, payments.duplicate_charges
-`
-
-type ClaimPaymentsToReconcileParams struct {
-	Now                  pgtype.Timestamptz
-	AfterSeconds         float64
-	WatchSeconds         float64
-	AuthorisationSeconds float64
-	BackoffCapSeconds    float64
-	RowLimit             int32
-}
-
-// The reconciler's claim (internal/payments/reconcile.go): up to @row_limit
-// payments that Stripe could still change and that are due a check, taken
-// with SKIP LOCKED and given their next check in the same statement, so
-// that two reconcilers running at once never ask Stripe about one payment
-// twice in a round. Due: @after_seconds after next_check_at before the
-// first check (next_check_at is then when the payment was made), at
-// next_check_at after it. Stripe could still change:
-//
-//	processing with a PaymentIntent (without one it is the completer's);
-//	requires_capture until Stripe's authorisation expiry (@authorisation_seconds);
-//	succeeded with money left to refund, for @watch_seconds (a refund made
-//	  in Stripe's dashboard);
-//	any with a pending refund, or a succeeded one younger than @watch_seconds
-//	  (a refund that fails later).
-//
-// The next check is @after_seconds doubled per earlier check, at most
-// @backoff_cap_seconds.
-// The clock is NOT MATERIALIZED: used twice, PostgreSQL would otherwise
-// compute it once apart, and "next_check_at <= clock.now" would be a join
-// filter over the whole index of next_check_at, retired payments (the
-// year 9999) included, instead of the bound of its scan: 0.4 s a claim at
-// 100,000 payments (TestClaimPaymentsToReconcile_readsNoPaymentItIsDoneWith).
-func (q *Queries) ClaimPaymentsToReconcile(ctx context.Context, db DBTX, arg ClaimPaymentsToReconcileParams) ([]Payment, error) {
-	rows, err := db.Query(ctx, claimPaymentsToReconcile,
-		arg.Now,
-		arg.AfterSeconds,
-		arg.WatchSeconds,
-		arg.AuthorisationSeconds,
-		arg.BackoffCapSeconds,
-		arg.RowLimit,
-	)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
-	var items []Payment
-	for rows.Next() {
-		var i Payment
-		if err := rows.Scan(
-			&i.ID,
-			&i.UserID,
-			&i.Amount,
-			&i.Currency,
-			&i.Status,
-			&i.Capture,
-			&i.AmountCaptured,
-			&i.AmountRefunded,
-			&i.PaymentMethod,
-			&i.StripePaymentIntent,
-			&i.FailureCode,
-			&i.FailureMessage,
-			&i.Description,
-			&i.Metadata,
-			&i.CreatedAt,
-			&i.UpdatedAt,
-			&i.IdempotencyKeyID,
-			&i.StripeEventAt,
-			&i.NextCheckAt,
-			&i.ReconcileChecks,
-			&i.Dispute,
-			&i.DisputeEventAt,
-			&i.DuplicateCharges,
-		); err != nil {
-			return nil, err
-		}
-		items = append(items, i)
-	}
-	if err := rows.Err(); err != nil {
-		return nil, err
-	}
-	return items, nil
-}
-
 const countStripeDuplicates = `-- name: CountStripeDuplicates :one
 SELECT
     (SELECT count(*) FROM refunds WHERE origin = 'duplicate')::bigint AS refunds,
@@ -147,7 +36,7 @@ func (q *Queries) CountStripeDuplicates(ctx context.Context, db DBTX) (CountStri
 }
 
 const getPayment = `-- name: GetPayment :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE id = $1 AND user_id = $2
 `
 
@@ -179,8 +68,6 @@ func (q *Queries) GetPayment(ctx context.Context, db DBTX, arg GetPaymentParams)
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -189,7 +76,7 @@ func (q *Queries) GetPayment(ctx context.Context, db DBTX, arg GetPaymentParams)
 }
 
 const getPaymentByIDForUpdate = `-- name: GetPaymentByIDForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE id = $1 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments WHERE id = $1 FOR UPDATE
 `
 
 // Any user's payment, locked: for Stripe's webhooks, which name payments by
@@ -216,8 +103,6 @@ func (q *Queries) GetPaymentByIDForUpdate(ctx context.Context, db DBTX, id strin
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -226,7 +111,7 @@ func (q *Queries) GetPaymentByIDForUpdate(ctx context.Context, db DBTX, id strin
 }
 
 const getPaymentByIdempotencyKey = `-- name: GetPaymentByIdempotencyKey :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE idempotency_key_id = $1
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments WHERE idempotency_key_id = $1
 `
 
 // The payment a create request made, found again after a crash.
@@ -252,8 +137,6 @@ func (q *Queries) GetPaymentByIdempotencyKey(ctx context.Context, db DBTX, idemp
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -262,7 +145,7 @@ func (q *Queries) GetPaymentByIdempotencyKey(ctx context.Context, db DBTX, idemp
 }
 
 const getPaymentByIntent = `-- name: GetPaymentByIntent :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = $1::text)
 `
 
@@ -291,8 +174,6 @@ func (q *Queries) GetPaymentByIntent(ctx context.Context, db DBTX, stripePayment
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -301,7 +182,7 @@ func (q *Queries) GetPaymentByIntent(ctx context.Context, db DBTX, stripePayment
 }
 
 const getPaymentByIntentForUpdate = `-- name: GetPaymentByIntentForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE id = (SELECT i.payment_id FROM payment_intents i WHERE i.stripe_payment_intent = $1::text)
 FOR UPDATE
 `
@@ -328,8 +209,6 @@ func (q *Queries) GetPaymentByIntentForUpdate(ctx context.Context, db DBTX, stri
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -338,7 +217,7 @@ func (q *Queries) GetPaymentByIntentForUpdate(ctx context.Context, db DBTX, stri
 }
 
 const getPaymentForUpdate = `-- name: GetPaymentForUpdate :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE id = $1 AND user_id = $2 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments WHERE id = $1 AND user_id = $2 FOR UPDATE
 `
 
 type GetPaymentForUpdateParams struct {
@@ -369,8 +248,6 @@ func (q *Queries) GetPaymentForUpdate(ctx context.Context, db DBTX, arg GetPayme
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -418,7 +295,7 @@ func (q *Queries) InsertPayment(ctx context.Context, db DBTX, arg InsertPaymentP
 }
 
 const listPayments = `-- name: ListPayments :many
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments
 WHERE user_id = $1
   AND (created_at, id) < ($2::timestamptz, $3::text)
 ORDER BY created_at DESC, id DESC
@@ -467,8 +344,6 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 			&i.UpdatedAt,
 			&i.IdempotencyKeyID,
 			&i.StripeEventAt,
-			&i.NextCheckAt,
-			&i.ReconcileChecks,
 			&i.Dispute,
 			&i.DisputeEventAt,
 			&i.DuplicateCharges,
@@ -484,7 +359,7 @@ func (q *Queries) ListPayments(ctx context.Context, db DBTX, arg ListPaymentsPar
 }
 
 const lockPaymentByIdempotencyKey = `-- name: LockPaymentByIdempotencyKey :one
-SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, next_check_at, reconcile_checks, dispute, dispute_event_at, duplicate_charges FROM payments WHERE idempotency_key_id = $1 FOR UPDATE
+SELECT id, user_id, amount, currency, status, capture, amount_captured, amount_refunded, payment_method, stripe_payment_intent, failure_code, failure_message, description, metadata, created_at, updated_at, idempotency_key_id, stripe_event_at, dispute, dispute_event_at, duplicate_charges FROM payments WHERE idempotency_key_id = $1 FOR UPDATE
 `
 
 // The same, under a row lock, for the transaction that records Stripe's answer.
@@ -510,8 +385,6 @@ func (q *Queries) LockPaymentByIdempotencyKey(ctx context.Context, db DBTX, idem
 		&i.UpdatedAt,
 		&i.IdempotencyKeyID,
 		&i.StripeEventAt,
-		&i.NextCheckAt,
-		&i.ReconcileChecks,
 		&i.Dispute,
 		&i.DisputeEventAt,
 		&i.DuplicateCharges,
@@ -533,92 +406,6 @@ type NoteStripeEventParams struct {
 func (q *Queries) NoteStripeEvent(ctx context.Context, db DBTX, arg NoteStripeEventParams) error {
 	_, err := db.Exec(ctx, noteStripeEvent, arg.OccurredAt, arg.ID)
 	return err
-}
-
-const reconcileSoon = `-- name: ReconcileSoon :exec
-UPDATE payments SET next_check_at = coalesce($1::timestamptz, now()), reconcile_checks = greatest(reconcile_checks, 1)
-WHERE id = $2
-`
-
-type ReconcileSoonParams struct {
-	Now pgtype.Timestamptz
-	ID  string
-}
-
-// Stripe said something about the payment that names nothing of ours to
-// change (charge.refunded: the charge does not list its refunds): the
-// reconciler asks Stripe at its next pass.
-func (q *Queries) ReconcileSoon(ctx context.Context, db DBTX, arg ReconcileSoonParams) error {
-	_, err := db.Exec(ctx, reconcileSoon, arg.Now, arg.ID)
-	return err
-}
-
-const releaseReconcileClaim = `-- name: ReleaseReconcileClaim :exec
-UPDATE payments SET reconcile_checks = greatest(reconcile_checks - 1, 0), next_check_at = $1
-WHERE id = $2
-`
-
-type ReleaseReconcileClaimParams struct {
-	NextCheckAt time.Time
-	ID          string
-}
-
-// A claimed payment the reconciler did not get to ask about (Stripe
-// answered 429, say): due again at @next_check_at, its back-off as it was.
-func (q *Queries) ReleaseReconcileClaim(ctx context.Context, db DBTX, arg ReleaseReconcileClaimParams) error {
-	_, err := db.Exec(ctx, releaseReconcileClaim, arg.NextCheckAt, arg.ID)
-	return err
-}
-
-const retireUnwatchedPayments = `-- name: RetireUnwatchedPayments :execrows
-WITH clock AS (
-    SELECT coalesce($1::timestamptz, now()) AS now,
-           make_interval(secs => $2::float8) AS watch,
-           make_interval(secs => $3::float8) AS authorisation
-), unwatched AS (
-    SELECT p.id FROM clock, payments p
-    WHERE p.next_check_at <= clock.now
-      AND NOT (p.status = 'processing' -- with no PaymentIntent yet: the completer may still give it one
-        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'requires_capture' AND p.created_at > clock.now - clock.authorisation)
-        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'succeeded' AND p.amount_refunded < p.amount_captured
-            AND p.created_at > clock.now - clock.watch)
-        OR (p.stripe_payment_intent IS NOT NULL AND p.status = 'succeeded' AND EXISTS (SELECT 1 FROM refunds r WHERE r.payment_id = p.id
-                   AND (r.status = 'pending' OR (r.status = 'succeeded' AND r.created_at > clock.now - clock.watch)))))
-    ORDER BY p.next_check_at
-    LIMIT $4
-    FOR UPDATE OF p SKIP LOCKED
-)
-UPDATE payments SET next_check_at = '9999-12-31 00:00:00+00'
-FROM unwatched
-WHERE payments.id = unwatched.id
-`
-
-type RetireUnwatchedPaymentsParams struct {
-	Now                  pgtype.Timestamptz
-	WatchSeconds         float64
-	AuthorisationSeconds float64
-	RowLimit             int32
-}
-
-// Payments due a check that Stripe can no longer change (failed, canceled,
-// an authorisation past its expiry, a payment fully refunded or past the
-// watch with no refund that may still move: the negation of
-// ClaimPaymentsToReconcile's watch) are put out of the reconciler's reach
-// for good, next_check_at in the year 9999, where the index range of its
-// claims never reaches, so that they do not pile up in front of every
-// claim. A new refund (InsertRefund) or a charge.refunded webhook
-// (ReconcileSoon) brings one back.
-func (q *Queries) RetireUnwatchedPayments(ctx context.Context, db DBTX, arg RetireUnwatchedPaymentsParams) (int64, error) {
-	result, err := db.Exec(ctx, retireUnwatchedPayments,
-		arg.Now,
-		arg.WatchSeconds,
-		arg.AuthorisationSeconds,
-		arg.RowLimit,
-	)
-	if err != nil {
-		return 0, err
-	}
-	return result.RowsAffected(), nil
 }
 
 const setDuplicateCharges = `-- name: SetDuplicateCharges :exec

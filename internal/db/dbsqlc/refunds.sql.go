@@ -119,10 +119,6 @@ func (q *Queries) GetRefundByStripeRefund(ctx context.Context, db DBTX, stripeRe
 }
 
 const insertRefund = `-- name: InsertRefund :one
-WITH watch AS (
-    UPDATE payments SET next_check_at = now(), reconcile_checks = 0
-    WHERE payments.id = $3 AND next_check_at >= '9999-01-01 00:00:00+00'
-)
 INSERT INTO refunds (id, user_id, payment_id, amount, status, reason, idempotency_key_id)
 VALUES ($1, $2, $3, $4, 'pending', $5, $6)
 RETURNING id, user_id, payment_id, amount, status, stripe_refund, reason, failure_reason, idempotency_key_id, created_at, updated_at, origin
@@ -138,9 +134,8 @@ type InsertRefundParams struct {
 }
 
 // A new refund, pending until Stripe answers. Its amount is reserved from
-// now on (see ReservedRefundAmount). Its payment, which the caller holds
-// locked, is due a check by the reconciler again if it had left its queue
-// (RetireUnwatchedPayments): the new refund may still move at Stripe.
+// now on (see ReservedRefundAmount). Where it ends up at Stripe comes in
+// Stripe's events, by webhook or from the event log the reconciler reads.
 func (q *Queries) InsertRefund(ctx context.Context, db DBTX, arg InsertRefundParams) (Refund, error) {
 	row := db.QueryRow(ctx, insertRefund,
 		arg.ID,

@@ -15,7 +15,7 @@ import (
 const insertStripeEvent = `-- name: InsertStripeEvent :execrows
 INSERT INTO stripe_events (id, type, occurred_at, outcome)
 VALUES ($1, $2, $3, 'received')
-ON CONFLICT (id) DO NOTHING
+ON CONFLICT (id) DO UPDATE SET outcome = 'received' WHERE stripe_events.outcome = 'deferred'
 `
 
 type InsertStripeEventParams struct {
@@ -24,7 +24,9 @@ type InsertStripeEventParams struct {
 	OccurredAt time.Time
 }
 
-// Records an event in the inbox; 0 rows means it was seen before.
+// Records an event in the inbox; 0 rows means it was seen before. An event
+// seen before whose outcome was deferred (a refund of a payment that did
+// not show its capture yet) is taken again, to be applied now.
 func (q *Queries) InsertStripeEvent(ctx context.Context, db DBTX, arg InsertStripeEventParams) (int64, error) {
 	result, err := db.Exec(ctx, insertStripeEvent, arg.ID, arg.Type, arg.OccurredAt)
 	if err != nil {

@@ -1,12 +1,7 @@
 -- name: InsertRefund :one
 -- A new refund, pending until Stripe answers. Its amount is reserved from
--- now on (see ReservedRefundAmount). Its payment, which the caller holds
--- locked, is due a check by the reconciler again if it had left its queue
--- (RetireUnwatchedPayments): the new refund may still move at Stripe.
-WITH watch AS (
-    UPDATE payments SET next_check_at = now(), reconcile_checks = 0
-    WHERE payments.id = @payment_id AND next_check_at >= '9999-01-01 00:00:00+00'
-)
+-- now on (see ReservedRefundAmount). Where it ends up at Stripe comes in
+-- Stripe's events, by webhook or from the event log the reconciler reads.
 INSERT INTO refunds (id, user_id, payment_id, amount, status, reason, idempotency_key_id)
 VALUES (@id, @user_id, @payment_id, @amount, 'pending', @reason, @idempotency_key_id)
 RETURNING *;

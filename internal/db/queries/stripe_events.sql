@@ -1,8 +1,10 @@
 -- name: InsertStripeEvent :execrows
--- Records an event in the inbox; 0 rows means it was seen before.
+-- Records an event in the inbox; 0 rows means it was seen before. An event
+-- seen before whose outcome was deferred (a refund of a payment that did
+-- not show its capture yet) is taken again, to be applied now.
 INSERT INTO stripe_events (id, type, occurred_at, outcome)
 VALUES (@id, @type, @occurred_at, 'received')
-ON CONFLICT (id) DO NOTHING;
+ON CONFLICT (id) DO UPDATE SET outcome = 'received' WHERE stripe_events.outcome = 'deferred';
 
 -- name: SetStripeEventOutcome :exec
 UPDATE stripe_events SET outcome = @outcome WHERE id = @id;

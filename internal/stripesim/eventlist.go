@@ -1,0 +1,162 @@
+package stripesim
+
+import (
+	"net/http"
+	"path"
+	"slices"
+	"strings"
+	"time"
+)
+
+// eventRetention is how far back GET /v1/events reaches: Stripe's List
+// Events goes "back up to 30 days" (docs.stripe.com/api/events/list), and
+// it is where Stripe sends an integration whose webhooks were not
+// delivered (docs.stripe.com/webhooks/process-undelivered-events: "Stripe
+// only returns events created in the last 30 days").
+const eventRetention = 30 * 24 * time.Hour
+
+// listEvents is GET /v1/events: Stripe's event log. Every event the
+// simulator made in the last 30 days of its clock, whether its webhook was
+// delivered, dropped by a webhook fault, or never sent (no webhook URL),
+// newest first, filtered by created (created=T, or created[gt], [gte],
+// [lt], [lte]), type (an event type, or a group with * as a wildcard:
+// "charge.dispute.*") and types[] (any of several exact types; not with
+// type), and paged by limit (default 10, at most 100) and one cursor,
+// starting_after (older than an event) or ending_before (newer), as
+// Stripe's list endpoints are. Under an events_lag fault an event is
+// listed only delay_ms after it was made, as Stripe's list may trail the
+// webhooks it sends.
+func (s *Simulator) listEvents(c *call) outcome {
+	if e := c.allowOnly("created", "type", "types", "limit", "starting_after", "ending_before", "delivery_success", "expand"); e != nil {
+		return rejected(e)
+	}
+	limit, _, e := c.searchPage()
+	if e != nil {
+		return rejected(e)
+	}
+	created, e := c.createdRange()
+	if e != nil {
+		return rejected(e)
+	}
+	after, before := c.str("starting_after"), c.str("ending_before")
+	if after != "" && before != "" {
+		return rejected(invalidRequest(http.StatusBadRequest, "", "ending_before",
+			"You may only specify one of these parameters: ending_before, starting_after."))
+	}
+	if c.str("delivery_success") != "" {
+		// Stripe filters on whether the webhook reached every endpoint;
+		// the simulator does not track delivery per event, so it says so
+		// rather than answer a list that is not filtered.
+		return rejected(invalidParameter("delivery_success", "The simulator does not filter events by delivery_success."))
+	}
+	typ, types := c.str("type"), c.list("types")
+	if typ != "" && len(types) > 0 {
+		return rejected(invalidRequest(http.StatusBadRequest, "", "types",
+			"You may only specify one of these parameters: type, types."))
+	}
+	now := s.now()
+	oldest := now.Add(-eventRetention)
+	var lag time.Duration
+	if c.fault.Kind == FaultEventsLag {
+		lag = time.Duration(c.fault.DelayMS) * time.Millisecond
+	}
+	matches := func(ev *event) bool {
+		if ev.made.Before(oldest) || now.Sub(ev.made) < lag || !created.contains(ev.Created) {
+			return false
+		}
+		switch {
+		case typ != "":
+			ok, _ := path.Match(typ, ev.Type) // a bad pattern matches nothing
+			return ok
+		case len(types) > 0:
+			return slices.Contains(types, ev.Type)
+		}
+		return true
+	}
+
+	all := s.state.events.order // oldest first
+	var older, newer []*event   // what lies each side of the cursor
+	switch cursor := after + before; cursor {
+	case "":
+		older = all
+	default:
+		ev, ok := s.state.events.get(cursor)
+		if !ok || ev.made.Before(oldest) {
+			param := "starting_after"
+			if before != "" {
+				param = "ending_before"
+			}
+			return rejected(noSuchObject(http.StatusBadRequest, "event", param, cursor))
+		}
+		// Events are appended as they are made: the table's order is
+		// their order, and a binary search on made finds the cursor's
+		// neighbourhood without walking 30 days of events.
+		i := indexOfEvent(all, ev)
+		older, newer = all[:i], all[i+1:]
+	}
+
+	var page []*event
+	hasMore := false
+	if before == "" { // from the newest (or the cursor) towards the oldest
+		for i := len(older) - 1; i >= 0 && !hasMore; i-- {
+			if older[i].made.Before(oldest) {
+				break
+			}
+			if matches(older[i]) {
+				hasMore = len(page) == limit
+				page = append(page, older[i])
+			}
+		}
+	} else { // the page just newer than the cursor, still newest first
+		for i := 0; i < len(newer) && !hasMore; i++ {
+			if matches(newer[i]) {
+				hasMore = len(page) == limit
+				page = append(page, newer[i])
+			}
+		}
+	}
+	if hasMore {
+		page = page[:limit]
+	}
+	if before != "" {
+		slices.Reverse(page)
+	}
+	return succeeded(struct {
+		Object  string   `json:"object"`
+		Data    []*event `json:"data"`
+		HasMore bool     `json:"has_more"`
+		URL     string   `json:"url"`
+	}{"list", append([]*event{}, page...), hasMore, c.path})
+}
+
+// indexOfEvent is ev's place in all. Events are appended as they are made,
+// so the table is in order of made and a binary search finds ev's
+// neighbourhood without walking 30 days of events; a scan is the fallback
+// should a clock have stepped back.
+func indexOfEvent(all []*event, ev *event) int {
+	i, _ := slices.BinarySearchFunc(all, ev.made, func(e *event, t time.Time) int { return e.made.Compare(t) })
+	for ; i < len(all) && !all[i].made.After(ev.made); i++ {
+		if all[i] == ev {
+			return i
+		}
+	}
+	return slices.Index(all, ev)
+}
+
+// list returns an array parameter's values: name[]=a&name[]=b, or
+// name[0]=a&name[1]=b as stripe-go sends it (order does not matter to
+// its one user, types[]).
+func (c *call) list(name string) []string {
+	var keys []string
+	for param := range c.form {
+		if param == name+"[]" || (strings.HasPrefix(param, name+"[") && strings.HasSuffix(param, "]")) {
+			keys = append(keys, param)
+		}
+	}
+	slices.Sort(keys)
+	var out []string
+	for _, k := range keys {
+		out = append(out, c.form[k]...)
+	}
+	return out
+}

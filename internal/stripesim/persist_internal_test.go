@@ -41,7 +41,7 @@ func TestStateFile_coversEveryFieldOfState(t *testing.T) {
 // a codec keeps it, as chargesCodec keeps charge.released.
 func TestStateFile_keepsEveryFieldOfTheObjects(t *testing.T) {
 	t.Parallel()
-	keptByCodec := map[string]bool{"charge.released": true}
+	keptByCodec := map[string]bool{"charge.released": true, "event.made": true}
 	st := newState()
 	for _, f := range stateFields(st, nil) {
 		for _, p := range f.covers {

@@ -162,4 +162,13 @@ func TestOpen_keepsDisputesAndOpensThoseStillToCome(t *testing.T) {
 		pis = append(pis, d["payment_intent"].(string))
 	}
 	require.ElementsMatch(t, []string{early.ID, late.ID}, pis)
+
+	// Stripe's event log lists the earlier run's events too.
+	it := second.stripe.Events.List(&stripe.EventListParams{Type: stripe.String("charge.dispute.created")})
+	n := 0
+	for it.Next() {
+		n++
+	}
+	require.NoError(t, it.Err())
+	require.Equal(t, 2, n, "each dispute's charge.dispute.created, the one made before the restart included")
 }

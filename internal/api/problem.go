@@ -129,6 +129,13 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, merchanthooks.ErrInvalid), errors.Is(err, safehttp.ErrInvalidURL), errors.Is(err, currency.ErrUnsupported),
 		errors.Is(err, currency.ErrAmountTooSmall), errors.Is(err, currency.ErrAmountTooLarge):
 		return validationFailed("%s.", err)
+	case db.ConnectionLost(err):
+		// A broken connection nothing above classified: Stripe's are
+		// transient by now, so this is the database's, from a statement
+		// run outside a transaction (a read) whose driver did not wrap it.
+		// Never a 500 (docs/API.md section 11).
+		return problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
+			"The database cannot commit right now (it may be failing over). Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(serviceUnavailableRetryAfter)
 	default:
 		return problem.New(http.StatusInternalServerError, problem.Internal, "Something went wrong on our side; it has been logged.")
 	}

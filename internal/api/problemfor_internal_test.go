@@ -161,6 +161,9 @@ func TestProblemFor_connectionClassFailuresAreServiceUnavailable(t *testing.T) {
 		&pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"},
 		&pgconn.PgError{Severity: "ERROR", Code: "25006", Message: "cannot execute UPDATE in a read-only transaction"},
 		recovery.Transient(fmt.Errorf("%w: commit: %w", db.ErrUnavailable, io.ErrUnexpectedEOF)),
+		// A read on the pool whose connection broke, as pgx reports it
+		// bare (make chaos-ha answered 500 to it).
+		fmt.Errorf("failed to deallocate cached statement(s): %w", io.ErrUnexpectedEOF),
 	} {
 		p := problemFor(err)
 		require.Equal(t, http.StatusServiceUnavailable, p.Status, "%v", err)

@@ -44,7 +44,12 @@ func translate(err error) error {
 	if err == nil || errors.Is(err, ErrSerialization) || errors.Is(err, ErrUnavailable) {
 		return err
 	}
-	if unavailable(err) {
+	if unavailable(err) || connectionLost(err) {
+		// translate sees only what a transaction's statements returned:
+		// a broken connection here is the database's, whether or not the
+		// driver wrapped it (pgx also returns a bare unexpected EOF, as in
+		// "failed to deallocate cached statement(s): unexpected EOF",
+		// which answered 500 in make chaos-ha's runs).
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
 	}
 	var pgErr *pgconn.PgError
@@ -115,7 +120,18 @@ func unavailable(err error) bool {
 	// to retry. Other network errors that reach the same callers (a Stripe
 	// call's *url.Error, a mail server's) are not the database's.
 	var driverErr interface{ SafeToRetry() bool }
-	if !errors.As(err, &driverErr) {
+	return errors.As(err, &driverErr) && connectionLost(err)
+}
+
+// connectionLost tells whether err is a connection that broke or could not
+// be made, whoever reports it: unexpected EOF, connection reset or refused,
+// broken pipe, any net.Error, a connection pgx closed. From a database's
+// statement that is the database gone; from anything else (a Stripe call,
+// a mail server) it is that remote's, so only the callers that know the
+// error came from the database ask it alone (translate, and the API's last
+// resort before a 500: ConnectionLost).
+func connectionLost(err error) bool {
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
 		return false
 	}
 	var netErr net.Error
@@ -124,6 +140,12 @@ func unavailable(err error) bool {
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
 		errors.Is(err, pgconn.ErrConnClosed)
 }
+
+// ConnectionLost is connectionLost for a caller that has ruled out every
+// other remote: the API's answer to an error nothing else classified (a
+// Stripe call's failure is transient by then, and answered as such), which
+// would otherwise be a 500, never the answer to a connection that broke.
+func ConnectionLost(err error) bool { return err != nil && connectionLost(err) }
 
 // isSerializationFailure tells whether err means "run the transaction again".
 func isSerializationFailure(err error) bool {

@@ -61,6 +61,26 @@ func (e driverErr) Error() string     { return "failed to receive message: " + e
 func (e driverErr) Unwrap() error     { return e.err }
 func (e driverErr) SafeToRetry() bool { return false }
 
+// What a transaction's statements return is the database's: a broken
+// connection is ErrUnavailable however pgx reports it, a bare unexpected
+// EOF included ("failed to deallocate cached statement(s): unexpected
+// EOF", which make chaos-ha's runs answered 500 while IsUnavailable asked
+// for the driver's own wrapping).
+func TestWithTx_aBareBrokenConnectionIsUnavailable(t *testing.T) {
+	t.Parallel()
+	pool := dbtest.NewPool(t)
+	for _, broken := range []error{
+		fmt.Errorf("failed to deallocate cached statement(s): %w", io.ErrUnexpectedEOF),
+		&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET},
+	} {
+		err := db.WithTx(context.Background(), pool, db.TxOptions{}, func(context.Context, *db.Tx) error { return broken })
+		require.ErrorIs(t, err, db.ErrUnavailable, "%v", broken)
+	}
+	require.True(t, db.ConnectionLost(fmt.Errorf("x: %w", io.ErrUnexpectedEOF)))
+	require.False(t, db.ConnectionLost(context.Canceled))
+	require.False(t, db.ConnectionLost(errors.New("something else")))
+}
+
 // A server that stopped listening (its machine died, a failover moved the
 // primary away): the transaction fails at once as ErrUnavailable.
 func TestWithTx_aServerThatDoesNotListenIsUnavailable(t *testing.T) {

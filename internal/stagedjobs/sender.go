@@ -16,6 +16,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/example/payments/internal/claimloop"
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/telemetry"
 )
@@ -181,7 +182,7 @@ func (s *ReceiptSender) Run(ctx context.Context) error {
 	recorded := make(chan struct{})
 	go func() {
 		defer close(recorded)
-		s.record()
+		s.record(ctx)
 	}()
 	claimloop.Run(ctx, s.loop, s.free, s.claim, func(ctx context.Context, c dbsqlc.ClaimDueReceiptsRow) {
 		defer s.release()
@@ -264,10 +265,32 @@ func receiptArgsOf(c dbsqlc.ClaimDueReceiptsRow) ReceiptArgs {
 }
 
 // record writes the outcomes as they come, as many at once as have
-// gathered, until the channel is closed and drained.
-func (s *ReceiptSender) record() {
+// gathered, until the channel is closed and drained. A write the database
+// cannot take now (its primary died, a failover is under way) is tried
+// again, 100 ms doubling to 1 s apart, while Run's ctx lives and until the
+// batch's first lease lapses (after that the record is refused anyway, and
+// the receipt is due again): a receipt the mail server accepted during an
+// outage is recorded once the database is back, not sent again some six
+// minutes later, and the chaos suite's failovers found 40 receipts held
+// that long.
+func (s *ReceiptSender) record(ctx context.Context) {
 	claimloop.Batches(s.outcomes, maxReceiptRecordBatch, func(batch []receiptOutcome) {
-		if err := s.write(batch); err != nil {
+		err := s.write(batch)
+		leaseEnd := batch[0].fence
+		for _, o := range batch {
+			if o.fence.Before(leaseEnd) {
+				leaseEnd = o.fence
+			}
+		}
+		for wait := 100 * time.Millisecond; err != nil && (db.IsUnavailable(err) || db.ConnectionLost(err)) &&
+			ctx.Err() == nil && time.Now().Add(wait).Before(leaseEnd); wait = min(2*wait, time.Second) {
+			select {
+			case <-ctx.Done():
+			case <-time.After(wait):
+			}
+			err = s.write(batch)
+		}
+		if err != nil {
 			// The sends happened but are not recorded: their leases lapse
 			// and they are sent again, under the same Message-ID.
 			for _, o := range batch {

@@ -9,8 +9,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
 	"github.com/example/payments/internal/dbtest"
 	"github.com/example/payments/internal/smtptest"
@@ -342,4 +345,51 @@ func TestReceiptSender_withoutAMailerLogsTheReceipt(t *testing.T) {
 	require.NoError(t, stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river}).DrainAll(context.Background()))
 	runSender(t, stagedjobs.NewReceiptSender(stagedjobs.SenderConfig{Pool: b.pool}))
 	require.Eventually(t, func() bool { return b.receiptSent(t, "pay_logged") }, 10*time.Second, 20*time.Millisecond)
+}
+
+// gatedMailer accepts each message once its gate is opened.
+type gatedMailer struct {
+	recordingMailer
+	entered chan struct{}
+	gate    chan struct{}
+}
+
+func (m *gatedMailer) Send(ctx context.Context, msg stagedjobs.Message) error {
+	m.entered <- struct{}{}
+	<-m.gate
+	return m.recordingMailer.Send(ctx, msg)
+}
+
+// A receipt the mail server accepted while the database could not take
+// writes (a failover: here, a primary that turned read-only, 25006) is
+// recorded once the database takes them again, within its lease, not left
+// leased and then sent a second time when the lease lapses.
+func TestReceiptSender_recordsAnAcceptedReceiptOnceTheDatabaseIsBack(t *testing.T) {
+	t.Parallel()
+	cluster := dbtest.NewCluster(t)
+	pool, err := db.Open(context.Background(), cluster.URL(), db.PoolConfig{MaxConns: 4})
+	require.NoError(t, err)
+	t.Cleanup(pool.Close)
+	client, err := river.NewClient(riverpgxv5.New(pool), &river.Config{})
+	require.NoError(t, err)
+	b := &testBundle{pool: pool, river: client}
+	b.stageReceipts(t, "pay_outage")
+	require.NoError(t, stagedjobs.NewEnqueuer(stagedjobs.EnqueuerConfig{Pool: b.pool, River: b.river}).DrainAll(context.Background()))
+
+	mailer := &gatedMailer{entered: make(chan struct{}, 1), gate: make(chan struct{})}
+	runSender(t, stagedjobs.NewReceiptSender(stagedjobs.SenderConfig{Pool: b.pool, Mailer: mailer, PollInterval: 50 * time.Millisecond}))
+	<-mailer.entered // claimed and sending
+	cluster.Exec("ALTER SYSTEM SET default_transaction_read_only = on")
+	cluster.Exec("SELECT pg_reload_conf()")
+	close(mailer.gate) // the mail server accepts it; its record fails
+	time.Sleep(500 * time.Millisecond)
+	require.False(t, b.receiptSent(t, "pay_outage"), "recorded while the database was read-only")
+
+	cluster.Exec("ALTER SYSTEM RESET default_transaction_read_only")
+	cluster.Exec("SELECT pg_reload_conf()")
+	back := time.Now()
+	require.Eventually(t, func() bool { return b.receiptSent(t, "pay_outage") }, 10*time.Second, 20*time.Millisecond)
+	t.Logf("recorded %v after the database took writes again", time.Since(back).Round(time.Millisecond))
+	require.Less(t, time.Since(back), 5*time.Second, "recorded within the retries' second, not at the lease's end")
+	require.Equal(t, 1, mailer.count(), "sent once")
 }

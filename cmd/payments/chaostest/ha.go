@@ -121,14 +121,15 @@ type readySample struct {
 }
 
 type lockID struct {
-	id    int64
+	id    string // the key's row (a UUID)
 	token int64
 }
 
-// lockPoll is one successful read of the live locks.
+// lockPoll is one successful read of the live locks, with when each was
+// taken (locked_at).
 type lockPoll struct {
 	at   time.Time
-	live map[lockID]bool
+	live map[lockID]time.Time
 }
 
 // FaultResult is what one fault did.
@@ -158,7 +159,7 @@ type FaultResult struct {
 	// Answers during the fault, from the fault to 5 s after ServiceBack.
 	Unavailable503, Other503, Status500, ConnErrors, InUse409 int
 	// Ready is, by instance, how long after OutageStart its /readyz first
-	// answered other than 200 (-1: never) and how long after ProbeBack it
+	// answered 503 (-1: never) and how long after ProbeBack it
 	// answered 200 again (-1: not seen).
 	ReadyDown, ReadyUp map[string]time.Duration
 	// LockedKeys is how many keys held a live lock when the database was
@@ -320,15 +321,14 @@ func (h *HA) inject(ctx context.Context, fault string, cluster *Cluster) FaultRe
 		r.Err = "no commit through haproxy within 90 s of the fault"
 		return r
 	}
-	if _, p, err := h.healthy(ctx, time.Second); err == nil {
-		r.NewPrimary = h.mustFormation().Nodes[p].Name
-	}
-	// The keys that held a lock when the database was last read before the
-	// outage, and still did at the first read after it.
+	r.NewPrimary = primaryNow(ctx, h.mustFormation())
+	// The keys in flight at the outage: those whose lock, live at the first
+	// read after it, was taken before it began, or was seen at the last
+	// read before it.
 	before, after := h.lockPollsAround(ctx, r.ProbeBack)
 	var held []lockID
-	for id := range before.live {
-		if after.live[id] {
+	for id, lockedAt := range after.live {
+		if _, seen := before.live[id]; seen || lockedAt.Before(r.OutageStart) {
 			held = append(held, id)
 		}
 	}
@@ -339,7 +339,7 @@ func (h *HA) inject(ctx context.Context, fault string, cluster *Cluster) FaultRe
 		last := h.lockAt[len(h.lockAt)-1]
 		h.mu.Unlock()
 		held = slices.DeleteFunc(held, func(id lockID) bool {
-			if last.live[id] {
+			if _, ok := last.live[id]; ok {
 				return false
 			}
 			r.LongestLocked = max(r.LongestLocked, last.at.Sub(r.ProbeBack))
@@ -413,7 +413,7 @@ func (h *HA) measure(r *FaultResult) {
 			if s.at.Before(r.At) {
 				continue
 			}
-			if s.status != http.StatusOK && r.ReadyDown[name] < 0 {
+			if s.status == http.StatusServiceUnavailable && r.ReadyDown[name] < 0 {
 				r.ReadyDown[name] = max(0, s.at.Sub(r.OutageStart))
 			}
 			if s.status == http.StatusOK && !s.at.Before(r.ProbeBack) && r.ReadyUp[name] < 0 {
@@ -427,7 +427,8 @@ func (h *HA) measure(r *FaultResult) {
 // last successful one before the fault's first failed read, or simply
 // before t) and the first one at or after t.
 func (h *HA) lockPollsAround(ctx context.Context, t time.Time) (before, after lockPoll) {
-	for ctx.Err() == nil {
+	deadline := time.Now().Add(30 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
 		h.mu.Lock()
 		i := slices.IndexFunc(h.lockAt, func(p lockPoll) bool { return !p.at.Before(t) })
 		if i > 0 {
@@ -611,6 +612,26 @@ func childrenOf(pid int) []int {
 	return out
 }
 
+// primaryNow is the node whose Patroni answers 200 to /primary (haproxy's
+// check), or "none".
+func primaryNow(ctx context.Context, f Formation) string {
+	for _, n := range f.Nodes {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodOptions, n.PatroniREST+"/primary", nil)
+		if err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					cancel()
+					return n.Name
+				}
+			}
+		}
+		cancel()
+	}
+	return "none"
+}
+
 func (h *HA) mustFormation() Formation {
 	f, _ := ReadFormation(h.FormationPath)
 	return f
@@ -678,7 +699,7 @@ func (h *HA) watchLocks(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		live, err := func() (map[lockID]bool, error) {
+		live, err := func() (map[lockID]time.Time, error) {
 			c, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			if conn == nil || conn.IsClosed() {
@@ -688,17 +709,18 @@ func (h *HA) watchLocks(ctx context.Context) {
 					return nil, err
 				}
 			}
-			rows, err := conn.Query(c, "SELECT id, lock_token FROM idempotency_keys WHERE lock_expires_at > now()")
+			rows, err := conn.Query(c, "SELECT id::text, lock_token, locked_at FROM idempotency_keys WHERE lock_expires_at > now()")
 			if err != nil {
 				return nil, err
 			}
-			live := map[lockID]bool{}
+			live := map[lockID]time.Time{}
 			for rows.Next() {
 				var id lockID
-				if err := rows.Scan(&id.id, &id.token); err != nil {
+				var at time.Time
+				if err := rows.Scan(&id.id, &id.token, &at); err != nil {
 					return nil, err
 				}
-				live[id] = true
+				live[id] = at
 			}
 			return live, rows.Err()
 		}()

@@ -46,7 +46,7 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 		return nil, err
 	}
 	a, err := app.New(ctx, app.Config{
-		DatabaseURL: cfg.DatabaseURL, Pool: db.PoolConfig{MaxConns: int32(cfg.DBMaxConns)},
+		DatabaseURL: cfg.DatabaseURL, Pool: db.PoolConfig{MaxConns: int32(cfg.DBMaxConns), TxTimeout: cfg.DBTxTimeout},
 		KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, StripeSpentKeyGrace: cfg.StripeSpentKeyGrace, Failpoints: failpoints,
 		KeyFilter: keyfilter.Config{
 			ExpectedKeysPerSlice: uint(cfg.KeyFilterExpectedKeys), FalsePositiveRate: cfg.KeyFilterFPRate, Disabled: !cfg.KeyFilter,
@@ -207,11 +207,15 @@ func webhookURLCheck(cfg config, log *slog.Logger) func(context.Context, string)
 	}
 }
 
-// serveMetrics serves /metrics and /healthz on ln, for a process without the API.
+// serveMetrics serves /metrics, /healthz (liveness) and /readyz (a commit
+// is possible: api.Ready) on ln, for a process without the API.
 func (p *process) serveMetrics(ctx context.Context, ln net.Listener) error {
 	mux := http.NewServeMux()
 	mux.Handle("GET /metrics", promhttp.HandlerFor(p.Registry, promhttp.HandlerOpts{}))
 	mux.HandleFunc("GET /healthz", func(w http.ResponseWriter, _ *http.Request) { _, _ = w.Write([]byte("{\"status\":\"ok\"}\n")) })
+	// Readiness as serve's: a worker that cannot commit does no work (its
+	// jobs, completer and enqueuer all commit), so an orchestrator can see it.
+	mux.Handle("GET /readyz", api.Ready(p.Pool, p.Log))
 	p.Log.Info("metrics listening", slog.String("addr", ln.Addr().String()))
 	return p.serveHTTP(ctx, ln, mux, "metrics")
 }

@@ -28,6 +28,7 @@ type config struct {
 	DataDir         string
 	DatabaseURL     string
 	DBMaxConns      int
+	DBTxTimeout     time.Duration
 	LogLevel        slog.Level
 	ShutdownTimeout time.Duration
 
@@ -176,6 +177,8 @@ func (c *config) commonFlags(f *flags) {
 	f.stringVar(&c.Addr, "addr", "PAYMENTS_ADDR", "127.0.0.1:8080", "address the API listens on")
 	f.stringVar(&c.DatabaseURL, "database-url", "DATABASE_URL", "", "PostgreSQL connection URL")
 	f.intVar(&c.DBMaxConns, "db-max-conns", "PAYMENTS_DB_MAX_CONNS", 0, "database pool size (0: four per core)")
+	f.durationVar(&c.DBTxTimeout, "db-tx-timeout", "PAYMENTS_DB_TX_TIMEOUT", db.DefaultTxTimeout,
+		"the deadline of every database transaction, its COMMIT included (one waiting on a lost synchronous standby ends there, and its request answers 503 service_unavailable)")
 	f.levelVar(&c.LogLevel, "log-level", "PAYMENTS_LOG_LEVEL", slog.LevelInfo, "debug, info, warn or error")
 	f.durationVar(&c.ShutdownTimeout, "shutdown-timeout", "PAYMENTS_SHUTDOWN_TIMEOUT", defaultShutdownTimeout,
 		"how long in-flight requests may take to finish on SIGINT/SIGTERM; those still running then are cancelled and told to retry")
@@ -272,6 +275,7 @@ func (c config) LogValue() slog.Value {
 		slog.String("data_dir", c.DataDir),
 		slog.String("database_url", maskURL(c.DatabaseURL)),
 		slog.Int("db_max_conns", c.dbMaxConns()),
+		slog.String("db_tx_timeout", c.DBTxTimeout.String()),
 		slog.String("log_level", c.LogLevel.String()),
 		slog.String("shutdown_timeout", c.ShutdownTimeout.String()),
 		slog.String("stripe_secret_key", maskSecret(c.StripeSecretKey)),
@@ -392,6 +396,7 @@ func (c config) validate() error {
 	if c.DBMaxConns < 0 {
 		bad("PAYMENTS_DB_MAX_CONNS", "db-max-conns", "is %d: give a pool size, or 0 for four per core", c.DBMaxConns)
 	}
+	positive("PAYMENTS_DB_TX_TIMEOUT", "db-tx-timeout", c.DBTxTimeout)
 	positive("PAYMENTS_SHUTDOWN_TIMEOUT", "shutdown-timeout", c.ShutdownTimeout)
 	positive("PAYMENTS_SMTP_COMMAND_TIMEOUT", "smtp-command-timeout", c.SMTPCommandTimeout)
 	positive("PAYMENTS_SMTP_DATA_TIMEOUT", "smtp-data-timeout", c.SMTPDataTimeout)

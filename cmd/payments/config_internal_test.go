@@ -18,7 +18,7 @@ import (
 // reads a negative TTL as off, 0 as its default).
 func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	for _, env := range []string{"PAYMENTS_AUTH_CACHE_TTL", "PAYMENTS_ENQUEUER_POLL_INTERVAL", "PAYMENTS_KEYFILTER",
-		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_KEYFILTER_SNAPSHOT_INTERVAL", "PAYMENTS_KEYFILTER_SNAPSHOT_MAX_AGE", "PAYMENTS_DB_MAX_CONNS",
+		"PAYMENTS_KEYFILTER_EXPECTED_KEYS", "PAYMENTS_KEYFILTER_FP_RATE", "PAYMENTS_KEYFILTER_SNAPSHOT_INTERVAL", "PAYMENTS_KEYFILTER_SNAPSHOT_MAX_AGE", "PAYMENTS_DB_MAX_CONNS", "PAYMENTS_DB_TX_TIMEOUT",
 		"PAYMENTS_RECONCILE_INTERVAL", "PAYMENTS_RECONCILE_AFTER", "PAYMENTS_RECONCILE_BACKOFF_CAP", "PAYMENTS_RECONCILE_RATE",
 		"PAYMENTS_SMTP_COMMAND_TIMEOUT", "PAYMENTS_SMTP_DATA_TIMEOUT", "PAYMENTS_STRIPE_SPENT_KEY_GRACE"} {
 		if v, ok := os.LookupEnv(env); ok {
@@ -43,6 +43,8 @@ func TestConfig_defaultsAndTheAuthCacheSwitch(t *testing.T) {
 	require.Equal(t, 10*time.Minute, c.KeyFilterSnapshotInterval)
 	require.Equal(t, time.Hour, c.KeyFilterSnapshotMaxAge)
 	require.Zero(t, c.DBMaxConns, "0: db.Open's default, four per core")
+	require.Equal(t, 10*time.Second, c.DBTxTimeout, "docs/API.md section 11: PAYMENTS_DB_TX_TIMEOUT, default 10s")
+	require.Equal(t, 2*time.Second, parse("--db-tx-timeout", "2s").DBTxTimeout)
 	require.Equal(t, 5*time.Minute, c.SMTPCommandTimeout, "RFC 5321 section 4.5.3.2.1-3")
 	require.Equal(t, 10*time.Minute, c.SMTPDataTimeout, "RFC 5321 section 4.5.3.2.6")
 	require.Equal(t, time.Minute, c.StripeSpentKeyGrace)

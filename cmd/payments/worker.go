@@ -16,7 +16,7 @@ func runWorker(ctx context.Context, args []string, stderr io.Writer) error {
 	var metricsAddr string
 	f := newFlags("worker", stderr)
 	cfg.commonFlags(f)
-	f.stringVar(&metricsAddr, "metrics-addr", "PAYMENTS_METRICS_ADDR", "127.0.0.1:9464", "where the worker serves /metrics and /healthz")
+	f.stringVar(&metricsAddr, "metrics-addr", "PAYMENTS_METRICS_ADDR", "127.0.0.1:9464", "where the worker serves /metrics, /healthz and /readyz")
 	if err := f.parse(args); err != nil {
 		return err
 	}

@@ -57,6 +57,9 @@ type setupOpts struct {
 	webhooks bool
 	// checkURL vets webhook endpoint URLs (api.Config.WebhookURLCheck).
 	checkURL api.URLCheck
+	// pool, when set, is the database (one on a cluster of the test's
+	// own: dbtest.NewCluster); else a fresh one on the shared cluster.
+	pool *pgxpool.Pool
 }
 
 const webhookSecret = "whsec_api_test_0123456789"
@@ -69,7 +72,10 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 	if len(opts) > 0 {
 		o = opts[0]
 	}
-	pool := dbtest.NewPool(t)
+	pool := o.pool
+	if pool == nil {
+		pool = dbtest.NewPool(t)
+	}
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
 
 	// The API's server starts first, so that the simulator can be told

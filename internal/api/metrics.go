@@ -15,6 +15,10 @@ import (
 type httpMetrics struct {
 	requests *prometheus.CounterVec
 	duration *prometheus.HistogramVec
+	// unavailable counts the 503 answers by their problem code: the
+	// database could not commit (service_unavailable), Stripe could not be
+	// reached or the request was interrupted (payment_processor_unavailable).
+	unavailable *prometheus.CounterVec
 }
 
 func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
@@ -29,7 +33,14 @@ func newHTTPMetrics(reg prometheus.Registerer) *httpMetrics {
 			Buckets: prometheus.DefBuckets,
 		}, []string{"method", "route"}),
 	}
-	reg.MustRegister(m.requests, m.duration)
+	m.unavailable = prometheus.NewCounterVec(prometheus.CounterOpts{
+		Name: "payments_http_unavailable_total",
+		Help: "Requests answered 503, by problem code: service_unavailable (the database could not commit: a failover, a lost synchronous standby, a transaction past PAYMENTS_DB_TX_TIMEOUT) or payment_processor_unavailable.",
+	}, []string{"code"})
+	for _, code := range []string{"service_unavailable", "payment_processor_unavailable"} {
+		m.unavailable.WithLabelValues(code) // exported at 0 from the start, for alerts on its rate
+	}
+	reg.MustRegister(m.requests, m.duration, m.unavailable)
 	return m
 }
 

@@ -66,6 +66,19 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, payments.ErrPaymentProcessing):
 		return problem.New(http.StatusConflict, problem.PaymentProcessing,
 			"The payment is still processing: its creation has not finished, so its outcome is not known yet. Nothing was stored for this Idempotency-Key: retry it with the same key shortly.").WithRetryAfter(2)
+	case db.IsUnavailable(err):
+		// No commit is possible now: the connection to the database
+		// failed or was lost (its machine died, a failover is under way),
+		// it is no longer the primary, or the transaction ran out of its
+		// deadline (PAYMENTS_DB_TX_TIMEOUT: a commit waiting on a lost
+		// synchronous standby). The engine left the key at its last
+		// committed recovery point and unlocks it as soon as the database
+		// takes writes again (recovery's background unlock), so a retry to
+		// any instance resumes it (docs/API.md section 11). Before the
+		// context case: a transaction's own deadline is this, not an
+		// interrupted request.
+		return problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
+			"The database cannot commit right now (it may be failing over). Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(serviceUnavailableRetryAfter)
 	case errors.Is(err, db.ErrSerialization):
 		// Conflicts with requests for other keys, which kept the database
 		// from running this one within its time budget: not 409, since no
@@ -120,6 +133,13 @@ func problemFor(err error) *problem.Problem {
 	}
 }
 
+// serviceUnavailableRetryAfter is service_unavailable's Retry-After, in
+// seconds: a failover of the formation of docs/API.md section 11 takes
+// writes again within 15 s, and a client that waits 2 s and then backs off
+// exponentially (as the Go client does) is back within a few seconds of
+// it, without hammering the service meanwhile.
+const serviceUnavailableRetryAfter = 2
+
 // queryParamError is a lookup by a query parameter (a list's
 // starting_after) that failed: problemFor answers a not-found one 400.
 type queryParamError struct {
@@ -149,8 +169,11 @@ func isNotFound(err error) bool {
 // writeError renders err as problem+json, logging it when it is ours to fix.
 func (s *Server) writeError(w http.ResponseWriter, r *http.Request, err error) {
 	p := problemFor(err)
+	if p.Status == http.StatusServiceUnavailable {
+		s.metrics.unavailable.WithLabelValues(string(p.Code)).Inc()
+	}
 	switch {
-	case p.Status == http.StatusServiceUnavailable: // Stripe unreachable: expected now and then
+	case p.Status == http.StatusServiceUnavailable: // Stripe or the database unreachable: expected now and then
 		logger(r.Context()).WarnContext(r.Context(), "request deferred", slog.String("error", err.Error()))
 	case p.Status >= 500:
 		logger(r.Context()).ErrorContext(r.Context(), "request failed", slog.String("error", err.Error()))

@@ -1,11 +1,13 @@
 package api
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"go/ast"
 	"go/parser"
 	gotoken "go/token"
+	"io"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/currency"
@@ -39,7 +42,7 @@ var apiCodes = []problem.Code{
 	"unauthorized", "not_found", "validation_failed", "unsupported_media_type", "body_too_large",
 	"idempotency_key_missing", "idempotency_key_invalid", "idempotency_key_reused", "idempotency_key_in_use",
 	"card_declined", "refund_not_allowed", "payment_not_capturable", "payment_processor_unavailable",
-	"payment_processing", "idempotency_key_needs_attention", "rate_limited", "method_not_allowed",
+	"service_unavailable", "payment_processing", "idempotency_key_needs_attention", "rate_limited", "method_not_allowed",
 	"webhook_signature_invalid", "internal",
 }
 
@@ -60,6 +63,7 @@ var answeredSentinels = map[string]struct {
 	"recovery.ErrNotRetryable":          {recovery.ErrNotRetryable, 409, problem.IdempotencyKeyInUse},
 	"db.ErrSerialization":               {db.ErrSerialization, 503, problem.PaymentProcessorUnavailable},
 	"db.ErrUniqueViolation":             {db.ErrUniqueViolation, 503, problem.PaymentProcessorUnavailable},
+	"db.ErrUnavailable":                 {db.ErrUnavailable, 503, problem.ServiceUnavailable},
 	"db.ErrLockNotHeld":                 {db.ErrLockNotHeld, 409, problem.IdempotencyKeyInUse},
 	"payments.ErrNotFound":              {payments.ErrNotFound, 404, problem.NotFound},
 	"payments.ErrRefundNotFound":        {payments.ErrRefundNotFound, 404, problem.NotFound},
@@ -141,13 +145,35 @@ func TestProblemFor_everySentinelHasItsAnswer(t *testing.T) {
 	require.NotContains(t, p.Detail, "nobody expected", "an unknown error's text stays in the log")
 }
 
+// Issue 39: a connection-class failure is 503 service_unavailable with
+// Retry-After, however it arrives: translated by db.WithTx, straight from
+// the driver (a statement run on the pool), or marked transient by the
+// engine; never 500, and never taken for a Stripe outage. A request
+// whose own context ended is still the interrupted request it was.
+func TestProblemFor_connectionClassFailuresAreServiceUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		fmt.Errorf("%w: %w", db.ErrUnavailable, &pgconn.PgError{Code: "57P01"}),
+		&pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"},
+		&pgconn.PgError{Severity: "ERROR", Code: "25006", Message: "cannot execute UPDATE in a read-only transaction"},
+		fmt.Errorf("failed to receive message: %w", io.ErrUnexpectedEOF),
+		recovery.Transient(fmt.Errorf("%w: commit: %w", db.ErrUnavailable, io.ErrUnexpectedEOF)),
+	} {
+		p := problemFor(err)
+		require.Equal(t, http.StatusServiceUnavailable, p.Status, "%v", err)
+		require.Equal(t, problem.ServiceUnavailable, p.Code, "%v", err)
+		require.Positive(t, p.RetryAfter, "%v", err)
+	}
+	require.Equal(t, problem.PaymentProcessorUnavailable, problemFor(context.Canceled).Code)
+}
+
 // The problem package's codes are the contract's.
 func TestProblemFor_codesAreTheContracts(t *testing.T) {
 	t.Parallel()
 	for _, c := range []problem.Code{problem.Unauthorized, problem.NotFound, problem.MethodNotAllowed, problem.ValidationFailed,
 		problem.UnsupportedMediaType, problem.BodyTooLarge, problem.IdempotencyKeyMissing, problem.IdempotencyKeyInvalid,
 		problem.IdempotencyKeyReused, problem.IdempotencyKeyInUse, problem.CardDeclined, problem.RefundNotAllowed,
-		problem.PaymentNotCapturable, problem.PaymentProcessorUnavailable, problem.PaymentProcessing,
+		problem.PaymentNotCapturable, problem.PaymentProcessorUnavailable, problem.ServiceUnavailable, problem.PaymentProcessing,
 		problem.IdempotencyKeyNeedsAttention, problem.WebhookSignatureInvalid, problem.RateLimited, problem.Internal} {
 		require.Contains(t, apiCodes, c)
 	}

@@ -1,10 +1,16 @@
 package db
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"io"
+	"net"
+	"strings"
+	"syscall"
 
 	"github.com/jackc/pgx/v5/pgconn"
+	"github.com/jackc/puddle/v2"
 )
 
 // The sentinels PostgreSQL's errors become. This file is the only place
@@ -19,13 +25,30 @@ var (
 	// ErrLockNotHeld: a fenced write matched no row and assert_lock_held
 	// (migration 000008) raised PK001: the caller's lock was taken over.
 	ErrLockNotHeld = errors.New("fenced write: the caller no longer holds the lock")
+	// ErrUnavailable: no commit is possible now. The connection to the
+	// database failed or was lost (the server, its machine or the network
+	// went away; a failover is under way), the server is shutting down or
+	// starting up, it is no longer the primary (a read-only transaction),
+	// it has no connection left, or the transaction ran out of its deadline
+	// (TxOptions.Timeout: a commit waiting for a synchronous standby that
+	// is gone). Whatever the transaction did is rolled back, or, for a
+	// commit whose answer was lost, committed or not: the caller must treat
+	// it as unknown and retry from what is committed (IsUnavailable).
+	ErrUnavailable = errors.New("database unavailable: no commit is possible now")
 )
 
 // translate wraps a PostgreSQL error with its sentinel; the PgError stays
-// in the chain, for the logs. Other errors are returned as they are.
+// in the chain, for the logs. A connection-class failure (IsUnavailable)
+// becomes ErrUnavailable. Other errors are returned as they are.
 func translate(err error) error {
+	if err == nil || errors.Is(err, ErrSerialization) || errors.Is(err, ErrUnavailable) {
+		return err
+	}
+	if unavailable(err) {
+		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
 	var pgErr *pgconn.PgError
-	if err == nil || errors.Is(err, ErrSerialization) || !errors.As(err, &pgErr) {
+	if !errors.As(err, &pgErr) {
 		return err
 	}
 	switch pgErr.Code {
@@ -35,6 +58,60 @@ func translate(err error) error {
 		return fmt.Errorf("%w: %w", ErrLockNotHeld, err)
 	}
 	return err
+}
+
+// IsUnavailable tells whether err means that no commit is possible now
+// (ErrUnavailable): either WithTx's translated error, or the untranslated
+// error of a statement run on the pool outside WithTx (a read, a
+// heartbeat), which comes straight from the driver. Nothing final may be
+// stored because of it, and a retry later may well succeed.
+func IsUnavailable(err error) bool {
+	return err != nil && (errors.Is(err, ErrUnavailable) || unavailable(err))
+}
+
+// unavailable classifies a driver's error as a connection-class failure:
+//
+//   - SQLSTATE class 08 (connection exception), 57P01 (admin shutdown: the
+//     server is stopping, or an operator or Patroni ended the session),
+//     57P02 (crash shutdown: another backend crashed and the postmaster is
+//     resetting), 57P03 (cannot connect now: starting up, or a standby not
+//     yet accepting connections), 25006 (read-only transaction: the node was
+//     demoted, or the connection reached a standby), 53300 (too many
+//     connections: a retry later can get one; the server is not at fault
+//     for the request, and neither is the client);
+//     https://www.postgresql.org/docs/current/errcodes-appendix.html
+//   - a connection that could not be made (pgconn.ConnectError: refused,
+//     dial timeout, a server that answered with one of the above while the
+//     session started), or that broke while in use (unexpected EOF,
+//     connection reset, broken pipe, any net.Error: pgx then closes the
+//     connection), or one pgx already closed;
+//   - the pool closed under the caller (the process is shutting down);
+//   - a deadline that pgx reported as its own timeout, when it is the
+//     transaction's deadline (WithTx marks those itself, with
+//     errTxDeadline; a caller's own context ending is not unavailability).
+func unavailable(err error) bool {
+	var pgErr *pgconn.PgError
+	if errors.As(err, &pgErr) {
+		switch code := pgErr.Code; {
+		case strings.HasPrefix(code, "08"), code == "57P01", code == "57P02", code == "57P03", code == "25006", code == "53300":
+			return true
+		}
+		return false
+	}
+	if errors.Is(err, errTxDeadline) {
+		return true
+	}
+	if errors.Is(err, context.Canceled) || errors.Is(err, context.DeadlineExceeded) {
+		// The caller's context ended (the client went away, the process
+		// is shutting down): its own answer, not the database's state.
+		return false
+	}
+	var connectErr *pgconn.ConnectError
+	var netErr net.Error
+	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
+		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
 }
 
 // isSerializationFailure tells whether err means "run the transaction again".

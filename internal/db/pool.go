@@ -4,7 +4,9 @@ import (
 	"context"
 	"fmt"
 	"runtime"
+	"sync"
 	"time"
+	"weak"
 
 	"github.com/google/uuid"
 	"github.com/jackc/pgx/v5"
@@ -21,6 +23,33 @@ type PoolConfig struct {
 	// Tracer, when set, sees every statement (the benchmark counts them).
 	// With tracing on, the statements are spans too (queryTracer).
 	Tracer pgx.QueryTracer
+	// TxTimeout is the deadline of every transaction WithTx runs on the
+	// pool (TxOptions.Timeout). Default DefaultTxTimeout.
+	TxTimeout time.Duration
+}
+
+// txTimeouts holds each open pool's PoolConfig.TxTimeout, by a weak
+// pointer to the pool, so that WithTx, which every caller hands only the
+// pool, applies it to every transaction without each caller carrying the
+// setting; an entry goes when its pool is garbage.
+var txTimeouts sync.Map // weak.Pointer[pgxpool.Pool] -> time.Duration
+
+func setTxTimeout(pool *pgxpool.Pool, d time.Duration) {
+	if d <= 0 {
+		d = DefaultTxTimeout
+	}
+	wp := weak.Make(pool)
+	txTimeouts.Store(wp, d)
+	runtime.AddCleanup(pool, func(wp weak.Pointer[pgxpool.Pool]) { txTimeouts.Delete(wp) }, wp)
+}
+
+// TxTimeout is the deadline of the transactions WithTx runs on pool: its
+// PoolConfig.TxTimeout, or DefaultTxTimeout for a pool Open did not make.
+func TxTimeout(pool *pgxpool.Pool) time.Duration {
+	if d, ok := txTimeouts.Load(weak.Make(pool)); ok {
+		return d.(time.Duration)
+	}
+	return DefaultTxTimeout
 }
 
 // DefaultMaxConns is four connections per core (GOMAXPROCS). A request
@@ -54,6 +83,7 @@ func Open(ctx context.Context, url string, cfg PoolConfig) (*pgxpool.Pool, error
 	if err != nil {
 		return nil, fmt.Errorf("creating pool: %w", err)
 	}
+	setTxTimeout(pool, cfg.TxTimeout)
 	pingCtx, cancel := context.WithTimeout(ctx, 10*time.Second)
 	defer cancel()
 	if err := pool.Ping(pingCtx); err != nil {

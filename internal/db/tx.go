@@ -2,6 +2,7 @@ package db
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"sync/atomic"
@@ -29,7 +30,19 @@ type TxOptions struct {
 	RetryFor time.Duration
 	// Attempts, when set, caps how many times the transaction runs in all.
 	Attempts int
+	// Timeout is each run's deadline, from acquiring its connection to its
+	// COMMIT's answer. Default: the pool's (PoolConfig.TxTimeout), else
+	// DefaultTxTimeout. A run that reaches it fails with ErrUnavailable.
+	Timeout time.Duration
 }
+
+// DefaultTxTimeout is a transaction's deadline when neither TxOptions nor
+// the pool's PoolConfig gives one.
+const DefaultTxTimeout = 10 * time.Second
+
+// errTxDeadline is the cause of a transaction's context ending at its
+// deadline (TxOptions.Timeout); it marks the error as ErrUnavailable.
+var errTxDeadline = errors.New("the transaction ran out of its deadline")
 
 // WithTx is the one way this service runs a transaction. It runs fn in a
 // transaction at the requested isolation (SERIALIZABLE by default), on one
@@ -41,20 +54,40 @@ type TxOptions struct {
 //
 // fn gets a Tx, which spends as few round trips as it can (see Tx: BEGIN
 // goes with the first statement, and writes nobody reads can be queued).
+//
+// Every run has a deadline (TxOptions.Timeout): a connection that cannot
+// be had, a statement that waits on a lock, and above all a COMMIT that
+// waits for a synchronous standby that is gone (PostgreSQL waits for it
+// forever: synchronous_standby_names, "Synchronous Replication" in its
+// documentation) end there, as ErrUnavailable, and the caller retries like
+// any transient failure. At the deadline pgx closes the connection's socket
+// (its default ctxwatch handler, pgconn.DeadlineContextWatcherHandler),
+// and that must stay so: do NOT install pgconn.CancelRequestContextWatcherHandler.
+// A cancel request that reaches a backend waiting for synchronous
+// replication ends the wait with a WARNING ("canceling wait for synchronous
+// replication ... The transaction has already committed locally, but might
+// not have been replicated to the standby") and the COMMIT reports success:
+// the caller would take for durable a commit that only the old primary
+// holds, which a failover then loses. A closed socket gives no answer, so
+// the outcome is unknown, as it truly is, and the caller resumes from what
+// a later transaction reads.
 func WithTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(ctx context.Context, tx *Tx) error) error {
-	opts = opts.withDefaults()
+	opts = opts.withDefaults(pool)
 	err := retrySerializable(ctx, opts, func() error {
-		return runTx(ctx, pool, opts.Isolation, fn)
+		return runTx(ctx, pool, opts, fn)
 	})
 	return translate(err)
 }
 
-func (opts TxOptions) withDefaults() TxOptions {
+func (opts TxOptions) withDefaults(pool *pgxpool.Pool) TxOptions {
 	if opts.Isolation == "" {
 		opts.Isolation = pgx.Serializable
 	}
 	if opts.RetryFor <= 0 {
 		opts.RetryFor = 5 * time.Second
+	}
+	if opts.Timeout <= 0 {
+		opts.Timeout = TxTimeout(pool)
 	}
 	return opts
 }
@@ -88,7 +121,20 @@ var serializationRetries atomic.Uint64
 // on the last attempt is returned, not retried, and is not counted).
 func SerializationRetries() uint64 { return serializationRetries.Load() }
 
-func runTx(ctx context.Context, pool *pgxpool.Pool, iso pgx.TxIsoLevel, fn func(context.Context, *Tx) error) error {
+// runTx runs one transaction within opts.Timeout. An error that comes
+// from reaching that deadline (and not from ctx's own end) is marked
+// errTxDeadline, which translate makes ErrUnavailable.
+func runTx(ctx context.Context, pool *pgxpool.Pool, opts TxOptions, fn func(context.Context, *Tx) error) error {
+	txCtx, cancel := context.WithTimeoutCause(ctx, opts.Timeout, errTxDeadline)
+	defer cancel()
+	err := runTxOnce(txCtx, pool, opts.Isolation, fn)
+	if err != nil && ctx.Err() == nil && errors.Is(context.Cause(txCtx), errTxDeadline) {
+		return fmt.Errorf("%w (%v): %w", errTxDeadline, opts.Timeout, err)
+	}
+	return err
+}
+
+func runTxOnce(ctx context.Context, pool *pgxpool.Pool, iso pgx.TxIsoLevel, fn func(context.Context, *Tx) error) error {
 	conn, err := pool.Acquire(ctx)
 	if err != nil {
 		return fmt.Errorf("acquiring a connection: %w", err)

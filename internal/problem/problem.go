@@ -31,6 +31,10 @@ const (
 	RefundNotAllowed            Code = "refund_not_allowed"
 	PaymentNotCapturable        Code = "payment_not_capturable"
 	PaymentProcessorUnavailable Code = "payment_processor_unavailable"
+	// ServiceUnavailable: the database cannot commit now (a failover, a
+	// lost synchronous standby, a transaction past its deadline: 503, with
+	// Retry-After); nothing final is stored, and a retry resumes.
+	ServiceUnavailable Code = "service_unavailable"
 	// PaymentProcessing: a capture, cancel or refund of a payment whose
 	// creation has not finished (409, with Retry-After); nothing is stored.
 	PaymentProcessing Code = "payment_processing"

@@ -99,6 +99,18 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 	switch {
 	case got.replay != nil:
 		return nil, got.replay, nil
+	case err != nil && db.IsUnavailable(err) && got.attempt != nil && got.attempt.key.insertedByThisClaim:
+		// The COMMIT's answer may have been lost with the connection, or
+		// the COMMIT may still be waiting for a synchronous standby: the
+		// new key may be in the table, or land there later, locked by
+		// this attempt. Unlock it (in the background, as the database
+		// takes writes again): it matches the row only if this attempt's
+		// insert committed, with the id it chose and lock token 1, which
+		// no other attempt ever holds. (A claim of an existing key is not
+		// unlocked so: its token, the old one plus one, is the next
+		// claim's too; it lapses with its lock lifetime.)
+		e.unlockUncertainClaim(ctx, got.attempt)
+		return nil, nil, err
 	case err != nil:
 		return nil, nil, err // the claim's transaction rolled back: nothing holds a lock
 	}

@@ -238,7 +238,7 @@ func (c *Completer) resume(ctx context.Context, k *Key, who string, claimStarted
 	a := e.newAttempt(flow, k)
 	a.log = a.log.With(slog.String("component", who))
 	if !ok {
-		e.unlock(ctx, a)
+		e.unlock(ctx, a, nil)
 		a.log.ErrorContext(ctx, who+": no such flow registered; a build that declares it must finish the key")
 		return Response{}, bug("%s: unknown flow %q", who, k.Flow)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
 	"github.com/jackc/pgx/v5/pgxpool"
+	"github.com/jackc/puddle/v2"
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
@@ -195,10 +196,10 @@ func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
 	case replay != nil:
 		return *replay, nil
 	case a == nil:
-		return Response{}, err // nothing was claimed
+		return Response{}, transientIfUnavailable(err) // nothing was claimed
 	case err != nil:
-		e.unlock(ctx, a) // claimed and committed: a retry resumes
-		return Response{}, err
+		e.unlock(ctx, a, err) // claimed and committed: a retry resumes
+		return Response{}, transientIfUnavailable(err)
 	}
 	return e.drive(ctx, a)
 }
@@ -223,7 +224,7 @@ func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 	for a.key.RecoveryPoint != Finished {
 		step, ok := a.flow.step(a.key.RecoveryPoint)
 		if !ok {
-			e.unlock(ctx, a)
+			e.unlock(ctx, a, nil)
 			return Response{}, fmt.Errorf("%w: flow %s, point %s", ErrUnknownRecoveryPoint, a.flow.Name, a.key.RecoveryPoint)
 		}
 		from := a.key.RecoveryPoint
@@ -232,11 +233,11 @@ func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 		endSpan(err)
 		if err != nil {
 			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
-				e.unlock(ctx, a)
+				e.unlock(ctx, a, err)
 			}
 			a.log.WarnContext(ctx, "phase failed; the key stays resumable",
 				slog.String("recovery_point", string(from)), slog.String("error", err.Error()))
-			return Response{}, err
+			return Response{}, transientIfUnavailable(err)
 		}
 		a.log.DebugContext(ctx, "phase committed", slog.String("from", string(from)), slog.String("to", string(a.key.RecoveryPoint)))
 	}
@@ -305,14 +306,109 @@ func (e *Engine) callWithHeartbeat(ctx context.Context, k *Key, call func(contex
 	return result, err
 }
 
-// unlock releases the lock after a failed attempt, so a retry need not wait
-// for the lock timeout. It runs even if ctx was cancelled.
-func (e *Engine) unlock(ctx context.Context, a *attempt) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
-	defer cancel()
-	if _, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken}); err != nil {
-		a.log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
+// unlock releases the lock after a failed attempt (cause, when known, is
+// its failure), so that a retry need not wait for the lock to lapse. It
+// runs even if ctx was cancelled.
+//
+// When the database cannot take the write now (cause, or the unlock's own
+// failure, is db.IsUnavailable: the primary died and a new one is not yet
+// promoted, or its commits hang on a lost synchronous standby), the unlock
+// goes on in the background (keepUnlocking) until it succeeds or the lock
+// would have lapsed anyway, so that a key in flight at the fault is free for
+// a retry moments after the new primary takes writes, not after its whole
+// lock lifetime. A late unlock is harmless: it is fenced by the attempt's
+// lock token (UnlockIdempotencyKey matches the row only while the token is
+// this attempt's), and every later claim takes a new token
+// (LockIdempotencyKey: lock_token + 1), so it can never release a lock
+// that another attempt has taken since.
+func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
+	ctx = context.WithoutCancel(ctx)
+	lapses := time.Now().Add(e.cfg.LockTimeout) // at the latest: the lock was last renewed before now
+	if !db.IsUnavailable(cause) {
+		_, err := e.unlockOnce(ctx, a)
+		if err == nil {
+			return
+		}
+		if !db.IsUnavailable(err) {
+			a.log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
+			return
+		}
 	}
+	a.log.InfoContext(ctx, "the database cannot take writes now: unlocking the key in the background")
+	go e.keepUnlocking(ctx, a, lapses, false)
+}
+
+// unlockUncertainClaim unlocks, in the background, the new key of a claim
+// whose COMMIT failed with the database's unavailability: the commit may
+// have landed (it was written, and its answer was lost), or may land yet
+// (a commit waiting for a synchronous standby completes when the standby
+// is back, though its client is gone). Until it has, the key's row is not
+// there to unlock, so an unlock that matches no row is tried again, until
+// the lock would have lapsed: a claim that never committed costs a few
+// one-row updates a second, meanwhile.
+func (e *Engine) unlockUncertainClaim(ctx context.Context, a *attempt) {
+	ctx = context.WithoutCancel(ctx)
+	go e.keepUnlocking(ctx, a, time.Now().Add(e.cfg.LockTimeout), true)
+}
+
+// The background unlock's tries: each has unlockTryTimeout, and they are
+// unlockBackoffMin apart, doubling up to unlockBackoffMax. The longest a
+// key then stays locked after the database takes writes again is about
+// unlockBackoffMax plus a try (the section 11 promise is 5 s). A try is one
+// short UPDATE, so 2 s is long for a working primary; a try that reaches it
+// (a connection to a dead machine that never answers, a commit that waits
+// for a lost standby) is simply made again.
+const (
+	unlockTryTimeout = 2 * time.Second
+	unlockBackoffMin = 100 * time.Millisecond
+	unlockBackoffMax = time.Second
+)
+
+// keepUnlocking tries to unlock a's key until it succeeds (with
+// untilARow, until it matches the key's row), fails for a reason other
+// than the database's unavailability, the pool is closed (the process is
+// stopping), or lapses (when the lock would have lapsed anyway) has passed.
+func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time, untilARow bool) {
+	began := time.Now()
+	wait := unlockBackoffMin
+	for tries := 1; ; tries++ {
+		n, err := e.unlockOnce(ctx, a)
+		if err == nil && n == 0 && untilARow {
+			err = errNoRowYet
+		}
+		switch {
+		case err == nil:
+			a.log.InfoContext(ctx, "key unlocked after the database came back",
+				slog.Int("tries", tries), slog.Duration("after", time.Since(began)))
+			return
+		case !db.IsUnavailable(err) && !errors.Is(err, errNoRowYet), errors.Is(err, puddle.ErrClosedPool):
+			a.log.WarnContext(ctx, "could not unlock key; it unlocks by itself when its lock lifetime ends", slog.String("error", err.Error()))
+			return
+		case time.Now().Add(wait).After(lapses):
+			a.log.WarnContext(ctx, "gave up unlocking the key: its lock lapses now anyway",
+				slog.Int("tries", tries), slog.String("error", err.Error()))
+			return
+		}
+		time.Sleep(wait)
+		wait = min(2*wait, unlockBackoffMax)
+	}
+}
+
+// errNoRowYet: an uncertain claim's unlock matched no row (yet).
+var errNoRowYet = errors.New("the claim's key row is not there (yet)")
+
+// unlockOnce makes one try at unlocking a's key, and says how many rows
+// it unlocked (0: the key has another lock token, or no row).
+func (e *Engine) unlockOnce(ctx context.Context, a *attempt) (int64, error) {
+	ctx, cancel := context.WithTimeout(ctx, unlockTryTimeout)
+	defer cancel()
+	n, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
+	if err != nil && ctx.Err() != nil {
+		// The try's own deadline, not the caller's (WithoutCancel): the
+		// database did not answer in time.
+		return 0, fmt.Errorf("%w: unlock: no answer within %v: %w", db.ErrUnavailable, unlockTryTimeout, err)
+	}
+	return n, err
 }
 
 // txOptions is how the engine runs a phase's transaction: SERIALIZABLE,

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"time"
+
+	"github.com/example/payments/internal/db"
 )
 
 var (
@@ -66,6 +68,19 @@ func RetryAfterOf(err error) time.Duration {
 		return t.RetryAfter
 	}
 	return 0
+}
+
+// transientIfUnavailable marks a failure to reach the database, or to
+// commit on it (db.IsUnavailable: a failover, a lost synchronous standby, a
+// transaction past its deadline), as transient: nothing final was stored
+// because of it, the key stays at its last committed recovery point, and a
+// retry (the client's, the completer's) resumes from there. A commit whose
+// answer was lost may have landed or not; the retry reads which.
+func transientIfUnavailable(err error) error {
+	if err == nil || !db.IsUnavailable(err) || IsTransient(err) {
+		return err
+	}
+	return &TransientError{Err: err}
 }
 
 // IsTransient tells whether err was marked transient.

@@ -40,6 +40,7 @@ import (
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/riverqueue/river/rivertype"
 
+	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
@@ -180,7 +181,7 @@ func Run(ctx context.Context, cfg Config) error {
 		// A job staged by a traced request carries on its trace
 		// (stagedjobs/trace.go); with tracing off the middleware only
 		// passes the job on.
-		Middleware: []rivertype.Middleware{&stagedjobs.TraceJobs{}},
+		Middleware: []rivertype.Middleware{&stagedjobs.TraceJobs{}, &snoozeWhileDatabaseUnavailable{}},
 		// See the package doc: a queue fetches at most its idle workers'
 		// worth of jobs per cooldown.
 		FetchCooldown: fetchCooldown,
@@ -386,4 +387,34 @@ func (w *reconcilerWorker) Work(ctx context.Context, _ *river.Job[ReconcilerArgs
 		}
 	}
 	return nil
+}
+
+// unavailableSnooze is how long a job that met the database's
+// unavailability waits before it runs again: a failover of the formation of
+// docs/API.md section 11 takes writes again within 15 s, so a few tries
+// span it.
+const unavailableSnooze = 5 * time.Second
+
+// snoozeWhileDatabaseUnavailable is River middleware: a job that failed
+// because the database could not commit (db.IsUnavailable: its machine
+// died, a failover is under way, a commit outlived PAYMENTS_DB_TX_TIMEOUT)
+// is snoozed, which River does not count as an attempt, instead of failed:
+// the failure is transient and the job's, whose work is safe to run again
+// (every job here is), so a long outage does not spend the job's attempts
+// and discard it. A job's own snooze or cancel passes through.
+type snoozeWhileDatabaseUnavailable struct {
+	river.MiddlewareDefaults
+}
+
+var _ rivertype.WorkerMiddleware = (*snoozeWhileDatabaseUnavailable)(nil)
+
+// Work runs the job, and snoozes it when it failed for want of a database.
+func (*snoozeWhileDatabaseUnavailable) Work(ctx context.Context, _ *rivertype.JobRow, doInner func(context.Context) error) error {
+	err := doInner(ctx)
+	var snooze *rivertype.JobSnoozeError
+	var cancel *rivertype.JobCancelError
+	if err == nil || errors.As(err, &snooze) || errors.As(err, &cancel) || !db.IsUnavailable(err) {
+		return err
+	}
+	return river.JobSnooze(unavailableSnooze)
 }

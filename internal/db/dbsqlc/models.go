@@ -38,6 +38,11 @@ type ChildKeyGeneration struct {
 	SpentAt          pgtype.Timestamptz
 }
 
+type CommitProbe struct {
+	ID       bool
+	ProbedAt time.Time
+}
+
 type Event struct {
 	ID          string
 	UserID      int64

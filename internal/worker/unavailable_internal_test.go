@@ -1,0 +1,41 @@
+package worker
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"testing"
+
+	"github.com/riverqueue/river"
+	"github.com/riverqueue/river/rivertype"
+	"github.com/stretchr/testify/require"
+
+	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/recovery"
+)
+
+// Issue 39: a job that failed because the database could not commit is
+// snoozed (River counts no attempt), as a transient failure; any other
+// failure, and a job's own snooze or cancel, passes through as it was.
+func TestSnoozeWhileDatabaseUnavailable(t *testing.T) {
+	t.Parallel()
+	mw := &snoozeWhileDatabaseUnavailable{}
+	run := func(err error) error {
+		return mw.Work(context.Background(), &rivertype.JobRow{}, func(context.Context) error { return err })
+	}
+	for _, err := range []error{
+		fmt.Errorf("%w: %w", db.ErrUnavailable, io.ErrUnexpectedEOF),
+		fmt.Errorf("draining: %w", io.ErrUnexpectedEOF),
+		recovery.Transient(fmt.Errorf("%w: commit", db.ErrUnavailable)),
+	} {
+		var snooze *rivertype.JobSnoozeError
+		require.ErrorAs(t, run(err), &snooze, "%v", err)
+		require.Equal(t, unavailableSnooze, snooze.Duration)
+	}
+	require.NoError(t, run(nil))
+	other := errors.New("a mail server said no")
+	require.ErrorIs(t, run(other), other)
+	cancel := river.JobCancel(fmt.Errorf("%w", db.ErrUnavailable))
+	require.Equal(t, cancel, run(cancel), "the job's own cancel")
+}

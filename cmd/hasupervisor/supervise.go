@@ -365,9 +365,10 @@ func (s *supervisor) tryWrite(ctx context.Context, sec secrets) error {
 	if recovery {
 		return errors.New("haproxy's server is in recovery")
 	}
-	// txid_current() takes a transaction ID: its commit is a WAL record the
-	// synchronous standby must hold before it returns.
-	if _, err := conn.Exec(ctx, "SELECT txid_current()"); err != nil {
+	// A row written: its commit waits for the synchronous standby (a
+	// transaction that only took an ID, txid_current(), would not).
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS hasupervisor_probe (id int PRIMARY KEY, at timestamptz NOT NULL);
+		INSERT INTO hasupervisor_probe VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at`); err != nil {
 		return err
 	}
 	app := sec.App

@@ -86,6 +86,12 @@ func TestChaosHA(t *testing.T) {
 	})
 	url := strings.Replace(f.DatabaseURL, "/payments?", "/"+name+"?", 1)
 	require.NoError(t, db.MigrateUp(ctx, url, slog.New(slog.DiscardHandler)))
+	// The probe's table (chaostest.HA): the service never reads it.
+	probe, err := pgx.Connect(ctx, url)
+	require.NoError(t, err)
+	_, err = probe.Exec(ctx, "CREATE TABLE chaos_ha_probe (id int PRIMARY KEY, at timestamptz NOT NULL)")
+	require.NoError(t, err)
+	require.NoError(t, probe.Close(ctx))
 
 	// Each fault's lock window: longer than the longest lock lifetime of
 	// the run's processes (serve-b's, twice the lock timeout).

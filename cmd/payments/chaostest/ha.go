@@ -640,7 +640,9 @@ func (h *HA) mustFormation() Formation {
 // probe commits through haproxy every 200 ms, each on a deadline of 1 s
 // (pgx closes the socket at the deadline: no cancel request, which during
 // a synchronous-replication wait would make PostgreSQL report a commit
-// only the old primary holds).
+// only the old primary holds). The commit writes a row: a transaction that
+// only took an ID (txid_current()) writes its commit record without
+// waiting for the synchronous standby, and proves nothing.
 func (h *HA) probe(ctx context.Context) {
 	var conn *pgx.Conn
 	defer func() {
@@ -666,7 +668,7 @@ func (h *HA) probe(ctx context.Context) {
 					return err
 				}
 			}
-			_, err := conn.Exec(c, "SELECT txid_current()")
+			_, err := conn.Exec(c, "INSERT INTO chaos_ha_probe (id, at) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at")
 			return err
 		}()
 		h.mu.Lock()
@@ -739,7 +741,9 @@ func (h *HA) watchLocks(ctx context.Context) {
 
 // watchReady asks the instance's /readyz every 250 ms.
 func (h *HA) watchReady(ctx context.Context, in *Instance) {
-	client := &http.Client{Timeout: time.Second}
+	// Longer than the service's own bound on /readyz's probe (2 s): a slow
+	// answer is an answer.
+	client := &http.Client{Timeout: 3 * time.Second}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {

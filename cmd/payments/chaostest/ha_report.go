@@ -134,7 +134,7 @@ func (h *HA) HAMarkdown(rep *Report, ps []HAPromise, formation string) string {
 		"`make ha`'s formation (deploy/ha: three etcd members, three PostgreSQL 15 nodes under Patroni with "+
 		"`synchronous_mode_strict`, haproxy on Patroni's `OPTIONS /primary`), %s. During the load, one fault after the other, "+
 		"each once the formation was whole again (a leader, a synchronous standby, a third node): %s. "+
-		"A probe committed through haproxy every 200 ms (`SELECT txid_current()`, 1 s deadline); every attempt of the clients, "+
+		"A probe committed a row through haproxy every 200 ms (an upsert into a table of its own, 1 s deadline); every attempt of the clients, "+
 		"every process's `/readyz` (every 250 ms) and the live key locks (every 200 ms) were recorded. PASS and FAIL are computed "+
 		"by the program from these records against docs/API.md section 11.\n\n",
 		formation, strings.Join(h.Faults, "; "))

@@ -15,7 +15,7 @@ func runHealthcheck(ctx context.Context, args []string, stderr io.Writer) error 
 	var url string
 	var timeout time.Duration
 	f := newFlags("healthcheck", stderr)
-	f.StringVar(&url, "url", "http://127.0.0.1:8080/healthz", "the URL that must answer 200")
+	f.StringVar(&url, "url", "http://127.0.0.1:8080/healthz", "the URL that must answer 200 (/healthz: the process is up; /readyz: it can commit, of serve or of worker on its --metrics-addr)")
 	f.DurationVar(&timeout, "timeout", 3*time.Second, "how long to wait for the answer")
 	if err := f.parse(args); err != nil {
 		return err

@@ -156,7 +156,6 @@ func TestProblemFor_connectionClassFailuresAreServiceUnavailable(t *testing.T) {
 		fmt.Errorf("%w: %w", db.ErrUnavailable, &pgconn.PgError{Code: "57P01"}),
 		&pgconn.PgError{Severity: "FATAL", Code: "57P01", Message: "terminating connection due to administrator command"},
 		&pgconn.PgError{Severity: "ERROR", Code: "25006", Message: "cannot execute UPDATE in a read-only transaction"},
-		fmt.Errorf("failed to receive message: %w", io.ErrUnexpectedEOF),
 		recovery.Transient(fmt.Errorf("%w: commit: %w", db.ErrUnavailable, io.ErrUnexpectedEOF)),
 	} {
 		p := problemFor(err)
@@ -165,6 +164,8 @@ func TestProblemFor_connectionClassFailuresAreServiceUnavailable(t *testing.T) {
 		require.Positive(t, p.RetryAfter, "%v", err)
 	}
 	require.Equal(t, problem.PaymentProcessorUnavailable, problemFor(context.Canceled).Code)
+	require.Equal(t, problem.PaymentProcessorUnavailable, problemFor(recovery.Transient(fmt.Errorf("stripe: %w", io.ErrUnexpectedEOF))).Code,
+		"a network failure of Stripe's is not the database's")
 }
 
 // The problem package's codes are the contract's.

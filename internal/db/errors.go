@@ -83,8 +83,8 @@ func IsUnavailable(err error) bool {
 //   - a connection that could not be made (pgconn.ConnectError: refused,
 //     dial timeout, a server that answered with one of the above while the
 //     session started), or that broke while in use (unexpected EOF,
-//     connection reset, broken pipe, any net.Error: pgx then closes the
-//     connection), or one pgx already closed;
+//     connection reset, broken pipe, any net.Error, as the driver reports
+//     them: pgx then closes the connection), or one pgx already closed;
 //   - the pool closed under the caller (the process is shutting down);
 //   - a deadline that pgx reported as its own timeout, when it is the
 //     transaction's deadline (WithTx marks those itself, with
@@ -107,11 +107,22 @@ func unavailable(err error) bool {
 		return false
 	}
 	var connectErr *pgconn.ConnectError
+	if errors.As(err, &connectErr) || errors.Is(err, puddle.ErrClosedPool) {
+		return true
+	}
+	// A network failure counts only when the driver reports it: pgconn
+	// wraps every error of its own in a type that says whether it is safe
+	// to retry. Other network errors that reach the same callers (a Stripe
+	// call's *url.Error, a mail server's) are not the database's.
+	var driverErr interface{ SafeToRetry() bool }
+	if !errors.As(err, &driverErr) {
+		return false
+	}
 	var netErr net.Error
-	return errors.As(err, &connectErr) || errors.As(err, &netErr) ||
+	return errors.As(err, &netErr) ||
 		errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) ||
 		errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.EPIPE) ||
-		errors.Is(err, pgconn.ErrConnClosed) || errors.Is(err, puddle.ErrClosedPool)
+		errors.Is(err, pgconn.ErrConnClosed)
 }
 
 // isSerializationFailure tells whether err means "run the transaction again".

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"net/url"
 	"syscall"
 	"testing"
 	"time"
@@ -28,12 +29,12 @@ func TestIsUnavailable_classifiesConnectionClassFailures(t *testing.T) {
 	pg := func(code string) error { return &pgconn.PgError{Severity: "FATAL", Code: code} }
 	for _, err := range []error{
 		pg("08006"), pg("08001"), pg("08P01"), pg("57P01"), pg("57P02"), pg("57P03"), pg("25006"), pg("53300"),
-		fmt.Errorf("failed to receive message: %w", io.ErrUnexpectedEOF),
-		&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET},
-		&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED},
-		fmt.Errorf("write: %w", syscall.EPIPE),
+		driverErr{io.ErrUnexpectedEOF},
+		driverErr{&net.OpError{Op: "read", Net: "tcp", Err: syscall.ECONNRESET}},
+		driverErr{&net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}},
+		driverErr{fmt.Errorf("write: %w", syscall.EPIPE)},
 		fmt.Errorf("acquiring a connection: %w", puddle.ErrClosedPool),
-		fmt.Errorf("conn: %w", pgconn.ErrConnClosed),
+		driverErr{pgconn.ErrConnClosed},
 		fmt.Errorf("%w: the server is a standby", db.ErrUnavailable),
 	} {
 		require.True(t, db.IsUnavailable(err), "%v", err)
@@ -41,10 +42,24 @@ func TestIsUnavailable_classifiesConnectionClassFailures(t *testing.T) {
 	for _, err := range []error{
 		nil, pg("23505"), pg("40001"), pg("22P02"), pg("57014"), pgx.ErrNoRows,
 		context.Canceled, fmt.Errorf("query: %w", context.DeadlineExceeded), errors.New("something else"),
+		driverErr{context.Canceled}, // the caller's context ended mid-statement
+		// The same network failures from anything but the driver: a
+		// Stripe call, a mail server.
+		&url.Error{Op: "Post", URL: "https://api.stripe.com/v1/payment_intents", Err: &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}},
+		&url.Error{Op: "Post", URL: "https://api.stripe.com/v1/payment_intents", Err: errors.New("the process is shutting down")},
+		fmt.Errorf("smtp: %w", io.ErrUnexpectedEOF),
 	} {
 		require.False(t, db.IsUnavailable(err), "%v", err)
 	}
 }
+
+// driverErr is an error as pgconn reports a failure of its own (its
+// pgconnError, unexported): it says whether it is safe to retry.
+type driverErr struct{ err error }
+
+func (e driverErr) Error() string     { return "failed to receive message: " + e.err.Error() }
+func (e driverErr) Unwrap() error     { return e.err }
+func (e driverErr) SafeToRetry() bool { return false }
 
 // A server that stopped listening (its machine died, a failover moved the
 // primary away): the transaction fails at once as ErrUnavailable.

@@ -154,17 +154,22 @@ type FaultResult struct {
 	// ServiceBack is the first 2xx answered to an attempt of the clients
 	// sent after OutageStart.
 	ServiceBack time.Time
+	// WritesBack is when the new primary took writes: the earlier of
+	// ProbeBack and ServiceBack (both are commits through haproxy; the
+	// probe's own reconnection, a TCP and SCRAM handshake on a starved CPU,
+	// may lag the service's pool by a second or two).
+	WritesBack time.Time
 	// NewPrimary is the node Patroni names primary once writes are back.
 	NewPrimary string
 	// Answers during the fault, from the fault to 5 s after ServiceBack.
 	Unavailable503, Other503, Status500, ConnErrors, InUse409 int
 	// Ready is, by instance, how long after OutageStart its /readyz first
-	// answered 503 (-1: never) and how long after ProbeBack it
+	// answered 503 (-1: never) and how long after WritesBack it
 	// answered 200 again (-1: not seen).
 	ReadyDown, ReadyUp map[string]time.Duration
 	// LockedKeys is how many keys held a live lock when the database was
 	// last read before the outage and still held it after; LongestLocked is
-	// the longest of them stayed locked after ProbeBack (LockWindow if
+	// the longest of them stayed locked after WritesBack (LockWindow if
 	// still locked then: LockCutOff).
 	LockedKeys    int
 	LongestLocked time.Duration
@@ -322,10 +327,15 @@ func (h *HA) inject(ctx context.Context, fault string, cluster *Cluster) FaultRe
 		return r
 	}
 	r.NewPrimary = primaryNow(ctx, h.mustFormation())
+	h.measure(&r)
+	r.WritesBack = r.ProbeBack
+	if !r.ServiceBack.IsZero() && r.ServiceBack.Before(r.ProbeBack) {
+		r.WritesBack = r.ServiceBack
+	}
 	// The keys in flight at the outage: those whose lock, live at the first
 	// read after it, was taken before it began, or was seen at the last
 	// read before it.
-	before, after := h.lockPollsAround(ctx, r.ProbeBack)
+	before, after := h.lockPollsAround(ctx, r.WritesBack)
 	var held []lockID
 	for id, lockedAt := range after.live {
 		if _, seen := before.live[id]; seen || lockedAt.Before(r.OutageStart) {
@@ -333,7 +343,7 @@ func (h *HA) inject(ctx context.Context, fault string, cluster *Cluster) FaultRe
 		}
 	}
 	r.LockedKeys = len(held)
-	lockDeadline := r.ProbeBack.Add(h.LockWindow)
+	lockDeadline := r.WritesBack.Add(h.LockWindow)
 	for len(held) > 0 && ctx.Err() == nil {
 		h.mu.Lock()
 		last := h.lockAt[len(h.lockAt)-1]
@@ -342,7 +352,7 @@ func (h *HA) inject(ctx context.Context, fault string, cluster *Cluster) FaultRe
 			if _, ok := last.live[id]; ok {
 				return false
 			}
-			r.LongestLocked = max(r.LongestLocked, last.at.Sub(r.ProbeBack))
+			r.LongestLocked = max(r.LongestLocked, last.at.Sub(r.WritesBack))
 			return true
 		})
 		if len(held) > 0 && time.Now().After(lockDeadline) {
@@ -416,8 +426,8 @@ func (h *HA) measure(r *FaultResult) {
 			if s.status == http.StatusServiceUnavailable && r.ReadyDown[name] < 0 {
 				r.ReadyDown[name] = max(0, s.at.Sub(r.OutageStart))
 			}
-			if s.status == http.StatusOK && !s.at.Before(r.ProbeBack) && r.ReadyUp[name] < 0 {
-				r.ReadyUp[name] = s.at.Sub(r.ProbeBack)
+			if s.status == http.StatusOK && !r.WritesBack.IsZero() && !s.at.Before(r.WritesBack) && r.ReadyUp[name] < 0 {
+				r.ReadyUp[name] = s.at.Sub(r.WritesBack)
 			}
 		}
 	}

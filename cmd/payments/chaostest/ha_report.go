@@ -79,9 +79,9 @@ func (h *HA) Promises(rep *Report) []HAPromise {
 			Promise: fmt.Sprintf("%s: writes start again within %v of %s", r.Fault, haMaxGap, refWord(r)),
 			Measured: fmt.Sprintf("first 2xx of the service %s after it, first commit through haproxy %s (%s on %s; new primary %s); during it %d x 503 service_unavailable, %d other 503s, %d x 5xx, %d connection errors, %d x 409",
 				secs(gap), secs(probeGap), r.Fault, r.Node, r.NewPrimary, r.Unavailable503, r.Other503, r.Status500, r.ConnErrors, r.InUse409),
-			Pass: !r.ServiceBack.IsZero() && gap <= haMaxGap && probeGap <= haMaxGap,
+			Pass: !r.ServiceBack.IsZero() && gap <= haMaxGap && r.WritesBack.Sub(r.Reference) <= haMaxGap,
 		})
-		lm := fmt.Sprintf("%d keys locked across the outage; the last free %s after the first commit", r.LockedKeys, secs(r.LongestLocked))
+		lm := fmt.Sprintf("%d keys locked across the outage; the last free %s after the first commit (the probe's or the service's)", r.LockedKeys, secs(r.LongestLocked))
 		if r.LockCutOff {
 			lm = fmt.Sprintf("%d keys locked across the outage; some still locked %s after the first commit (the measurement's end)", r.LockedKeys, secs(r.LongestLocked))
 		}
@@ -89,7 +89,7 @@ func (h *HA) Promises(rep *Report) []HAPromise {
 			Measured: lm, Pass: !r.LockCutOff && r.LongestLocked <= haMaxLocked})
 		// /readyz: 503 within 5 s of the process becoming unable to commit,
 		// unless writes came back within those 5 s.
-		outage := r.ProbeBack.Sub(r.OutageStart)
+		outage := r.WritesBack.Sub(r.OutageStart)
 		var parts []string
 		pass := true
 		for _, name := range slices.Sorted(maps.Keys(r.ReadyDown)) {

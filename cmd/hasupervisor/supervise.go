@@ -279,13 +279,20 @@ func (s *supervisor) stopAll() {
 			}
 		}
 		s.mu.Unlock()
-		deadline := time.After(grace)
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
 		for _, c := range waits {
 			select {
 			case <-c.exited:
-			case <-deadline:
+			case <-ctx.Done():
 				s.log.Warn("did not stop in time; killing it", "child", c.name, "pid", c.pid)
 				_ = syscall.Kill(c.pid, syscall.SIGKILL)
+				// Reaped before the supervisor exits: this machine's init
+				// would leave it a zombie.
+				select {
+				case <-c.exited:
+				case <-time.After(5 * time.Second):
+				}
 			}
 		}
 	}

@@ -184,6 +184,7 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	}
 	records := ledger.Records()
 	snap.KeysExpire = cfg.KeyTTL > 0
+	snap.DatabaseFails = opts.HA != nil
 	snap.Arrivals, snap.Redelivered, snap.RedeliveryProblems = merchants.Arrivals(), merchants.Redelivered(), merchants.redeliveryProblems()
 	snap.Mail = MailState{Accepted: len(mail.Accepted()), Distinct: len(mail.CountByMessageID()), Duplicates: mail.Duplicates(),
 		// A database that fails under the workers (the HA run) is, for a

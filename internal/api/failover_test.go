@@ -11,6 +11,7 @@ import (
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/stripesim"
 )
 
 // Issue 39 and docs/API.md section 11, on a PostgreSQL cluster of the
@@ -89,12 +90,20 @@ func TestFailover_theDatabaseStopsWhileARequestIsInsideStripe(t *testing.T) {
 // a failover): every commit waits for it forever. A request whose record
 // of Stripe's answer is waiting, and one whose claim is waiting, each
 // answer 503 at the transaction's deadline (PAYMENTS_DB_TX_TIMEOUT, 1 s
-// here); /readyz says 503 within 5 s. Once the standby is no longer
-// required the waiting commits land, the keys are unlocked within 5 s,
-// and each retry gets its one right answer: one PaymentIntent per key.
+// here), and so does the retry of a key Stripe had failed (its claim of an
+// existing key waits); /readyz says 503 within 5 s. Once the standby is no
+// longer required the waiting commits land, the keys are unlocked within
+// 5 s, and each retry gets its one right answer: one PaymentIntent per key.
 func TestFailover_commitsThatWaitForALostStandby(t *testing.T) {
 	t.Parallel()
 	b, cluster := setupOwnCluster(t, time.Second)
+	// A key that exists, unfinished and unlocked: Stripe failed its first
+	// attempt. Its retry's claim (of an existing key) will wait too.
+	b.addFault(t, stripesim.FaultError500, 0)
+	resp, body := b.post(t, aliceKey, pathPayments, "standby-lost-3", visaBody)
+	requireProblem(t, resp, body, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	require.True(t, keyUnlocked(b.pool, "standby-lost-3"))
+
 	done := b.startSlowCreate(t, "standby-lost-1", 2*time.Second)
 	cluster.SetSynchronousStandbys("phantom")
 	lost := time.Now()
@@ -112,29 +121,42 @@ func TestFailover_commitsThatWaitForALostStandby(t *testing.T) {
 	require.NoError(t, first.err)
 	requireServiceUnavailable(t, first.resp, first.body)
 
-	began := time.Now()
-	resp, body := b.post(t, aliceKey, pathPayments, "standby-lost-2", visaBody)
-	requireServiceUnavailable(t, resp, body)
-	require.Less(t, time.Since(began), 3*time.Second, "the claim's commit ended at the 1 s deadline")
-	require.Equal(t, 1, b.simIntentCreations(), "the second request's claim never committed: Stripe was not called")
+	calls := len(b.simRequests(http.MethodPost, "/v1/payment_intents"))
+	for _, key := range []string{"standby-lost-2", "standby-lost-3"} {
+		began := time.Now()
+		resp, body = b.post(t, aliceKey, pathPayments, key, visaBody)
+		requireServiceUnavailable(t, resp, body)
+		require.Less(t, time.Since(began), 3*time.Second, "%s: the claim's commit ended at the 1 s deadline", key)
+	}
+	require.Len(t, b.simRequests(http.MethodPost, "/v1/payment_intents"), calls, "the claims never committed: Stripe was not called for them")
 
 	cluster.SetSynchronousStandbys("")
 	writable := time.Now()
-	for !keyUnlocked(b.pool, "standby-lost-1") || !keyUnlocked(b.pool, "standby-lost-2") {
-		require.Less(t, time.Since(writable), 5*time.Second, "both keys are unlocked within 5 s of the database taking writes")
+	for !keyUnlocked(b.pool, "standby-lost-1") || !keyUnlocked(b.pool, "standby-lost-2") || !keyUnlocked(b.pool, "standby-lost-3") {
+		require.Less(t, time.Since(writable), 5*time.Second, "every key is unlocked within 5 s of the database taking writes")
 		time.Sleep(20 * time.Millisecond)
 	}
+	var token int64
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT lock_token FROM idempotency_keys WHERE idempotency_key = 'standby-lost-3'").Scan(&token))
+	require.EqualValues(t, 2, token, "the retry's claim landed once the standby was no longer required, and was unlocked")
 	t.Logf("keys unlocked %v after the standby was no longer required", time.Since(writable).Round(time.Millisecond))
 	resp, body = b.do(t, http.MethodGet, "/readyz", "", nil, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode, string(body))
 
 	p1 := b.createPayment(t, aliceKey, "standby-lost-1", visaBody)
 	p2 := b.createPayment(t, aliceKey, "standby-lost-2", visaBody)
-	require.Equal(t, "succeeded", p1.Status)
-	require.Equal(t, "succeeded", p2.Status)
+	p3 := b.createPayment(t, aliceKey, "standby-lost-3", visaBody)
+	for _, p := range []paymentJSON{p1, p2, p3} {
+		require.Equal(t, "succeeded", p.Status)
+	}
 	require.NotEqual(t, p1.ID, p2.ID)
-	require.Equal(t, 2, b.simIntentCreations(), "one PaymentIntent per key")
-	require.Equal(t, 2, b.count(t, "SELECT count(*) FROM payments"))
+	require.NotEqual(t, p2.ID, p3.ID)
+	require.Len(t, b.simIntents(t), 3, "one PaymentIntent per key")
+	for _, p := range []paymentJSON{p1, p2, p3} {
+		require.Len(t, b.simIntentsFor(t, p.ID), 1, p.ID)
+	}
+	require.Equal(t, 3, b.count(t, "SELECT count(*) FROM payments"))
 
 	resp, body = b.do(t, http.MethodGet, "/metrics", "", nil, nil)
 	require.Equal(t, http.StatusOK, resp.StatusCode)

@@ -161,7 +161,7 @@ func TestProblemFor_connectionClassFailuresAreServiceUnavailable(t *testing.T) {
 		p := problemFor(err)
 		require.Equal(t, http.StatusServiceUnavailable, p.Status, "%v", err)
 		require.Equal(t, problem.ServiceUnavailable, p.Code, "%v", err)
-		require.Positive(t, p.RetryAfter, "%v", err)
+		require.Equal(t, 2, p.RetryAfter, "%v: README, \"The database's machine dies\"", err)
 	}
 	require.Equal(t, problem.PaymentProcessorUnavailable, problemFor(context.Canceled).Code)
 	require.Equal(t, problem.PaymentProcessorUnavailable, problemFor(recovery.Transient(fmt.Errorf("stripe: %w", io.ErrUnexpectedEOF))).Code,

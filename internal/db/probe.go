@@ -14,12 +14,13 @@ import (
 var probeQueries = dbsqlc.New()
 
 // ProbeTimeout is how long ProbeCommit waits for its commit: a readiness
-// check must answer before its caller gives up (Kubernetes' probe default
-// timeoutSeconds is 1 s and is usually raised to a few; haproxy's check
-// timeout defaults to its connect timeout), and a commit on a healthy
-// primary with a synchronous standby takes milliseconds. docs/API.md
-// section 11 asks for 503 within 5 s of the process becoming unable to
-// commit: a probe made at any moment answers within 2 s.
+// check must answer before its caller gives up (a Kubernetes probe's
+// timeoutSeconds defaults to 1 and is usually raised to a few; haproxy,
+// without `timeout check`, bounds a whole check by its `inter`, 2 s by
+// default), and a commit on a healthy primary with a synchronous standby
+// takes milliseconds. docs/API.md section 11 asks for 503 within 5 s of the
+// process becoming unable to commit: a probe made at any moment answers
+// within 2 s.
 const ProbeTimeout = 2 * time.Second
 
 // ProbeCommit proves that a commit is possible on pool now: the server is

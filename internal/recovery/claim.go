@@ -99,16 +99,16 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 	switch {
 	case got.replay != nil:
 		return nil, got.replay, nil
-	case err != nil && db.IsUnavailable(err) && got.attempt != nil && got.attempt.key.insertedByThisClaim:
+	case err != nil && db.IsUnavailable(err) && got.attempt != nil:
 		// The COMMIT's answer may have been lost with the connection, or
 		// the COMMIT may still be waiting for a synchronous standby: the
-		// new key may be in the table, or land there later, locked by
-		// this attempt. Unlock it (in the background, as the database
-		// takes writes again): it matches the row only if this attempt's
-		// insert committed, with the id it chose and lock token 1, which
-		// no other attempt ever holds. (A claim of an existing key is not
-		// unlocked so: its token, the old one plus one, is the next
-		// claim's too; it lapses with its lock lifetime.)
+		// key may be locked by this attempt now, or later. Unlock it (in
+		// the background, as the database takes writes again), matching
+		// only this claim's lock (unlockUncertainClaim): a new key's row
+		// by the id this claim chose and token 1, an existing key's by
+		// its token and the time this claim locked it. (With an injected
+		// clock, tests only, the claim's statements stamp different times
+		// and an existing key's lock lapses instead.)
 		e.unlockUncertainClaim(ctx, got.attempt)
 		return nil, nil, err
 	case err != nil:

@@ -325,7 +325,7 @@ func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
 	ctx = context.WithoutCancel(ctx)
 	lapses := time.Now().Add(e.cfg.LockTimeout) // at the latest: the lock was last renewed before now
 	if !db.IsUnavailable(cause) {
-		_, err := e.unlockOnce(ctx, a)
+		_, err := e.unlockOnce(ctx, a, false)
 		if err == nil {
 			return
 		}
@@ -338,14 +338,17 @@ func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
 	go e.keepUnlocking(ctx, a, lapses, false)
 }
 
-// unlockUncertainClaim unlocks, in the background, the new key of a claim
+// unlockUncertainClaim unlocks, in the background, the key of a claim
 // whose COMMIT failed with the database's unavailability: the commit may
 // have landed (it was written, and its answer was lost), or may land yet
 // (a commit waiting for a synchronous standby completes when the standby
-// is back, though its client is gone). Until it has, the key's row is not
-// there to unlock, so an unlock that matches no row is tried again, until
-// the lock would have lapsed: a claim that never committed costs a few
-// one-row updates a second, meanwhile.
+// is back, though its client is gone). Until it has, the claim's lock is
+// not there to release, so an unlock that matches no row is tried again,
+// until the lock would have lapsed: a claim that never committed costs a
+// few one-row updates a second, meanwhile. The unlock matches only this
+// claim's lock: a new key's row by the id this claim chose and token 1,
+// which no other attempt holds; an existing key's by its token and the
+// time this claim took the lock (UnlockClaimedIdempotencyKey).
 func (e *Engine) unlockUncertainClaim(ctx context.Context, a *attempt) {
 	ctx = context.WithoutCancel(ctx)
 	go e.keepUnlocking(ctx, a, time.Now().Add(e.cfg.LockTimeout), true)
@@ -365,14 +368,14 @@ const (
 )
 
 // keepUnlocking tries to unlock a's key until it succeeds (with
-// untilARow, until it matches the key's row), fails for a reason other
+// untilARow, for an uncertain claim, until it matches the claim's lock), fails for a reason other
 // than the database's unavailability, the pool is closed (the process is
 // stopping), or lapses (when the lock would have lapsed anyway) has passed.
 func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time, untilARow bool) {
 	began := time.Now()
 	wait := unlockBackoffMin
 	for tries := 1; ; tries++ {
-		n, err := e.unlockOnce(ctx, a)
+		n, err := e.unlockOnce(ctx, a, untilARow)
 		if err == nil && n == 0 && untilARow {
 			err = errNoRowYet
 		}
@@ -398,11 +401,21 @@ func (e *Engine) keepUnlocking(ctx context.Context, a *attempt, lapses time.Time
 var errNoRowYet = errors.New("the claim's key row is not there (yet)")
 
 // unlockOnce makes one try at unlocking a's key, and says how many rows
-// it unlocked (0: the key has another lock token, or no row).
-func (e *Engine) unlockOnce(ctx context.Context, a *attempt) (int64, error) {
+// it unlocked (0: the key has another lock token, or no row). An
+// uncertain claim of an existing key (unlockUncertainClaim) is unlocked
+// only while the row holds that claim's very lock; any other attempt's
+// by its token, which its claim committed.
+func (e *Engine) unlockOnce(ctx context.Context, a *attempt, uncertainClaim bool) (int64, error) {
 	ctx, cancel := context.WithTimeout(ctx, unlockTryTimeout)
 	defer cancel()
-	n, err := queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
+	var n int64
+	var err error
+	if uncertainClaim && !a.key.insertedByThisClaim {
+		n, err = queries.UnlockClaimedIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockClaimedIdempotencyKeyParams{
+			ID: a.key.ID, LockToken: a.key.lockToken, LockedAt: a.key.lockedAt})
+	} else {
+		n, err = queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
+	}
 	if err != nil && ctx.Err() != nil {
 		// The try's own deadline, not the caller's (WithoutCancel): the
 		// database did not answer in time.
@@ -473,7 +486,7 @@ func toKey(row dbsqlc.IdempotencyKey) *Key {
 		Method: row.RequestMethod, Path: row.RequestPath, Params: json.RawMessage(row.RequestParams),
 		RecoveryPoint: RecoveryPoint(row.RecoveryPoint), Locked: row.LockedAt.Valid,
 		ResponseCode: int(row.ResponseCode.Int32), Created: row.CreatedAt, Expires: row.ExpiresAt.Time,
-		lockToken: row.LockToken, responseBody: row.ResponseBody, traceParent: row.TraceParent.String,
+		lockToken: row.LockToken, lockedAt: row.LockedAt, responseBody: row.ResponseBody, traceParent: row.TraceParent.String,
 	}
 }
 

@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"github.com/google/uuid"
+	"github.com/jackc/pgx/v5/pgtype"
 
 	"github.com/example/payments/internal/db"
 )
@@ -315,7 +316,12 @@ type Key struct {
 	// answer was stored. Zero while the key is unfinished (it never expires).
 	Expires time.Time
 
-	lockToken    int64
+	lockToken int64
+	// lockedAt is when this attempt's claim of an existing key took its
+	// lock, as the row says (the claim's transaction's now()): with the
+	// token, it tells that claim's lock from the next claim's
+	// (UnlockClaimedIdempotencyKey).
+	lockedAt     pgtype.Timestamptz
 	responseBody []byte
 	// insertedByThisClaim tells that this attempt's claim inserted the
 	// key's row: it has no history (no child key generations to read), and

@@ -833,6 +833,34 @@ func (q *Queries) SweepUnfinishedKeys(ctx context.Context, db DBTX, arg SweepUnf
 	return i, err
 }
 
+const unlockClaimedIdempotencyKey = `-- name: UnlockClaimedIdempotencyKey :execrows
+UPDATE idempotency_keys
+SET locked_at = NULL, lock_expires_at = NULL
+WHERE id = $1 AND lock_token = $2 AND locked_at = $3
+`
+
+type UnlockClaimedIdempotencyKeyParams struct {
+	ID        uuid.UUID
+	LockToken int64
+	LockedAt  pgtype.Timestamptz
+}
+
+// Releases the lock of a claim of an existing key whose COMMIT's outcome is
+// unknown (the connection was lost, or the commit outlived its deadline
+// waiting for a synchronous standby), only while the row holds that very
+// claim's lock: its token, and the time the claim took it (its
+// transaction's now(), written with the lock and by the claim's own moves
+// in the same transaction). The token alone would not do: a claim that
+// never committed took the same token (the old one plus one) that the next
+// claim takes.
+func (q *Queries) UnlockClaimedIdempotencyKey(ctx context.Context, db DBTX, arg UnlockClaimedIdempotencyKeyParams) (int64, error) {
+	result, err := db.Exec(ctx, unlockClaimedIdempotencyKey, arg.ID, arg.LockToken, arg.LockedAt)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
+}
+
 const unlockIdempotencyKey = `-- name: UnlockIdempotencyKey :execrows
 UPDATE idempotency_keys
 SET locked_at = NULL, lock_expires_at = NULL

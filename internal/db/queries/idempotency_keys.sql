@@ -144,6 +144,19 @@ UPDATE idempotency_keys
 SET locked_at = NULL, lock_expires_at = NULL
 WHERE id = @id AND lock_token = @lock_token;
 
+-- name: UnlockClaimedIdempotencyKey :execrows
+-- Releases the lock of a claim of an existing key whose COMMIT's outcome is
+-- unknown (the connection was lost, or the commit outlived its deadline
+-- waiting for a synchronous standby), only while the row holds that very
+-- claim's lock: its token, and the time the claim took it (its
+-- transaction's now(), written with the lock and by the claim's own moves
+-- in the same transaction). The token alone would not do: a claim that
+-- never committed took the same token (the old one plus one) that the next
+-- claim takes.
+UPDATE idempotency_keys
+SET locked_at = NULL, lock_expires_at = NULL
+WHERE id = @id AND lock_token = @lock_token AND locked_at = @locked_at;
+
 -- name: GetIdempotencyKeyState :one
 -- A key as its owner may inspect it. A finished key past its TTL is gone;
 -- an unfinished one (no expiry) stays visible, since a retry would still

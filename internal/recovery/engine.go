@@ -9,6 +9,7 @@ import (
 	"slices"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/jackc/pgx/v5"
@@ -67,6 +68,10 @@ type Engine struct {
 
 	flowsMu sync.RWMutex
 	flows   map[string]*Flow // Register
+
+	// uncertainUnlocks counts the background unlocks of uncertain claims
+	// running now (unlockUncertainClaim), at most maxUncertainUnlocks.
+	uncertainUnlocks atomic.Int64
 }
 
 // New returns an Engine.
@@ -349,10 +354,33 @@ func (e *Engine) unlock(ctx context.Context, a *attempt, cause error) {
 // claim's lock: a new key's row by the id this claim chose and token 1,
 // which no other attempt holds; an existing key's by its token and the
 // time this claim took the lock (UnlockClaimedIdempotencyKey).
+//
+// Most such claims never land (a failover discards what the old primary
+// did not replicate), so their unlocks run until the lock would have
+// lapsed, one short update a second each. At most maxUncertainUnlocks run
+// at once: past that (a primary whose every commit hangs, under load), a
+// claim's lock is left to lapse, and the log says so.
 func (e *Engine) unlockUncertainClaim(ctx context.Context, a *attempt) {
 	ctx = context.WithoutCancel(ctx)
-	go e.keepUnlocking(ctx, a, time.Now().Add(e.cfg.LockTimeout), true)
+	if e.uncertainUnlocks.Add(1) > maxUncertainUnlocks {
+		e.uncertainUnlocks.Add(-1)
+		a.log.WarnContext(ctx, "too many uncertain claims being unlocked: this key's lock lapses by itself",
+			slog.Int("max", maxUncertainUnlocks))
+		return
+	}
+	go func() {
+		defer e.uncertainUnlocks.Add(-1)
+		e.keepUnlocking(ctx, a, time.Now().Add(e.cfg.LockTimeout), true)
+	}()
 }
+
+// maxUncertainUnlocks bounds the background unlocks of uncertain claims
+// running at once in one engine: the claims in flight when a primary dies
+// are about as many as the requests in flight (the connection pool's size,
+// a few dozen), so this only binds when every commit hangs while requests
+// keep coming, and then caps the database's extra load at this many
+// one-row updates a second.
+const maxUncertainUnlocks = 256
 
 // The background unlock's tries: each has unlockTryTimeout, and they are
 // unlockBackoffMin apart, doubling up to unlockBackoffMax. The longest a

@@ -20,8 +20,6 @@ missing=()
 command -v patroni >/dev/null 2>&1 || missing+=(patroni)
 command -v etcd >/dev/null 2>&1 || missing+=(etcd-server)
 command -v haproxy >/dev/null 2>&1 || missing+=(haproxy)
-# Patroni's etcd3 client needs python3-urllib3 and python3-dateutil, which
-# the package depends on; python3-psycopg2 is how it reaches PostgreSQL.
 [ ${#missing[@]} -eq 0 ] && exit 0
 
 if [ "$(id -u)" -ne 0 ] || ! command -v apt-get >/dev/null 2>&1; then

@@ -279,13 +279,20 @@ func (s *supervisor) stopAll() {
 			}
 		}
 		s.mu.Unlock()
-		deadline := time.After(grace)
+		ctx, cancel := context.WithTimeout(context.Background(), grace)
+		defer cancel()
 		for _, c := range waits {
 			select {
 			case <-c.exited:
-			case <-deadline:
+			case <-ctx.Done():
 				s.log.Warn("did not stop in time; killing it", "child", c.name, "pid", c.pid)
 				_ = syscall.Kill(c.pid, syscall.SIGKILL)
+				// Reaped before the supervisor exits: this machine's init
+				// would leave it a zombie.
+				select {
+				case <-c.exited:
+				case <-time.After(5 * time.Second):
+				}
 			}
 		}
 	}
@@ -365,9 +372,10 @@ func (s *supervisor) tryWrite(ctx context.Context, sec secrets) error {
 	if recovery {
 		return errors.New("haproxy's server is in recovery")
 	}
-	// txid_current() takes a transaction ID: its commit is a WAL record the
-	// synchronous standby must hold before it returns.
-	if _, err := conn.Exec(ctx, "SELECT txid_current()"); err != nil {
+	// A row written: its commit waits for the synchronous standby (a
+	// transaction that only took an ID, txid_current(), would not).
+	if _, err := conn.Exec(ctx, `CREATE TABLE IF NOT EXISTS hasupervisor_probe (id int PRIMARY KEY, at timestamptz NOT NULL);
+		INSERT INTO hasupervisor_probe VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at`); err != nil {
 		return err
 	}
 	app := sec.App

@@ -539,3 +539,24 @@ func TestCheck_theServiceConvergesToStripeWithoutWebhooks(t *testing.T) {
 		})
 	}
 }
+
+// A hostile body that met the database down is refused 503
+// service_unavailable before it is read: rightly so only in a run whose
+// database failed (the HA run), never otherwise.
+func TestCheck_aHostileBodyMayMeetTheDatabaseDownOnlyWhenItFails(t *testing.T) {
+	t.Parallel()
+	for _, fails := range []bool{false, true} {
+		s, records := world()
+		s.DatabaseFails = fails
+		records[0].Hostile = []Answer{{Status: 503, Body: []byte(`{"status":503,"code":"service_unavailable"}`)}}
+		var rules []string
+		for _, v := range Check(s, records) {
+			rules = append(rules, v.Rule)
+		}
+		if fails {
+			require.Empty(t, rules)
+		} else {
+			require.Equal(t, []string{"hostile-400"}, rules)
+		}
+	}
+}

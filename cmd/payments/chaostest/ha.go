@@ -121,14 +121,15 @@ type readySample struct {
 }
 
 type lockID struct {
-	id    int64
+	id    string // the key's row (a UUID)
 	token int64
 }
 
-// lockPoll is one successful read of the live locks.
+// lockPoll is one successful read of the live locks, with when each was
+// taken (locked_at).
 type lockPoll struct {
 	at   time.Time
-	live map[lockID]bool
+	live map[lockID]time.Time
 }
 
 // FaultResult is what one fault did.
@@ -153,17 +154,22 @@ type FaultResult struct {
 	// ServiceBack is the first 2xx answered to an attempt of the clients
 	// sent after OutageStart.
 	ServiceBack time.Time
+	// WritesBack is when the new primary took writes: the earlier of
+	// ProbeBack and ServiceBack (both are commits through haproxy; the
+	// probe's own reconnection, a TCP and SCRAM handshake on a starved CPU,
+	// may lag the service's pool by a second or two).
+	WritesBack time.Time
 	// NewPrimary is the node Patroni names primary once writes are back.
 	NewPrimary string
 	// Answers during the fault, from the fault to 5 s after ServiceBack.
 	Unavailable503, Other503, Status500, ConnErrors, InUse409 int
 	// Ready is, by instance, how long after OutageStart its /readyz first
-	// answered other than 200 (-1: never) and how long after ProbeBack it
+	// answered 503 (-1: never) and how long after WritesBack it
 	// answered 200 again (-1: not seen).
 	ReadyDown, ReadyUp map[string]time.Duration
 	// LockedKeys is how many keys held a live lock when the database was
 	// last read before the outage and still held it after; LongestLocked is
-	// the longest of them stayed locked after ProbeBack (LockWindow if
+	// the longest of them stayed locked after WritesBack (LockWindow if
 	// still locked then: LockCutOff).
 	LockedKeys    int
 	LongestLocked time.Duration
@@ -320,29 +326,33 @@ func (h *HA) inject(ctx context.Context, fault string, cluster *Cluster) FaultRe
 		r.Err = "no commit through haproxy within 90 s of the fault"
 		return r
 	}
-	if _, p, err := h.healthy(ctx, time.Second); err == nil {
-		r.NewPrimary = h.mustFormation().Nodes[p].Name
+	r.NewPrimary = primaryNow(ctx, h.mustFormation())
+	h.measure(&r)
+	r.WritesBack = r.ProbeBack
+	if !r.ServiceBack.IsZero() && r.ServiceBack.Before(r.ProbeBack) {
+		r.WritesBack = r.ServiceBack
 	}
-	// The keys that held a lock when the database was last read before the
-	// outage, and still did at the first read after it.
-	before, after := h.lockPollsAround(ctx, r.ProbeBack)
+	// The keys in flight at the outage: those whose lock, live at the first
+	// read after it, was taken before it began, or was seen at the last
+	// read before it.
+	before, after := h.lockPollsAround(ctx, r.WritesBack)
 	var held []lockID
-	for id := range before.live {
-		if after.live[id] {
+	for id, lockedAt := range after.live {
+		if _, seen := before.live[id]; seen || lockedAt.Before(r.OutageStart) {
 			held = append(held, id)
 		}
 	}
 	r.LockedKeys = len(held)
-	lockDeadline := r.ProbeBack.Add(h.LockWindow)
+	lockDeadline := r.WritesBack.Add(h.LockWindow)
 	for len(held) > 0 && ctx.Err() == nil {
 		h.mu.Lock()
 		last := h.lockAt[len(h.lockAt)-1]
 		h.mu.Unlock()
 		held = slices.DeleteFunc(held, func(id lockID) bool {
-			if last.live[id] {
+			if _, ok := last.live[id]; ok {
 				return false
 			}
-			r.LongestLocked = max(r.LongestLocked, last.at.Sub(r.ProbeBack))
+			r.LongestLocked = max(r.LongestLocked, last.at.Sub(r.WritesBack))
 			return true
 		})
 		if len(held) > 0 && time.Now().After(lockDeadline) {
@@ -413,11 +423,11 @@ func (h *HA) measure(r *FaultResult) {
 			if s.at.Before(r.At) {
 				continue
 			}
-			if s.status != http.StatusOK && r.ReadyDown[name] < 0 {
+			if s.status == http.StatusServiceUnavailable && r.ReadyDown[name] < 0 {
 				r.ReadyDown[name] = max(0, s.at.Sub(r.OutageStart))
 			}
-			if s.status == http.StatusOK && !s.at.Before(r.ProbeBack) && r.ReadyUp[name] < 0 {
-				r.ReadyUp[name] = s.at.Sub(r.ProbeBack)
+			if s.status == http.StatusOK && !r.WritesBack.IsZero() && !s.at.Before(r.WritesBack) && r.ReadyUp[name] < 0 {
+				r.ReadyUp[name] = s.at.Sub(r.WritesBack)
 			}
 		}
 	}
@@ -427,7 +437,8 @@ func (h *HA) measure(r *FaultResult) {
 // last successful one before the fault's first failed read, or simply
 // before t) and the first one at or after t.
 func (h *HA) lockPollsAround(ctx context.Context, t time.Time) (before, after lockPoll) {
-	for ctx.Err() == nil {
+	deadline := time.Now().Add(30 * time.Second)
+	for ctx.Err() == nil && time.Now().Before(deadline) {
 		h.mu.Lock()
 		i := slices.IndexFunc(h.lockAt, func(p lockPoll) bool { return !p.at.Before(t) })
 		if i > 0 {
@@ -611,6 +622,26 @@ func childrenOf(pid int) []int {
 	return out
 }
 
+// primaryNow is the node whose Patroni answers 200 to /primary (haproxy's
+// check), or "none".
+func primaryNow(ctx context.Context, f Formation) string {
+	for _, n := range f.Nodes {
+		ctx, cancel := context.WithTimeout(ctx, time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodOptions, n.PatroniREST+"/primary", nil)
+		if err == nil {
+			if resp, err := http.DefaultClient.Do(req); err == nil {
+				resp.Body.Close()
+				if resp.StatusCode == http.StatusOK {
+					cancel()
+					return n.Name
+				}
+			}
+		}
+		cancel()
+	}
+	return "none"
+}
+
 func (h *HA) mustFormation() Formation {
 	f, _ := ReadFormation(h.FormationPath)
 	return f
@@ -619,7 +650,9 @@ func (h *HA) mustFormation() Formation {
 // probe commits through haproxy every 200 ms, each on a deadline of 1 s
 // (pgx closes the socket at the deadline: no cancel request, which during
 // a synchronous-replication wait would make PostgreSQL report a commit
-// only the old primary holds).
+// only the old primary holds). The commit writes a row: a transaction that
+// only took an ID (txid_current()) writes its commit record without
+// waiting for the synchronous standby, and proves nothing.
 func (h *HA) probe(ctx context.Context) {
 	var conn *pgx.Conn
 	defer func() {
@@ -645,7 +678,7 @@ func (h *HA) probe(ctx context.Context) {
 					return err
 				}
 			}
-			_, err := conn.Exec(c, "SELECT txid_current()")
+			_, err := conn.Exec(c, "INSERT INTO chaos_ha_probe (id, at) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at")
 			return err
 		}()
 		h.mu.Lock()
@@ -678,7 +711,7 @@ func (h *HA) watchLocks(ctx context.Context) {
 			return
 		case <-tick.C:
 		}
-		live, err := func() (map[lockID]bool, error) {
+		live, err := func() (map[lockID]time.Time, error) {
 			c, cancel := context.WithTimeout(ctx, time.Second)
 			defer cancel()
 			if conn == nil || conn.IsClosed() {
@@ -688,17 +721,18 @@ func (h *HA) watchLocks(ctx context.Context) {
 					return nil, err
 				}
 			}
-			rows, err := conn.Query(c, "SELECT id, lock_token FROM idempotency_keys WHERE lock_expires_at > now()")
+			rows, err := conn.Query(c, "SELECT id::text, lock_token, locked_at FROM idempotency_keys WHERE lock_expires_at > now()")
 			if err != nil {
 				return nil, err
 			}
-			live := map[lockID]bool{}
+			live := map[lockID]time.Time{}
 			for rows.Next() {
 				var id lockID
-				if err := rows.Scan(&id.id, &id.token); err != nil {
+				var at time.Time
+				if err := rows.Scan(&id.id, &id.token, &at); err != nil {
 					return nil, err
 				}
-				live[id] = true
+				live[id] = at
 			}
 			return live, rows.Err()
 		}()
@@ -717,7 +751,9 @@ func (h *HA) watchLocks(ctx context.Context) {
 
 // watchReady asks the instance's /readyz every 250 ms.
 func (h *HA) watchReady(ctx context.Context, in *Instance) {
-	client := &http.Client{Timeout: time.Second}
+	// Longer than the service's own bound on /readyz's probe (2 s): a slow
+	// answer is an answer.
+	client := &http.Client{Timeout: 3 * time.Second}
 	tick := time.NewTicker(250 * time.Millisecond)
 	defer tick.Stop()
 	for {

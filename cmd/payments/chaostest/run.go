@@ -184,9 +184,13 @@ func Run(ctx context.Context, cfg Config, opts Options) (_ *Report, err error) {
 	}
 	records := ledger.Records()
 	snap.KeysExpire = cfg.KeyTTL > 0
+	snap.DatabaseFails = opts.HA != nil
 	snap.Arrivals, snap.Redelivered, snap.RedeliveryProblems = merchants.Arrivals(), merchants.Redelivered(), merchants.redeliveryProblems()
 	snap.Mail = MailState{Accepted: len(mail.Accepted()), Distinct: len(mail.CountByMessageID()), Duplicates: mail.Duplicates(),
-		WorkersKilled: cfg.KillWorker || cr.cutSends.Load()}
+		// A database that fails under the workers (the HA run) is, for a
+		// receipt, a killed worker: accepted by the mail server, its record
+		// lost with the connection, it is rightly sent again.
+		WorkersKilled: cfg.KillWorker || cr.cutSends.Load() || opts.HA != nil}
 	violations = append(violations, Check(snap, records)...)
 	rep.Violations = violations
 	rep.Counters = stats.Snapshot()

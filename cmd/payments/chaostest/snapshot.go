@@ -27,6 +27,11 @@ type Snapshot struct {
 	// KeysExpire is set when the run's key TTL was short: a key's row may
 	// rightly be gone (reaped), and a payment's key with it.
 	KeysExpire bool
+	// DatabaseFails is set when the run's database failed under the
+	// service (the HA run): a hostile body sent while no commit was
+	// possible may rightly be refused 503 service_unavailable before it is
+	// read (the API key is checked first, in the database), storing nothing.
+	DatabaseFails bool
 	// Mail is what the mail server saw.
 	Mail MailState
 	// Endpoints and Deliveries are the merchants' webhook endpoints and

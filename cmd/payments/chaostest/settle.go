@@ -50,7 +50,7 @@ const backlogQuery = `SELECT
 	(SELECT count(*) FROM payments WHERE status = 'requires_capture'),
 	(SELECT count(*) FROM webhook_deliveries WHERE status = 'pending'),
 	(SELECT CASE WHEN coalesce(c.read_at, 'epoch') < $1::timestamptz + $2::interval THEN 1 ELSE 0 END
-		FROM stripe_event_cursor c WHERE c.name = 'events'))`
+		FROM stripe_event_cursor c WHERE c.name = 'events')`
 
 // reconcileBound is how long after the clients finished the reconciler's
 // reading is sure to show Stripe's final state: Stripe's later outcomes

@@ -793,6 +793,10 @@ func (c *checker) checkChargedTwice() {
 			d, ok := listed[pi.ID]
 			delete(listed, pi.ID)
 			switch {
+			case back == 0 && c.stripeFailedEveryRefundOf(pi.ID) && ok && d.Status == "refund_failed":
+				// Stripe failed the refund (pm_card_refundFail fails every
+				// refund, after answering it succeeded): the money cannot go
+				// back through Stripe, and the record says so, for a person.
 			case back != pi.AmountReceived:
 				c.fail("charged-twice", p.ID, "customer charged twice: PaymentIntent %s took %d beside the recorded %s, and Stripe gave back %d (listed: %v)",
 					pi.ID, pi.AmountReceived, p.StripePaymentIntent, back, ok)
@@ -861,7 +865,10 @@ func (c *checker) checkEvents() {
 			}
 		}
 		for _, d := range p.DuplicateCharges {
-			if d.Status == "refunded" {
+			// Announced once refunded; a refund Stripe answered succeeded
+			// and failed later (pm_card_refundFail) was announced first.
+			if d.Status == "refunded" || (d.Status == "refund_failed" && c.stripeFailedEveryRefundOf(d.StripePaymentIntent) &&
+				c.payments[p.ID] != nil && c.payments[p.ID].PaymentMethod == "pm_card_refundFail") {
 				want = append(want, "payment.duplicate_refunded")
 			}
 		}
@@ -1156,4 +1163,16 @@ func sortedReceipts(m map[Receipt]bool) []Receipt {
 		return cmp.Or(cmp.Compare(a.PaymentID, b.PaymentID), cmp.Compare(a.Kind, b.Kind))
 	})
 	return out
+}
+
+// stripeFailedEveryRefundOf tells whether Stripe holds refunds of the
+// PaymentIntent pi and failed every one.
+func (c *checker) stripeFailedEveryRefundOf(pi string) bool {
+	refunds := c.simRefundOf[pi]
+	for _, sr := range refunds {
+		if sr.Status != "failed" {
+			return false
+		}
+	}
+	return len(refunds) > 0
 }

@@ -94,7 +94,10 @@ func TestDelayDoesNotHoldTheLock(t *testing.T) {
 	f := setup(t)
 	existing, err := f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
 	require.NoError(t, err)
-	const delay = 1000 * time.Millisecond
+	// Long enough that the two requests below are answered first even on a
+	// loaded machine under the race detector (1 s was not: make test failed
+	// on it once in CI's clean clone, and once in a helper's run).
+	const delay = 5 * time.Second
 	f.addFault(t, stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "POST", Kind: stripesim.FaultDelay, DelayMS: int(delay / time.Millisecond)})
 
 	start := time.Now()

@@ -162,8 +162,13 @@ CHAOS_HA_TIMEOUT ?= 20m
 chaos-ha: deps
 	@./scripts/ha-install.sh
 	@$(GO) build -o bin/hasupervisor ./cmd/hasupervisor
-	@running=$$([ -f '$(HA_DIR)/formation.json' ] && echo yes || true); \
-	./bin/hasupervisor up || exit 1; status=0; \
-	HA_FORMATION='$(abspath $(HA_DIR))/formation.json' CHAOS_HA_REPORT='$(CURDIR)/docs/CHAOS-HA.md' \
+	@# A formation already running in HA_DIR is used as it is; else one is
+	@# started in a directory of /tmp that the postgres user can reach (a
+	@# clone in a directory only root may enter, as a CI's temporary one, is
+	@# not: Patroni and etcd run as postgres), and removed afterwards.
+	@if [ -f '$(HA_DIR)/formation.json' ]; then dir='$(abspath $(HA_DIR))'; running=yes; \
+	else dir=$$(mktemp -d /tmp/payments-chaos-ha.XXXXXX) && chmod 755 "$$dir" || exit 1; running=; fi; \
+	HA_DIR="$$dir" ./bin/hasupervisor up || exit 1; status=0; \
+	HA_FORMATION="$$dir/formation.json" CHAOS_HA_REPORT='$(CURDIR)/docs/CHAOS-HA.md' \
 	  $(GO) test -tags chaos -run '^TestChaosHA$$' -count=1 -v -timeout $(CHAOS_HA_TIMEOUT) ./cmd/payments/ || status=$$?; \
-	if [ -z "$$running" ]; then ./bin/hasupervisor down; fi; exit $$status
+	if [ -z "$$running" ]; then HA_DIR="$$dir" ./bin/hasupervisor down; rm -rf "$$dir"; fi; exit $$status

@@ -95,38 +95,8 @@ func (s *Simulator) listEvents(c *call) outcome {
 		older, newer = all[:i], all[i+1:]
 	}
 
-	var page []*event
-	hasMore := false
-	if before == "" { // from the newest (or the cursor) towards the oldest
-		for i := len(older) - 1; i >= 0 && !hasMore; i-- {
-			if older[i].made.Before(oldest) {
-				break
-			}
-			if matches(older[i]) {
-				hasMore = len(page) == limit
-				page = append(page, older[i])
-			}
-		}
-	} else { // the page just newer than the cursor, still newest first
-		for i := 0; i < len(newer) && !hasMore; i++ {
-			if matches(newer[i]) {
-				hasMore = len(page) == limit
-				page = append(page, newer[i])
-			}
-		}
-	}
-	if hasMore {
-		page = page[:limit]
-	}
-	if before != "" {
-		slices.Reverse(page)
-	}
-	return succeeded(struct {
-		Object  string   `json:"object"`
-		Data    []*event `json:"data"`
-		HasMore bool     `json:"has_more"`
-		URL     string   `json:"url"`
-	}{"list", append([]*event{}, page...), hasMore, c.path})
+	page, hasMore := listPage(older, newer, before, limit, matches, func(ev *event) bool { return ev.made.Before(oldest) })
+	return listAnswer(c, page, hasMore)
 }
 
 // indexOfEvent is ev's place in all. Events are appended as they are made,

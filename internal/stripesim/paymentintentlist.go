@@ -54,35 +54,8 @@ func (s *Simulator) listPaymentIntents(c *call) outcome {
 		older, newer = all[:i], all[i+1:]
 	}
 
-	var page []*paymentIntent
-	hasMore := false
-	if before == "" { // from the newest (or the cursor) towards the oldest
-		for i := len(older) - 1; i >= 0 && !hasMore; i-- {
-			if matches(older[i]) {
-				hasMore = len(page) == limit
-				page = append(page, older[i])
-			}
-		}
-	} else { // the page just newer than the cursor, still newest first
-		for i := 0; i < len(newer) && !hasMore; i++ {
-			if matches(newer[i]) {
-				hasMore = len(page) == limit
-				page = append(page, newer[i])
-			}
-		}
-	}
-	if hasMore {
-		page = page[:limit]
-	}
-	if before != "" {
-		slices.Reverse(page)
-	}
-	return succeeded(struct {
-		Object  string           `json:"object"`
-		Data    []*paymentIntent `json:"data"`
-		HasMore bool             `json:"has_more"`
-		URL     string           `json:"url"`
-	}{"list", append([]*paymentIntent{}, page...), hasMore, c.path})
+	page, hasMore := listPage(older, newer, before, limit, matches, nil)
+	return listAnswer(c, page, hasMore)
 }
 
 // createdRange is a filter on created, in Unix seconds; nil bounds are open.

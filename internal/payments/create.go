@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"net/http"
 	"time"
 
@@ -156,35 +157,77 @@ func (s *Service) createPaymentIntent(ctx context.Context, k *recovery.Key) (int
 }
 
 // stripeClockSkew is how far Stripe's clock, which stamps a PaymentIntent's
-// created, may be behind the clock that stamped the key's created_at (the
-// database's). Both are kept to true time by NTP, within a second or so;
-// five minutes is generous, and costs only the PaymentIntents of five more
-// minutes read once.
-const stripeClockSkew = 5 * time.Minute
+// created, may be from the engine's, which stamps the key's call windows
+// (the database's now(): recovery.CallWindow). Both are kept to true time
+// by NTP, which slews a clock that is off by less than 128 ms and steps one
+// that is off by more (ntpd's step threshold): two synchronised clocks
+// differ by a fraction of a second. Stripe's created is in whole seconds,
+// which ListPaymentIntentsByMetadata allows for by taking both bounds to
+// their second. Ten seconds leaves room for a host whose synchronisation
+// failed a few days ago (an unsynchronised quartz clock drifts some tens of
+// parts per million, one to four seconds a day). Stripe's own libraries
+// allow 300 s between Stripe's clock and a merchant's on a webhook's
+// signature (stripe-go's webhook.DefaultTolerance), but that tolerance
+// is mostly for a delivery's delay and its retries, not for clocks. What
+// the margin costs: twice its length of everybody's PaymentIntents, read
+// once per window (at 100 PaymentIntents a second, 20 pages of 100); what
+// a clock further off than that costs: a PaymentIntent of ours made at the
+// window's very edge is not found, the engine moves on to a new child key,
+// and the reconciler finds the first one in Stripe's event log and refunds
+// it as a duplicate charge (duplicate.go).
+const stripeClockSkew = 10 * time.Second
 
 // findPaymentIntent: for a key too old to call Stripe again, or whose child
 // key Stripe reports spent, the PaymentIntent it made, found by the key's id
 // in its metadata (the same for every generation of the child key). It
 // reads Stripe's list of PaymentIntents, which shows one as soon as it is
-// made, so "none" is true when it answers; every call with the key's child
-// keys came after the key was created, so the list starts there (less
-// stripeClockSkew) and is read to its end.
+// made, so "none" is true when it answers. The list cannot be filtered by
+// metadata, so it is narrowed in time instead: to the minutes in which one
+// of the key's own attempts may have had Stripe make it (its call windows,
+// which the engine gives: recovery.CallWindow), each widened by
+// stripeClockSkew. A key retried for hours reads the minutes of its
+// attempts, not hours of everybody's PaymentIntents.
 func (s *Service) findPaymentIntent(ctx context.Context, k *recovery.Key) (intentResult, bool, error) {
-	found, err := s.stripe.ListPaymentIntentsByMetadata(ctx, k.Created.Add(-stripeClockSkew), "idempotency_key_id", k.ID.String())
+	windows, err := intentWindows(k)
 	if err != nil {
-		return intentResult{}, false, recovery.Transient(err)
+		return intentResult{}, false, err
 	}
-	for _, pi := range found {
-		switch {
-		case pi.Status == stripe.PaymentIntentStatusRequiresPaymentMethod && pi.LastPaymentError != nil:
-			return intentResult{decline: declineOf(pi)}, true, nil
-		case pi.Status == stripe.PaymentIntentStatusRequiresPaymentMethod:
-			continue // never confirmed: not what this key's call made
-		default:
-			return intentResult{intent: pi}, true, nil // recordPaymentIntent decides
+	for _, w := range windows {
+		found, err := s.stripe.ListPaymentIntentsByMetadata(ctx, w.From, w.To, "idempotency_key_id", k.ID.String())
+		if err != nil {
+			return intentResult{}, false, recovery.Transient(err)
+		}
+		for _, pi := range found {
+			switch {
+			case pi.Status == stripe.PaymentIntentStatusRequiresPaymentMethod && pi.LastPaymentError != nil:
+				return intentResult{decline: declineOf(pi)}, true, nil
+			case pi.Status == stripe.PaymentIntentStatusRequiresPaymentMethod:
+				continue // never confirmed: not what this key's call made
+			default:
+				return intentResult{intent: pi}, true, nil // recordPaymentIntent decides
+			}
 		}
 	}
 	return intentResult{}, false, nil
+}
+
+// intentWindows are the spans of Stripe's clock in which a PaymentIntent
+// of k's calls may have been created: k's call windows, each widened by
+// stripeClockSkew on both sides, merged where they then overlap, oldest
+// first.
+func intentWindows(k *recovery.Key) ([]recovery.CallWindow, error) {
+	windows := k.CallWindows()
+	if len(windows) == 0 {
+		// The engine gives every reconcile at least the window of the
+		// attempt running it; without any, there is nothing to narrow the
+		// list to, and reading all of it is what this avoids.
+		return nil, fmt.Errorf("payments: reconciling key %s without its call windows", k.ID)
+	}
+	widened := make([]recovery.CallWindow, 0, len(windows))
+	for _, w := range windows {
+		widened = append(widened, recovery.CallWindow{From: w.From.Add(-stripeClockSkew), To: w.To.Add(stripeClockSkew)})
+	}
+	return recovery.MergeCallWindows(widened), nil
 }
 
 // declineOf is the decline a PaymentIntent's last_payment_error reports.

@@ -142,7 +142,7 @@ func (e *Engine) afterSpentChildKey(ctx context.Context, k *Key, phase Phase, sp
 		_, err := e.reconcile(ctx, k, phase)
 		return nil, false, err
 	}
-	result, found, err := phase.reconcile(ctx, k)
+	result, found, err := e.findEarlierCall(ctx, k, phase)
 	switch {
 	case err != nil:
 		return nil, false, err

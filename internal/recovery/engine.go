@@ -440,9 +440,10 @@ func (e *Engine) unlockOnce(ctx context.Context, a *attempt, uncertainClaim bool
 	var err error
 	if uncertainClaim && !a.key.insertedByThisClaim {
 		n, err = queries.UnlockClaimedIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockClaimedIdempotencyKeyParams{
-			ID: a.key.ID, LockToken: a.key.lockToken, LockedAt: a.key.lockedAt})
+			ID: a.key.ID, LockToken: a.key.lockToken, LockedAt: a.key.lockedAt, Now: e.queryNow()})
 	} else {
-		n, err = queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{ID: a.key.ID, LockToken: a.key.lockToken})
+		n, err = queries.UnlockIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.UnlockIdempotencyKeyParams{
+			ID: a.key.ID, LockToken: a.key.lockToken, Now: e.queryNow()})
 	}
 	if err != nil && ctx.Err() != nil {
 		// The try's own deadline, not the caller's (WithoutCancel): the
@@ -483,7 +484,7 @@ func (e *Engine) wallClock() time.Time {
 // as needing attention when there is none to find.
 func (e *Engine) reconcile(ctx context.Context, k *Key, phase Phase) (any, error) {
 	if phase.reconcile != nil {
-		result, found, err := phase.reconcile(ctx, k)
+		result, found, err := e.findEarlierCall(ctx, k, phase)
 		if err != nil || found {
 			return result, err
 		}

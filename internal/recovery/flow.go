@@ -257,6 +257,9 @@ func ExternalPhase[T any](step string, call func(ctx context.Context, k *Key) (T
 // read what the remote side holds now (an object by id, a list), never an
 // index that lags behind the remote side's writes (Stripe's search): the
 // engine trusts "nothing found" from it once SpentKeyGrace has passed.
+// It need look no further than the key's call windows (Key.CallWindows,
+// callwindows.go): the spans of time in which the remote side may have
+// executed a call of the phase's attempts.
 // A phase without it, or a reconcile that finds nothing, leaves the key
 // marked as needing attention.
 func WithReconcile[T any](p Phase, reconcile func(ctx context.Context, k *Key) (T, bool, error)) Phase {
@@ -352,6 +355,10 @@ type Key struct {
 	// traceParent is the W3C traceparent of the request that made the key,
 	// "" when it was not traced: a resumed attempt links its trace to it.
 	traceParent string
+
+	// callWindows are the key's call windows, while a reconcile runs
+	// (CallWindows, callwindows.go).
+	callWindows []CallWindow
 }
 
 // ChildKey is the idempotency key for the external call step of this

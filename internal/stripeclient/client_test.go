@@ -164,8 +164,9 @@ func TestManualCaptureAndCancel(t *testing.T) {
 	require.Equal(t, stripe.PaymentIntentStatusCanceled, canceled.Status)
 }
 
-// Found by the metadata, created since the given time, newest first, over
-// pages of Stripe's list; a payment intent made before that time is not.
+// Found by the metadata, created in the given span, newest first, over
+// pages of Stripe's list; a payment intent made before the span, or after
+// it, is not.
 func TestListPaymentIntentsByMetadata(t *testing.T) {
 	t.Parallel()
 	f := setup(t)
@@ -194,15 +195,27 @@ func TestListPaymentIntentsByMetadata(t *testing.T) {
 		}
 	}
 
-	found, err := f.client.ListPaymentIntentsByMetadata(ctx, since, "key_row", awkward)
+	until := f.sim.Advance(0)
+	f.sim.Advance(2 * time.Second) // past until's second
+	after := payment("pm_card_visa")
+	after.Metadata = map[string]string{"key_row": awkward}
+	late, err := f.client.CreatePaymentIntent(ctx, "list-after", after)
+	require.NoError(t, err)
+
+	found, err := f.client.ListPaymentIntentsByMetadata(ctx, since, until, "key_row", awkward)
 	require.NoError(t, err)
 	var ids []string
 	for _, pi := range found {
 		ids = append(ids, pi.ID)
 	}
-	require.Equal(t, want, ids, "the two made since, over the list's pages; not the one made before")
+	require.Equal(t, want, ids, "the two made in the span, over the list's pages; not the one made before, nor the one after")
 
-	none, err := f.client.ListPaymentIntentsByMetadata(ctx, since, "key_row", "absent")
+	open, err := f.client.ListPaymentIntentsByMetadata(ctx, since, time.Time{}, "key_row", awkward)
+	require.NoError(t, err)
+	require.Len(t, open, 3, "without an end: until now")
+	require.Equal(t, late.ID, open[0].ID)
+
+	none, err := f.client.ListPaymentIntentsByMetadata(ctx, since, time.Time{}, "key_row", "absent")
 	require.NoError(t, err)
 	require.Empty(t, none)
 }

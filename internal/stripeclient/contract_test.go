@@ -54,7 +54,7 @@ func TestContractWithStripeMock(t *testing.T) {
 		"cancel":                func() error { _, err := c.CancelPaymentIntent(ctx, "contract-5", "pi_123"); return err },
 		"get payment intent":    func() error { _, err := c.GetPaymentIntent(ctx, "pi_123"); return err },
 		"list by metadata": func() error {
-			_, err := c.ListPaymentIntentsByMetadata(ctx, time.Unix(1700000000, 0), "key_row", `it's "quoted"`)
+			_, err := c.ListPaymentIntentsByMetadata(ctx, time.Unix(1700000000, 0), time.Unix(1700000600, 0), "key_row", `it's "quoted"`)
 			return err
 		},
 		"refund part": func() error {

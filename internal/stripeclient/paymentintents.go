@@ -98,17 +98,21 @@ func (c *Client) GetPaymentIntent(ctx context.Context, id string) (*stripe.Payme
 	return pi, nil
 }
 
-// ListPaymentIntentsByMetadata returns every payment intent created at or
-// after createdSince whose metadata has key set to value, newest first. It
-// pages through Stripe's list of payment intents (GET /v1/payment_intents
-// with created[gte]), which, unlike Stripe's search, shows a payment intent
-// as soon as it is made, so an empty answer proves there is none. The list
-// cannot filter on metadata: every payment intent created since
-// createdSince is read, 100 a page, and the caller narrows the window.
-func (c *Client) ListPaymentIntentsByMetadata(ctx context.Context, createdSince time.Time, key, value string) ([]*stripe.PaymentIntent, error) {
-	params := &stripe.PaymentIntentListParams{
-		CreatedRange: &stripe.RangeQueryParams{GreaterThanOrEqual: createdSince.Unix()},
+// ListPaymentIntentsByMetadata returns every payment intent created from
+// from to to (both included; a zero to: until now) whose metadata has key
+// set to value, newest first. It pages through Stripe's list of payment
+// intents (GET /v1/payment_intents with created[gte] and created[lte]),
+// which, unlike Stripe's search, shows a payment intent as soon as it is
+// made, so an empty answer proves there is none. The list cannot filter on
+// metadata: every payment intent created in the span is read, 100 a page,
+// so the caller narrows the span to what it must see. Stripe's created is
+// in whole seconds, so both bounds are taken to theirs.
+func (c *Client) ListPaymentIntentsByMetadata(ctx context.Context, from, to time.Time, key, value string) ([]*stripe.PaymentIntent, error) {
+	created := &stripe.RangeQueryParams{GreaterThanOrEqual: from.Unix()}
+	if !to.IsZero() {
+		created.LesserThanOrEqual = to.Unix()
 	}
+	params := &stripe.PaymentIntentListParams{CreatedRange: created}
 	params.Context = ctx
 	params.Limit = stripe.Int64(100)
 

@@ -49,7 +49,7 @@ func TestNoHiddenRetries(t *testing.T) {
 		"network error on GET": {
 			stripesim.Fault{PathPrefix: "/v1/payment_intents", Method: "GET", Kind: stripesim.FaultDropConnection},
 			func(c *stripeclient.Client) error {
-				_, err := c.ListPaymentIntentsByMetadata(ctx, time.Now(), "k", "v")
+				_, err := c.ListPaymentIntentsByMetadata(ctx, time.Now(), time.Now().Add(time.Minute), "k", "v")
 				return err
 			},
 		},

@@ -19,7 +19,10 @@ SET locked_at = coalesce($1::timestamptz, now()),
     lock_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
-    completer_attempts = completer_attempts + 1
+    completer_attempts = completer_attempts + 1,
+    earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
+        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now())),
+    unlocked_at = NULL
 WHERE id IN (
     -- The unfinished keys are few (idempotency_keys_unfinished, migrations
     -- 000026 and 000029): the requests in flight, those waiting for this,
@@ -35,7 +38,7 @@ WHERE id IN (
     LIMIT $5
     FOR UPDATE OF k SKIP LOCKED
 )
-RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $6::float8)
     )::bool AS past_external_window
 `
@@ -97,6 +100,9 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 			&i.IdempotencyKey.NeedsAttentionAt,
 			&i.IdempotencyKey.LockExpiresAt,
 			&i.IdempotencyKey.TraceParent,
+			&i.IdempotencyKey.PointReachedAt,
+			&i.IdempotencyKey.UnlockedAt,
+			&i.IdempotencyKey.EarlierAttempts,
 			&i.PastExternalWindow,
 		); err != nil {
 			return nil, err
@@ -111,7 +117,7 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 
 const claimLookup = `-- name: ClaimLookup :one
 
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live,
     coalesce(extract(epoch FROM lock_expires_at - coalesce($1::timestamptz, now())), 0)::float8 AS lock_remaining_seconds,
     coalesce(coalesce($1::timestamptz, now()) - locked_at > (lock_expires_at - locked_at) / 2, false)::bool AS lock_overdue,
@@ -147,6 +153,14 @@ type ClaimLookupRow struct {
 // holder's own lock timeout (@lock_lifetime_seconds); every other process
 // only reads it, so processes with different lock timeouts never take over
 // each other's live requests.
+//
+// The same statements record, at no extra statement, when each attempt of
+// the key's external call could have reached the remote side (migration
+// 000046, recovery.CallWindow): the insert and every move stamp
+// point_reached_at and empty earlier_attempts, every claim of an existing
+// key adds the previous attempt's window to earlier_attempts
+// (with_previous_attempt) and clears unlocked_at, every unlock stamps
+// unlocked_at.
 // The claim reads the row under a row lock, so two claims of one key queue
 // up instead of failing to serialize, and judges the lock (by the lifetime
 // its holder gave it) and the expiry with the one clock. For a live lock,
@@ -182,6 +196,9 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
 		&i.IdempotencyKey.TraceParent,
+		&i.IdempotencyKey.PointReachedAt,
+		&i.IdempotencyKey.UnlockedAt,
+		&i.IdempotencyKey.EarlierAttempts,
 		&i.LockLive,
 		&i.LockRemainingSeconds,
 		&i.LockOverdue,
@@ -276,7 +293,8 @@ WITH moved AS (
     UPDATE idempotency_keys
     SET recovery_point = 'finished', response_code = $1, response_body = $2,
         locked_at = NULL, lock_expires_at = NULL,
-        expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8)
+        expires_at = coalesce($3::timestamptz, now()) + make_interval(secs => $4::float8),
+        point_reached_at = NULL, unlocked_at = NULL, earlier_attempts = NULL
     WHERE id = $5 AND lock_token = $6
     RETURNING 1
 )
@@ -308,7 +326,7 @@ func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishI
 }
 
 const getIdempotencyKeyState = `-- name: GetIdempotencyKeyState :one
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = $2 AND idempotency_key = $3
@@ -353,6 +371,9 @@ func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetId
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
 		&i.IdempotencyKey.TraceParent,
+		&i.IdempotencyKey.PointReachedAt,
+		&i.IdempotencyKey.UnlockedAt,
+		&i.IdempotencyKey.EarlierAttempts,
 		&i.LockLive,
 	)
 	return i, err
@@ -422,13 +443,13 @@ func (q *Queries) IdempotencyKeyExists(ctx context.Context, db DBTX, arg Idempot
 const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent, point_reached_at
 ) VALUES (
     $1, $2, $3, $4, $5, $6, $7, $8,
     $9, coalesce($10::timestamptz, now()),
     coalesce($10::timestamptz, now()) + make_interval(secs => $11::float8),
     1, coalesce($10::timestamptz, now()), coalesce($10::timestamptz, now()),
-    $12
+    $12, coalesce($10::timestamptz, now())
 )
 `
 
@@ -520,6 +541,51 @@ func (q *Queries) InsertUnheldKey(ctx context.Context, db DBTX, arg InsertUnheld
 		arg.RequestFingerprint,
 	)
 	return err
+}
+
+const listCallWindows = `-- name: ListCallWindows :many
+SELECT lower(w)::timestamptz AS opened_at, upper(w)::timestamptz AS ended_at
+FROM idempotency_keys k,
+    unnest(coalesce(k.earlier_attempts, '{}'::tstzmultirange)
+        + tstzmultirange(call_window(k.last_run_at, k.point_reached_at, k.created_at,
+            coalesce($1::timestamptz, now())))) AS w
+WHERE k.id = $2 AND k.lock_token = $3
+ORDER BY 1
+`
+
+type ListCallWindowsParams struct {
+	Now       pgtype.Timestamptz
+	ID        uuid.UUID
+	LockToken int64
+}
+
+type ListCallWindowsRow struct {
+	OpenedAt time.Time
+	EndedAt  time.Time
+}
+
+// The call windows of the key's attempts at its recovery point, oldest
+// first, read by the holder of its lock before a reconcile: the earlier
+// attempts' and the holder's own, from its claim or the key's move, to
+// now. Overlapping windows are one (a multirange's union).
+func (q *Queries) ListCallWindows(ctx context.Context, db DBTX, arg ListCallWindowsParams) ([]ListCallWindowsRow, error) {
+	rows, err := db.Query(ctx, listCallWindows, arg.Now, arg.ID, arg.LockToken)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var items []ListCallWindowsRow
+	for rows.Next() {
+		var i ListCallWindowsRow
+		if err := rows.Scan(&i.OpenedAt, &i.EndedAt); err != nil {
+			return nil, err
+		}
+		items = append(items, i)
+	}
+	if err := rows.Err(); err != nil {
+		return nil, err
+	}
+	return items, nil
 }
 
 const listLiveFinishedKeys = `-- name: ListLiveFinishedKeys :many
@@ -651,9 +717,12 @@ UPDATE idempotency_keys
 SET locked_at = coalesce($1::timestamptz, now()),
     lock_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8),
     last_run_at = coalesce($1::timestamptz, now()),
-    lock_token = lock_token + 1
+    lock_token = lock_token + 1,
+    earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
+        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now())),
+    unlocked_at = NULL
 WHERE id = $3
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at, trace_parent
+RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at, trace_parent, point_reached_at, unlocked_at, earlier_attempts
 `
 
 type LockIdempotencyKeyParams struct {
@@ -663,7 +732,8 @@ type LockIdempotencyKeyParams struct {
 }
 
 // Takes the lock of an existing key for the caller's lock lifetime: a new
-// token fences off any earlier holder.
+// token fences off any earlier holder. The previous attempt's call window
+// joins the earlier ones.
 func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdempotencyKeyParams) (IdempotencyKey, error) {
 	row := db.QueryRow(ctx, lockIdempotencyKey, arg.Now, arg.LockLifetimeSeconds, arg.ID)
 	var i IdempotencyKey
@@ -688,13 +758,17 @@ func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdemp
 		&i.NeedsAttentionAt,
 		&i.LockExpiresAt,
 		&i.TraceParent,
+		&i.PointReachedAt,
+		&i.UnlockedAt,
+		&i.EarlierAttempts,
 	)
 	return i, err
 }
 
 const markNeedsAttention = `-- name: MarkNeedsAttention :execrows
 UPDATE idempotency_keys
-SET needs_attention_at = coalesce($1::timestamptz, now()), locked_at = NULL, lock_expires_at = NULL
+SET needs_attention_at = coalesce($1::timestamptz, now()), locked_at = NULL, lock_expires_at = NULL,
+    unlocked_at = coalesce($1::timestamptz, now())
 WHERE id = $2 AND lock_token = $3
 `
 
@@ -773,7 +847,8 @@ const setRecoveryPoint = `-- name: SetRecoveryPoint :exec
 WITH moved AS (
     UPDATE idempotency_keys
     SET recovery_point = $1, locked_at = coalesce($2::timestamptz, now()),
-        lock_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8)
+        lock_expires_at = coalesce($2::timestamptz, now()) + make_interval(secs => $3::float8),
+        point_reached_at = coalesce($2::timestamptz, now()), earlier_attempts = NULL
     WHERE id = $4 AND lock_token = $5
     RETURNING 1
 )
@@ -790,7 +865,9 @@ type SetRecoveryPointParams struct {
 
 // Moves a key forward, only while the caller still holds its lock: else it
 // raises PK001 (assert_lock_held) and the transaction fails. The move
-// renews the lock for the caller's lock lifetime.
+// renews the lock for the caller's lock lifetime. The new recovery point's
+// external call, if it has one, is possible from this commit on: its call
+// windows start here.
 func (q *Queries) SetRecoveryPoint(ctx context.Context, db DBTX, arg SetRecoveryPointParams) error {
 	_, err := db.Exec(ctx, setRecoveryPoint,
 		arg.RecoveryPoint,
@@ -847,11 +924,12 @@ func (q *Queries) SweepUnfinishedKeys(ctx context.Context, db DBTX, arg SweepUnf
 
 const unlockClaimedIdempotencyKey = `-- name: UnlockClaimedIdempotencyKey :execrows
 UPDATE idempotency_keys
-SET locked_at = NULL, lock_expires_at = NULL
-WHERE id = $1 AND lock_token = $2 AND locked_at = $3
+SET locked_at = NULL, lock_expires_at = NULL, unlocked_at = coalesce($1::timestamptz, now())
+WHERE id = $2 AND lock_token = $3 AND locked_at = $4
 `
 
 type UnlockClaimedIdempotencyKeyParams struct {
+	Now       pgtype.Timestamptz
 	ID        uuid.UUID
 	LockToken int64
 	LockedAt  pgtype.Timestamptz
@@ -866,7 +944,12 @@ type UnlockClaimedIdempotencyKeyParams struct {
 // never committed took the same token (the old one plus one) that the next
 // claim takes.
 func (q *Queries) UnlockClaimedIdempotencyKey(ctx context.Context, db DBTX, arg UnlockClaimedIdempotencyKeyParams) (int64, error) {
-	result, err := db.Exec(ctx, unlockClaimedIdempotencyKey, arg.ID, arg.LockToken, arg.LockedAt)
+	result, err := db.Exec(ctx, unlockClaimedIdempotencyKey,
+		arg.Now,
+		arg.ID,
+		arg.LockToken,
+		arg.LockedAt,
+	)
 	if err != nil {
 		return 0, err
 	}
@@ -875,18 +958,21 @@ func (q *Queries) UnlockClaimedIdempotencyKey(ctx context.Context, db DBTX, arg 
 
 const unlockIdempotencyKey = `-- name: UnlockIdempotencyKey :execrows
 UPDATE idempotency_keys
-SET locked_at = NULL, lock_expires_at = NULL
-WHERE id = $1 AND lock_token = $2
+SET locked_at = NULL, lock_expires_at = NULL, unlocked_at = coalesce($1::timestamptz, now())
+WHERE id = $2 AND lock_token = $3
 `
 
 type UnlockIdempotencyKeyParams struct {
+	Now       pgtype.Timestamptz
 	ID        uuid.UUID
 	LockToken int64
 }
 
-// Releases the lock without finishing: the next attempt resumes where this one stopped.
+// Releases the lock without finishing: the next attempt resumes where this
+// one stopped. The unlock is the attempt's recorded end: its call window
+// closes here.
 func (q *Queries) UnlockIdempotencyKey(ctx context.Context, db DBTX, arg UnlockIdempotencyKeyParams) (int64, error) {
-	result, err := db.Exec(ctx, unlockIdempotencyKey, arg.ID, arg.LockToken)
+	result, err := db.Exec(ctx, unlockIdempotencyKey, arg.Now, arg.ID, arg.LockToken)
 	if err != nil {
 		return 0, err
 	}

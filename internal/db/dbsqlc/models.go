@@ -79,6 +79,9 @@ type IdempotencyKey struct {
 	NeedsAttentionAt   pgtype.Timestamptz
 	LockExpiresAt      pgtype.Timestamptz
 	TraceParent        pgtype.Text
+	PointReachedAt     pgtype.Timestamptz
+	UnlockedAt         pgtype.Timestamptz
+	EarlierAttempts    pgtype.Multirange[pgtype.Range[pgtype.Timestamptz]]
 }
 
 type IdempotencyKeysUnfinished struct {

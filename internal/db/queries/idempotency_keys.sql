@@ -6,6 +6,14 @@
 -- holder's own lock timeout (@lock_lifetime_seconds); every other process
 -- only reads it, so processes with different lock timeouts never take over
 -- each other's live requests.
+--
+-- The same statements record, at no extra statement, when each attempt of
+-- the key's external call could have reached the remote side (migration
+-- 000046, recovery.CallWindow): the insert and every move stamp
+-- point_reached_at and empty earlier_attempts, every claim of an existing
+-- key adds the previous attempt's window to earlier_attempts
+-- (with_previous_attempt) and clears unlocked_at, every unlock stamps
+-- unlocked_at.
 
 -- name: ClaimLookup :one
 -- The claim reads the row under a row lock, so two claims of one key queue
@@ -51,13 +59,13 @@ WHERE user_id = @user_id AND idempotency_key = @idempotency_key
 -- completer links its own trace to it.
 INSERT INTO idempotency_keys (
     id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
-    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent
+    recovery_point, locked_at, lock_expires_at, lock_token, last_run_at, created_at, trace_parent, point_reached_at
 ) VALUES (
     @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
     @recovery_point, coalesce(sqlc.narg('now')::timestamptz, now()),
     coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     1, coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()),
-    sqlc.narg('trace_parent')
+    sqlc.narg('trace_parent'), coalesce(sqlc.narg('now')::timestamptz, now())
 );
 
 -- name: IdempotencyKeyExists :one
@@ -78,23 +86,30 @@ WHERE d.id = @id AND d.recovery_point = 'finished';
 
 -- name: LockIdempotencyKey :one
 -- Takes the lock of an existing key for the caller's lock lifetime: a new
--- token fences off any earlier holder.
+-- token fences off any earlier holder. The previous attempt's call window
+-- joins the earlier ones.
 UPDATE idempotency_keys
 SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
-    lock_token = lock_token + 1
+    lock_token = lock_token + 1,
+    earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
+        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+    unlocked_at = NULL
 WHERE id = @id
 RETURNING *;
 
 -- name: SetRecoveryPoint :exec
 -- Moves a key forward, only while the caller still holds its lock: else it
 -- raises PK001 (assert_lock_held) and the transaction fails. The move
--- renews the lock for the caller's lock lifetime.
+-- renews the lock for the caller's lock lifetime. The new recovery point's
+-- external call, if it has one, is possible from this commit on: its call
+-- windows start here.
 WITH moved AS (
     UPDATE idempotency_keys
     SET recovery_point = @recovery_point, locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
-        lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8)
+        lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
+        point_reached_at = coalesce(sqlc.narg('now')::timestamptz, now()), earlier_attempts = NULL
     WHERE id = @id AND lock_token = @lock_token
     RETURNING 1
 )
@@ -108,7 +123,8 @@ WITH moved AS (
     UPDATE idempotency_keys
     SET recovery_point = 'finished', response_code = @response_code, response_body = @response_body,
         locked_at = NULL, lock_expires_at = NULL,
-        expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8)
+        expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @ttl_seconds::float8),
+        point_reached_at = NULL, unlocked_at = NULL, earlier_attempts = NULL
     WHERE id = @id AND lock_token = @lock_token
     RETURNING 1
 )
@@ -123,9 +139,11 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
 WHERE id = @id AND lock_token = @lock_token AND locked_at IS NOT NULL;
 
 -- name: UnlockIdempotencyKey :execrows
--- Releases the lock without finishing: the next attempt resumes where this one stopped.
+-- Releases the lock without finishing: the next attempt resumes where this
+-- one stopped. The unlock is the attempt's recorded end: its call window
+-- closes here.
 UPDATE idempotency_keys
-SET locked_at = NULL, lock_expires_at = NULL
+SET locked_at = NULL, lock_expires_at = NULL, unlocked_at = coalesce(sqlc.narg('now')::timestamptz, now())
 WHERE id = @id AND lock_token = @lock_token;
 
 -- name: UnlockClaimedIdempotencyKey :execrows
@@ -138,7 +156,7 @@ WHERE id = @id AND lock_token = @lock_token;
 -- never committed took the same token (the old one plus one) that the next
 -- claim takes.
 UPDATE idempotency_keys
-SET locked_at = NULL, lock_expires_at = NULL
+SET locked_at = NULL, lock_expires_at = NULL, unlocked_at = coalesce(sqlc.narg('now')::timestamptz, now())
 WHERE id = @id AND lock_token = @lock_token AND locked_at = @locked_at;
 
 -- name: GetIdempotencyKeyState :one
@@ -163,7 +181,10 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
-    completer_attempts = completer_attempts + 1
+    completer_attempts = completer_attempts + 1,
+    earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
+        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+    unlocked_at = NULL
 WHERE id IN (
     -- The unfinished keys are few (idempotency_keys_unfinished, migrations
     -- 000026 and 000029): the requests in flight, those waiting for this,
@@ -211,7 +232,8 @@ SELECT (SELECT count(*) FROM page)::bigint AS page_rows,
 -- Gives up on a key for good: its Stripe step is past Stripe's idempotency
 -- window and Stripe has no trace of it. A person decides; nothing is re-sent.
 UPDATE idempotency_keys
-SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_at = NULL, lock_expires_at = NULL
+SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_at = NULL, lock_expires_at = NULL,
+    unlocked_at = coalesce(sqlc.narg('now')::timestamptz, now())
 WHERE id = @id AND lock_token = @lock_token;
 
 
@@ -322,3 +344,16 @@ INSERT INTO idempotency_keys (
     'started', 0, now() - interval '1 day', now()
 )
 ON CONFLICT (user_id, idempotency_key) DO NOTHING;
+
+-- name: ListCallWindows :many
+-- The call windows of the key's attempts at its recovery point, oldest
+-- first, read by the holder of its lock before a reconcile: the earlier
+-- attempts' and the holder's own, from its claim or the key's move, to
+-- now. Overlapping windows are one (a multirange's union).
+SELECT lower(w)::timestamptz AS opened_at, upper(w)::timestamptz AS ended_at
+FROM idempotency_keys k,
+    unnest(coalesce(k.earlier_attempts, '{}'::tstzmultirange)
+        + tstzmultirange(call_window(k.last_run_at, k.point_reached_at, k.created_at,
+            coalesce(sqlc.narg('now')::timestamptz, now())))) AS w
+WHERE k.id = @id AND k.lock_token = @lock_token
+ORDER BY 1;

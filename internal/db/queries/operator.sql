@@ -71,7 +71,10 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
-    needs_attention_at = NULL
+    needs_attention_at = NULL,
+    earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
+        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+    unlocked_at = NULL
 WHERE id = @id
   AND recovery_point <> 'finished'
   AND (lock_expires_at IS NULL OR lock_expires_at <= coalesce(sqlc.narg('now')::timestamptz, now()))

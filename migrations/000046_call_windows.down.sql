@@ -1,0 +1,6 @@
+DROP FUNCTION with_previous_attempt(tstzmultirange, bigint, timestamptz, timestamptz, timestamptz, timestamptz, timestamptz, timestamptz);
+DROP FUNCTION call_window(timestamptz, timestamptz, timestamptz, timestamptz);
+ALTER TABLE idempotency_keys
+    DROP COLUMN earlier_attempts,
+    DROP COLUMN unlocked_at,
+    DROP COLUMN point_reached_at;

@@ -59,6 +59,16 @@
 //     A child key the remote side reports spent (it replays a stored 500:
 //     ChildKeySpent) is reconciled and then replaced by its next generation,
 //     recorded in the database so that every process agrees (childkeys.go).
+//   - A reconcile is told when the phase's calls may have been executed:
+//     the key's call windows (callwindows.go), one per attempt at the
+//     phase's recovery point, from the commit that made the call possible
+//     (the move to that point, or the claim that resumed the key) to the
+//     attempt's recorded end (its unlock; for a holder that died, the end
+//     of the lock it last wrote; for the attempt reconciling, now), plus
+//     SpentKeyGrace. The statements that already write the key row record
+//     them, so a remote side that can only list what it made by time is
+//     asked about those minutes, not about everything since the key was
+//     created.
 //   - Time comes from one clock: the injected Config.Now, passed into SQL,
 //     or else the database's now(). Whatever compares with a time the
 //     database wrote (a lock's lifetime, a key's expiry, whether a key is

@@ -18,7 +18,7 @@
 --                     end: its unlock (unlocked_at, its recorded failure),
 --                     else the end of the lock it last wrote
 --                     (lock_expires_at: a holder that died), or now for a
---                     live one
+--                     live one; then the engine's SpentKeyGrace longer
 --
 -- A finished key keeps none of it (FinishIdempotencyKey sets them NULL).
 ALTER TABLE idempotency_keys
@@ -45,15 +45,20 @@ $$;
 -- its recorded failure; one before its claim is an earlier attempt's, left
 -- by a build that did not clear it), else at the end of the lock it last
 -- wrote (it died, its last heartbeat or move plus its lock's lifetime),
--- and no later than now. A key never claimed (lock_token 0: a key the
--- service made for work of its own, InsertUnheldKey) had no attempt.
+-- and no later than now; its window stays open tail_seconds longer (the
+-- claiming engine's SpentKeyGrace: the remote side may go on executing
+-- what it answered). Windows that then overlap are one (a multirange's
+-- union): a key retried every few seconds keeps one window, not one per
+-- retry. A key never claimed (lock_token 0: a key the service made for
+-- work of its own, InsertUnheldKey) had no attempt.
 CREATE FUNCTION with_previous_attempt(earlier tstzmultirange, lock_token bigint, last_run_at timestamptz,
     point_reached_at timestamptz, created_at timestamptz, unlocked_at timestamptz, lock_expires_at timestamptz,
-    now timestamptz) RETURNS tstzmultirange
+    now timestamptz, tail_seconds float8) RETURNS tstzmultirange
 LANGUAGE sql IMMUTABLE AS $$
     SELECT CASE WHEN lock_token = 0 THEN earlier
         ELSE coalesce(earlier, '{}'::tstzmultirange) + tstzmultirange(call_window(last_run_at, point_reached_at, created_at,
-            CASE WHEN unlocked_at >= last_run_at THEN unlocked_at ELSE least(coalesce(lock_expires_at, now), now) END))
+            CASE WHEN unlocked_at >= last_run_at THEN unlocked_at ELSE least(coalesce(lock_expires_at, now), now) END
+            + make_interval(secs => tail_seconds)))
     END
 $$;
 

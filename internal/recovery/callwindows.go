@@ -33,15 +33,17 @@ import (
 //     lifetime later, or its heartbeat would have renewed it); for the
 //     attempt running the reconcile, now;
 //   - and then stays open Config.SpentKeyGrace longer (none when the grace
-//     is off). A remote side may go on executing a request after it
-//     answered it (Stripe's stored 500, childkeys.go), and the engine
-//     already bets that such work ends within the grace: a reconcile that
-//     looks past the attempt's end by as much finds every object the engine
-//     trusts "nothing found" to rule out. A request the remote side
-//     executes later still is not the reconcile's to find: a service that
-//     reads the remote side's own record of what it did finds it there (the
-//     payments service's reconciler records such a PaymentIntent as a
-//     duplicate charge, and refunds it).
+//     is off; the grace of the engine that records the window). A remote
+//     side may go on executing a request after it answered it (Stripe's
+//     stored 500, childkeys.go), and the engine already bets that such
+//     work ends within the grace: a reconcile that looks past the attempt's
+//     end by as much finds every object the engine trusts "nothing found"
+//     to rule out. A request the remote side executes later still is not
+//     the reconcile's to find: a service that reads the remote side's own
+//     record of what it did finds it there (the payments service's
+//     reconciler records such a PaymentIntent as a duplicate charge, and
+//     refunds it). Windows that then overlap are one, in the row too: a
+//     key retried every few seconds keeps one window, not one per retry.
 //
 // The windows are on the engine's one clock (Config.Now, else the
 // database's): a reconcile that compares them with the remote side's own
@@ -53,8 +55,9 @@ import (
 // attempt's window joins the earlier ones), every unlock (the attempt's
 // end); see migration 000046. A request that succeeds at its first attempt
 // writes three more columns in statements it sends anyway, and no more
-// statements or round trips; each further attempt adds one range to the
-// row. Only a reconcile, which runs where the engine is unsure (a stored
+// statements or round trips; each further attempt adds at most one range
+// to the row (a retry within the grace of the last attempt's end, none).
+// Only a reconcile, which runs where the engine is unsure (a stored
 // failure, a key past the remote side's window), reads them: one query by
 // the key's primary key.
 
@@ -75,7 +78,7 @@ func (k *Key) CallWindows() []CallWindow { return k.callWindows }
 // loaded; ErrLockLost if the key is no longer this attempt's.
 func (e *Engine) findEarlierCall(ctx context.Context, k *Key, phase Phase) (any, bool, error) {
 	rows, err := queries.ListCallWindows(ctx, e.cfg.Pool, dbsqlc.ListCallWindowsParams{
-		ID: k.ID, LockToken: k.lockToken, Now: e.queryNow(),
+		ID: k.ID, LockToken: k.lockToken, Now: e.queryNow(), CallWindowTailSeconds: e.callWindowTail(),
 	})
 	if err != nil {
 		return nil, false, err
@@ -85,16 +88,20 @@ func (e *Engine) findEarlierCall(ctx context.Context, k *Key, phase Phase) (any,
 	}
 	windows := make([]CallWindow, 0, len(rows))
 	for _, r := range rows {
-		windows = append(windows, CallWindow{From: r.OpenedAt, To: r.EndedAt.Add(e.cfg.SpentKeyGrace)})
+		windows = append(windows, CallWindow{From: r.OpenedAt, To: r.EndedAt})
 	}
-	k.callWindows = MergeCallWindows(windows)
+	k.callWindows = windows
 	defer func() { k.callWindows = nil }()
 	return phase.reconcile(ctx, k)
 }
 
+// callWindowTail is how long, in seconds, a call window stays open after
+// its attempt ended: SpentKeyGrace (0 when it is off).
+func (e *Engine) callWindowTail() float64 { return e.cfg.SpentKeyGrace.Seconds() }
+
 // MergeCallWindows returns windows sorted by their start, with the windows
-// that overlap or touch made one. A reconcile that widens the windows (by
-// a clock's skew) merges them again with it, so that it asks for no
+// that overlap or touch made one: a reconcile that widens a key's windows
+// (by a clock's skew) merges them again with it, so that it asks for no
 // stretch of time twice.
 func MergeCallWindows(windows []CallWindow) []CallWindow {
 	sorted := slices.Clone(windows)

@@ -153,15 +153,21 @@ func TestCallWindows_openForTheGraceAfterAndMergedPastTheExternalWindow(t *testi
 
 	w.first = []scriptedCall{{takes: 5 * time.Second, err: recovery.Transient(errRemote)}}
 	require.True(t, recovery.IsTransient(w.run(engine)))
-	clock.Advance(30 * time.Second)
-	w.first = []scriptedCall{{takes: time.Second, err: recovery.Transient(errRemote)}}
-	require.True(t, recovery.IsTransient(w.run(engine)))
+	for range 2 {
+		clock.Advance(30 * time.Second)
+		w.first = []scriptedCall{{takes: time.Second, err: recovery.Transient(errRemote)}}
+		require.True(t, recovery.IsTransient(w.run(engine)))
+	}
+	var ranges int
+	require.NoError(t, b.pool.QueryRow(context.Background(),
+		"SELECT count(*) FROM idempotency_keys, unnest(earlier_attempts) WHERE idempotency_key = 'windows'").Scan(&ranges))
+	require.Equal(t, 1, ranges, "the first two attempts, each open a minute on, are one window in the row")
 
 	clock.Advance(2 * time.Hour)
 	t3 := clock.Now()
 	require.NoError(t, w.run(engine), "past the external window: both steps reconciled, neither called")
 	require.Equal(t, [][]recovery.CallWindow{{
-		{From: t0, To: t0.Add(36*time.Second + time.Minute)}, // the two failures, each a minute on, are one
+		{From: t0, To: t0.Add(67*time.Second + time.Minute)}, // the three failures, each a minute on, are one
 		{From: t3, To: t3.Add(time.Minute)},
 	}}, w.seen["first"])
 	require.Equal(t, [][]recovery.CallWindow{{{From: t3, To: t3.Add(time.Minute)}}}, w.seen["second"])

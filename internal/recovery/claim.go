@@ -250,7 +250,7 @@ func (e *Engine) claimKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key
 		return nil, nil, newKeyInUseError(row)
 	}
 	locked, err := queries.LockIdempotencyKey(ctx, tx, dbsqlc.LockIdempotencyKeyParams{
-		ID: existing.ID, Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(),
+		ID: existing.ID, Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(), CallWindowTailSeconds: e.callWindowTail(),
 	})
 	if err != nil {
 		return nil, nil, err

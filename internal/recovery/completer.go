@@ -205,6 +205,7 @@ func (c *Completer) claimOne(ctx context.Context) (*Key, error) {
 	rows, err := queries.ClaimAbandonedKeys(ctx, e.cfg.Pool, dbsqlc.ClaimAbandonedKeysParams{
 		Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(), GraceSeconds: c.cfg.Grace.Seconds(),
 		MaxBackoffSeconds: c.cfg.MaxBackoff.Seconds(), BatchSize: 1, ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
+		CallWindowTailSeconds: e.callWindowTail(),
 	})
 	if err != nil || len(rows) == 0 {
 		return nil, err

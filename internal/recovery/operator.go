@@ -32,6 +32,7 @@ func (c *Completer) RetryNow(ctx context.Context, id uuid.UUID) (Response, error
 	claimStarted := time.Now()
 	row, err := queries.ClaimKeyNow(ctx, e.cfg.Pool, dbsqlc.ClaimKeyNowParams{
 		ID: id, Now: e.queryNow(), LockLifetimeSeconds: e.lockLifetime(), ExternalWindowSeconds: e.cfg.ExternalWindow.Seconds(),
+		CallWindowTailSeconds: e.callWindowTail(),
 	})
 	if errors.Is(err, pgx.ErrNoRows) {
 		return Response{}, ErrNotRetryable

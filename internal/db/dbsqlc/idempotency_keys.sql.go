@@ -21,7 +21,7 @@ SET locked_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
-        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now())),
+        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now()), $3::float8),
     unlocked_at = NULL
 WHERE id IN (
     -- The unfinished keys are few (idempotency_keys_unfinished, migrations
@@ -33,19 +33,20 @@ WHERE id IN (
       AND k.needs_attention_at IS NULL
       AND (k.lock_expires_at IS NULL OR k.lock_expires_at <= coalesce($1::timestamptz, now()))
       AND k.last_run_at < coalesce($1::timestamptz, now())
-          - make_interval(secs => least($3::float8 * power(2, least(k.completer_attempts, 20)), $4::float8))
+          - make_interval(secs => least($4::float8 * power(2, least(k.completer_attempts, 20)), $5::float8))
     ORDER BY k.last_run_at
-    LIMIT $5
+    LIMIT $6
     FOR UPDATE OF k SKIP LOCKED
 )
 RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
-    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $6::float8)
+    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $7::float8)
     )::bool AS past_external_window
 `
 
 type ClaimAbandonedKeysParams struct {
 	Now                   pgtype.Timestamptz
 	LockLifetimeSeconds   float64
+	CallWindowTailSeconds float64
 	GraceSeconds          float64
 	MaxBackoffSeconds     float64
 	BatchSize             int32
@@ -67,6 +68,7 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 	rows, err := db.Query(ctx, claimAbandonedKeys,
 		arg.Now,
 		arg.LockLifetimeSeconds,
+		arg.CallWindowTailSeconds,
 		arg.GraceSeconds,
 		arg.MaxBackoffSeconds,
 		arg.BatchSize,
@@ -548,15 +550,16 @@ SELECT lower(w)::timestamptz AS opened_at, upper(w)::timestamptz AS ended_at
 FROM idempotency_keys k,
     unnest(coalesce(k.earlier_attempts, '{}'::tstzmultirange)
         + tstzmultirange(call_window(k.last_run_at, k.point_reached_at, k.created_at,
-            coalesce($1::timestamptz, now())))) AS w
-WHERE k.id = $2 AND k.lock_token = $3
+            coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8)))) AS w
+WHERE k.id = $3 AND k.lock_token = $4
 ORDER BY 1
 `
 
 type ListCallWindowsParams struct {
-	Now       pgtype.Timestamptz
-	ID        uuid.UUID
-	LockToken int64
+	Now                   pgtype.Timestamptz
+	CallWindowTailSeconds float64
+	ID                    uuid.UUID
+	LockToken             int64
 }
 
 type ListCallWindowsRow struct {
@@ -567,9 +570,15 @@ type ListCallWindowsRow struct {
 // The call windows of the key's attempts at its recovery point, oldest
 // first, read by the holder of its lock before a reconcile: the earlier
 // attempts' and the holder's own, from its claim or the key's move, to
-// now. Overlapping windows are one (a multirange's union).
+// now, kept open call_window_tail_seconds longer as the earlier ones are.
+// Overlapping windows are one (a multirange's union).
 func (q *Queries) ListCallWindows(ctx context.Context, db DBTX, arg ListCallWindowsParams) ([]ListCallWindowsRow, error) {
-	rows, err := db.Query(ctx, listCallWindows, arg.Now, arg.ID, arg.LockToken)
+	rows, err := db.Query(ctx, listCallWindows,
+		arg.Now,
+		arg.CallWindowTailSeconds,
+		arg.ID,
+		arg.LockToken,
+	)
 	if err != nil {
 		return nil, err
 	}
@@ -719,23 +728,29 @@ SET locked_at = coalesce($1::timestamptz, now()),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
-        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now())),
+        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now()), $3::float8),
     unlocked_at = NULL
-WHERE id = $3
+WHERE id = $4
 RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at, trace_parent, point_reached_at, unlocked_at, earlier_attempts
 `
 
 type LockIdempotencyKeyParams struct {
-	Now                 pgtype.Timestamptz
-	LockLifetimeSeconds float64
-	ID                  uuid.UUID
+	Now                   pgtype.Timestamptz
+	LockLifetimeSeconds   float64
+	CallWindowTailSeconds float64
+	ID                    uuid.UUID
 }
 
 // Takes the lock of an existing key for the caller's lock lifetime: a new
 // token fences off any earlier holder. The previous attempt's call window
 // joins the earlier ones.
 func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdempotencyKeyParams) (IdempotencyKey, error) {
-	row := db.QueryRow(ctx, lockIdempotencyKey, arg.Now, arg.LockLifetimeSeconds, arg.ID)
+	row := db.QueryRow(ctx, lockIdempotencyKey,
+		arg.Now,
+		arg.LockLifetimeSeconds,
+		arg.CallWindowTailSeconds,
+		arg.ID,
+	)
 	var i IdempotencyKey
 	err := row.Scan(
 		&i.ID,

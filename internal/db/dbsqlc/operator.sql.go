@@ -21,19 +21,20 @@ SET locked_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
     needs_attention_at = NULL,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
-        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now())),
+        unlocked_at, lock_expires_at, coalesce($1::timestamptz, now()), $3::float8),
     unlocked_at = NULL
-WHERE id = $3
+WHERE id = $4
   AND recovery_point <> 'finished'
   AND (lock_expires_at IS NULL OR lock_expires_at <= coalesce($1::timestamptz, now()))
 RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
-    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $4::float8)
+    (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $5::float8)
     )::bool AS past_external_window
 `
 
 type ClaimKeyNowParams struct {
 	Now                   pgtype.Timestamptz
 	LockLifetimeSeconds   float64
+	CallWindowTailSeconds float64
 	ID                    uuid.UUID
 	ExternalWindowSeconds float64
 }
@@ -52,6 +53,7 @@ func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParam
 	row := db.QueryRow(ctx, claimKeyNow,
 		arg.Now,
 		arg.LockLifetimeSeconds,
+		arg.CallWindowTailSeconds,
 		arg.ID,
 		arg.ExternalWindowSeconds,
 	)

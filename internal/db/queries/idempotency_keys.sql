@@ -94,7 +94,7 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
-        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now()), @call_window_tail_seconds::float8),
     unlocked_at = NULL
 WHERE id = @id
 RETURNING *;
@@ -183,7 +183,7 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
     completer_attempts = completer_attempts + 1,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
-        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now()), @call_window_tail_seconds::float8),
     unlocked_at = NULL
 WHERE id IN (
     -- The unfinished keys are few (idempotency_keys_unfinished, migrations
@@ -349,11 +349,12 @@ ON CONFLICT (user_id, idempotency_key) DO NOTHING;
 -- The call windows of the key's attempts at its recovery point, oldest
 -- first, read by the holder of its lock before a reconcile: the earlier
 -- attempts' and the holder's own, from its claim or the key's move, to
--- now. Overlapping windows are one (a multirange's union).
+-- now, kept open call_window_tail_seconds longer as the earlier ones are.
+-- Overlapping windows are one (a multirange's union).
 SELECT lower(w)::timestamptz AS opened_at, upper(w)::timestamptz AS ended_at
 FROM idempotency_keys k,
     unnest(coalesce(k.earlier_attempts, '{}'::tstzmultirange)
         + tstzmultirange(call_window(k.last_run_at, k.point_reached_at, k.created_at,
-            coalesce(sqlc.narg('now')::timestamptz, now())))) AS w
+            coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @call_window_tail_seconds::float8)))) AS w
 WHERE k.id = @id AND k.lock_token = @lock_token
 ORDER BY 1;

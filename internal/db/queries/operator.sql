@@ -73,7 +73,7 @@ SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
     needs_attention_at = NULL,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
-        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now())),
+        unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now()), @call_window_tail_seconds::float8),
     unlocked_at = NULL
 WHERE id = @id
   AND recovery_point <> 'finished'

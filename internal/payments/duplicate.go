@@ -178,7 +178,8 @@ func (s *Service) refundDuplicateCharge(ctx context.Context, k *recovery.Key) (d
 
 // findDuplicateRefund: for a key past Stripe's window, or whose child key
 // Stripe reports spent, the refund it made, among the duplicate
-// PaymentIntent's refunds (Stripe's list is consistent).
+// PaymentIntent's refunds (Stripe's list is consistent; narrowed by the
+// PaymentIntent, it needs no call windows).
 func (s *Service) findDuplicateRefund(ctx context.Context, k *recovery.Key) (duplicateResult, bool, error) {
 	var p duplicateParams
 	if err := k.DecodeParams(&p); err != nil {

@@ -180,7 +180,10 @@ func (s *Service) createStripeRefund(ctx context.Context, k *recovery.Key) (refu
 // key Stripe reports spent, the refund it made: among the refunds of the
 // payment's PaymentIntent, the one whose metadata carries this key's id
 // (the same for every generation of the child key). Stripe lists a refund
-// as soon as it is made, so nothing found means nothing made.
+// as soon as it is made, so nothing found means nothing made. The list is
+// narrowed by the PaymentIntent already (a handful of refunds at most):
+// unlike the create flow's list of every PaymentIntent, it needs no call
+// windows (recovery.CallWindow) to stay small.
 func (s *Service) findStripeRefund(ctx context.Context, k *recovery.Key) (refundResult, bool, error) {
 	re, err := refundOf(ctx, s.pool, k)
 	if err != nil {

@@ -54,9 +54,11 @@ import (
 // first window opens), every claim of an existing key (the previous
 // attempt's window joins the earlier ones), every unlock (the attempt's
 // end); see migration 000046. A request that succeeds at its first attempt
-// writes three more columns in statements it sends anyway, and no more
-// statements or round trips; each further attempt adds at most one range
-// to the row (a retry within the grace of the last attempt's end, none).
+// writes one more column in its insert and in each move, and clears them
+// in its finish: no statement or round trip more
+// (TestCreate_roundTripsOfANewPaymentAndOfItsReplay counts them). Each
+// further attempt adds at most one range to the row (none for a retry
+// within the grace of the last attempt's end).
 // Only a reconcile, which runs where the engine is unsure (a stored
 // failure, a key past the remote side's window), reads them: one query by
 // the key's primary key.

@@ -97,11 +97,7 @@ func (s *Server) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 	if err := merchanthooks.DeleteEndpoint(r.Context(), s.pool, userFrom(r.Context()).ID, id); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Deleted bool   `json:"deleted"`
-	}{id, "webhook_endpoint", true})
+	writeJSON(w, http.StatusOK, deletedEndpoint{id, "webhook_endpoint", true})
 	return nil
 }
 

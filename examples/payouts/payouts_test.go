@@ -21,6 +21,7 @@ import (
 	"github.com/example/payments/examples/payouts"
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/dbtest"
+	"github.com/example/payments/internal/openapitest"
 	"github.com/example/payments/internal/problem"
 	"github.com/example/payments/internal/recovery"
 	"github.com/example/payments/internal/recovery/recoverytest"
@@ -131,10 +132,14 @@ func TestPayouts_overHTTP(t *testing.T) {
 	pool := recoverytest.Database(t, migrate)
 	engine := recovery.New(recovery.Config{Pool: pool})
 	require.NoError(t, engine.Register(payouts.Flow(bankServer.URL)))
-	server := httptest.NewServer(api.NewHandler(api.Config{
+	doc, err := os.ReadFile("openapi.json")
+	require.NoError(t, err)
+	contract, err := openapitest.Parse(doc) // every exchange below is held to it
+	require.NoError(t, err)
+	server := httptest.NewServer(contract.Handler(t, api.NewHandler(api.Config{
 		Pool: pool, Engine: engine, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
 		Routes: []route.Route{payouts.Route()},
-	}))
+	})))
 	t.Cleanup(server.Close)
 	_, apiKey, err := users.CreateUser(context.Background(), pool, "team@example.com")
 	require.NoError(t, err)
@@ -178,6 +183,8 @@ func TestPayouts_overHTTP(t *testing.T) {
 func TestRoutes_payouts(t *testing.T) {
 	t.Parallel()
 	doc, err := os.ReadFile("openapi.json")
+	require.NoError(t, err)
+	_, err = openapitest.Parse(doc) // valid OpenAPI 3.1
 	require.NoError(t, err)
 	routetest.Check(t, routetest.Contract{
 		OpenAPI: doc, README: "README.md", Client: payouts.Client{}, Flows: []*recovery.Flow{payouts.Flow("")},

@@ -1,6 +1,7 @@
 package app_test
 
 import (
+	"slices"
 	"testing"
 
 	"github.com/stretchr/testify/require"
@@ -8,6 +9,7 @@ import (
 	"github.com/example/payments/client"
 	"github.com/example/payments/internal/api"
 	"github.com/example/payments/internal/app"
+	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/route/routetest"
 )
 
@@ -25,4 +27,16 @@ func TestRoutes_agreeWithTheContract(t *testing.T) {
 			"refund_duplicate_charge": "the reconciler, for a second charge Stripe made (docs/failure-scenarios.md)",
 		},
 	}, api.Routes()...)
+
+	// The event types a merchant may subscribe to and filter by
+	// (events.Types) are those the routes declare they emit.
+	var emitted []string
+	for _, r := range api.Routes() {
+		for _, e := range r.Events {
+			if !slices.Contains(emitted, e) {
+				emitted = append(emitted, e)
+			}
+		}
+	}
+	require.ElementsMatch(t, events.Types, emitted)
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net/http"
 	"reflect"
+	"strings"
 
 	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/merchanthooks"
@@ -129,7 +130,8 @@ func servedRoutes() []served {
 			Answer: deletedEndpoint{}, Status: http.StatusOK, Errors: authed(route.NotFound), Client: "DeleteWebhookEndpoint",
 		}, handler((*Server).deleteWebhookEndpoint)},
 		{route.Route{
-			Method: http.MethodPost, Path: "/v1/stripe/webhooks", Summary: "Stripe's events, signed", Public: true,
+			Method: http.MethodPost, Path: "/v1/stripe/webhooks", Summary: "Stripe's events, signed",
+			Public:  true, // Stripe signs its deliveries instead of sending an API key
 			Request: json.RawMessage{}, Answer: webhookReceipt{}, Status: http.StatusOK,
 			Errors: []route.Error{
 				{Status: http.StatusBadRequest, Code: problem.WebhookSignatureInvalid}, {Status: http.StatusBadRequest, Code: problem.ValidationFailed},
@@ -175,6 +177,8 @@ func (s *Server) teamRoute(rt route.Route) (http.Handler, error) {
 	switch {
 	case rt.Params == nil || rt.Request == nil:
 		return nil, fmt.Errorf("route %s: a team's route declares its Request and Params", rt)
+	case rt.Public || !strings.HasPrefix(rt.Path, "/v1/"):
+		return nil, fmt.Errorf("route %s: a team's route is served under /v1, behind its authentication", rt)
 	case !ok:
 		return nil, fmt.Errorf("route %s: its flow %q is not registered with the engine", rt, rt.Flow)
 	}

@@ -5,6 +5,7 @@ import (
 	"net"
 	"net/http"
 	"net/netip"
+	"slices"
 	"strings"
 	"time"
 
@@ -13,6 +14,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
+	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/merchanthooks"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/problem"
@@ -79,6 +81,10 @@ type Server struct {
 	metrics    *httpMetrics
 	// metricsHandler serves the registry's metrics (GET /metrics).
 	metricsHandler http.Handler
+	// eventTypes are the event types a merchant may filter by and
+	// subscribe to: the service's own (events.Types, which its routes
+	// declare) and those a team's routes (Config.Routes) declare.
+	eventTypes []string
 }
 
 // NewHandler builds the API's router.
@@ -120,7 +126,13 @@ func NewHandler(cfg Config) http.Handler {
 	// The routes, as declared (routes.go): the public ones at the top,
 	// the others behind /v1's authentication, rate limit and body checks.
 	routes := servedRoutes()
+	s.eventTypes = slices.Clone(events.Types)
 	for _, rt := range cfg.Routes {
+		for _, e := range rt.Events {
+			if !slices.Contains(s.eventTypes, e) {
+				s.eventTypes = append(s.eventTypes, e)
+			}
+		}
 		h, err := s.teamRoute(rt)
 		if err != nil { // a wiring mistake, met by the first test that builds the handler
 			panic(err)

@@ -50,7 +50,7 @@ func (s *Server) validateEndpoint(ctx context.Context, req createEndpointRequest
 			return merchanthooks.CreateParams{}, validationFailed("url is refused: %s.", err)
 		}
 	}
-	enabled, err := merchanthooks.ValidateEnabledEvents(req.EnabledEvents)
+	enabled, err := merchanthooks.ValidateEnabledEvents(req.EnabledEvents, s.eventTypes)
 	if err != nil {
 		return merchanthooks.CreateParams{}, validationFailed("%s.", err)
 	}

@@ -123,7 +123,8 @@ func TestProve_payouts(t *testing.T) {
 
 // Over HTTP, through the service's router: a payout, its replay, the
 // bank's refusal stored like a decline, a malformed request not stored,
-// and the bank's outage answered 503 and resumed by the retry.
+// the bank's outage answered 503 and resumed by the retry; then the keys
+// deleted and the payouts kept.
 func TestPayouts_overHTTP(t *testing.T) {
 	t.Parallel()
 	b := &bank{byKey: map[string]string{}}
@@ -176,6 +177,14 @@ func TestPayouts_overHTTP(t *testing.T) {
 	require.NoError(t, err)
 	require.Equal(t, []any{int64(700), "tr_2"}, []any{resumed.Amount, resumed.Transfer})
 	require.Equal(t, 2, b.transfers())
+
+	// The keys deleted (as the reaper deletes them), the payouts stay and
+	// let go of them, as their key_references row declares.
+	_, err = pool.Exec(ctx, "DELETE FROM idempotency_keys")
+	require.NoError(t, err)
+	var kept, keyed int
+	require.NoError(t, pool.QueryRow(ctx, "SELECT count(*), count(idempotency_key_id) FROM payouts").Scan(&kept, &keyed))
+	require.Equal(t, []int{3, 0}, []int{kept, keyed})
 }
 
 // The route, declared once, agrees with the team's OpenAPI document, its

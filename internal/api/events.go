@@ -2,6 +2,7 @@ package api
 
 import (
 	"net/http"
+	"slices"
 
 	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/merchanthooks"
@@ -15,7 +16,7 @@ func (s *Server) listEvents(w http.ResponseWriter, r *http.Request) error {
 		return err
 	}
 	eventType := r.URL.Query().Get("type")
-	if r.URL.Query().Has("type") && !events.IsType(eventType) {
+	if r.URL.Query().Has("type") && !slices.Contains(s.eventTypes, eventType) {
 		return validationFailed("type must be an event type (payment.succeeded, refund.failed, ...), not %q.", eventType)
 	}
 	page, hasMore, err := events.List(r.Context(), s.pool, userFrom(r.Context()).ID, events.ListParams{

@@ -50,7 +50,7 @@ func (s *Server) validateEndpoint(ctx context.Context, req createEndpointRequest
 			return merchanthooks.CreateParams{}, validationFailed("url is refused: %s.", err)
 		}
 	}
-	enabled, err := merchanthooks.ValidateEnabledEvents(req.EnabledEvents)
+	enabled, err := merchanthooks.ValidateEnabledEvents(req.EnabledEvents, s.eventTypes)
 	if err != nil {
 		return merchanthooks.CreateParams{}, validationFailed("%s.", err)
 	}
@@ -97,11 +97,7 @@ func (s *Server) deleteWebhookEndpoint(w http.ResponseWriter, r *http.Request) e
 	if err := merchanthooks.DeleteEndpoint(r.Context(), s.pool, userFrom(r.Context()).ID, id); err != nil {
 		return err
 	}
-	writeJSON(w, http.StatusOK, struct {
-		ID      string `json:"id"`
-		Object  string `json:"object"`
-		Deleted bool   `json:"deleted"`
-	}{id, "webhook_endpoint", true})
+	writeJSON(w, http.StatusOK, deletedEndpoint{id, "webhook_endpoint", true})
 	return nil
 }
 

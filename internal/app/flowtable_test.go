@@ -42,18 +42,6 @@ func TestREADME_flowTableIsTheDeclarations(t *testing.T) {
 	require.Equal(t, want, got, "README.md's flow table differs from the declarations: run UPDATE_README=1 go test ./internal/app -run TestREADME")
 }
 
-// Every flow the service runs is registered once, under its own name.
-func TestDeclaredFlows_everyFlowOnce(t *testing.T) {
-	t.Parallel()
-	flows, err := app.DeclaredFlows()
-	require.NoError(t, err)
-	var names []string
-	for _, f := range flows {
-		names = append(names, f.Name)
-	}
-	require.Equal(t, []string{"cancel_payment", "capture_payment", "create_payment", "create_webhook_endpoint", "redeliver_event", "refund_duplicate_charge", "refund_payment"}, names)
-}
-
 // A failpoint that no flow declares is refused at start-up: a typo, or the
 // engine's generic after_call: name for a payment flow's Stripe step (the
 // payment flows call it after_stripe:), would never fire.

@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"net/url"
+	"slices"
 	"strings"
 	"time"
 
@@ -18,7 +19,6 @@ import (
 
 	"github.com/example/payments/internal/db"
 	"github.com/example/payments/internal/db/dbsqlc"
-	"github.com/example/payments/internal/events"
 	"github.com/example/payments/internal/ids"
 	"github.com/example/payments/internal/recovery"
 )
@@ -121,8 +121,10 @@ func ValidateURL(raw string) error {
 }
 
 // ValidateEnabledEvents checks enabled_events and gives its default, ["*"]:
-// each entry is an event type, a prefix of types such as "refund.*", or "*".
-func ValidateEnabledEvents(enabled []string) ([]string, error) {
+// each entry is one of types (the event types the routes emit: the API's
+// own, events.Types, and a team's routes'), a prefix of them such as
+// "refund.*", or "*".
+func ValidateEnabledEvents(enabled, types []string) ([]string, error) {
 	if enabled == nil {
 		return []string{"*"}, nil
 	}
@@ -130,23 +132,23 @@ func ValidateEnabledEvents(enabled []string) ([]string, error) {
 		return nil, fmt.Errorf("%w: enabled_events must not be empty; leave it out to receive every event", ErrInvalid)
 	}
 	for _, e := range enabled {
-		if !isSubscription(e) {
+		if !isSubscription(e, types) {
 			return nil, fmt.Errorf("%w: enabled_events: %q is not an event type (%s), a prefix such as \"refund.*\", or \"*\"",
-				ErrInvalid, e, strings.Join(events.Types, ", "))
+				ErrInvalid, e, strings.Join(types, ", "))
 		}
 	}
 	return enabled, nil
 }
 
-func isSubscription(pattern string) bool {
-	if pattern == "*" || events.IsType(pattern) {
+func isSubscription(pattern string, types []string) bool {
+	if pattern == "*" || slices.Contains(types, pattern) {
 		return true
 	}
 	prefix, ok := strings.CutSuffix(pattern, ".*")
 	if !ok {
 		return false
 	}
-	for _, t := range events.Types {
+	for _, t := range types {
 		if strings.HasPrefix(t, prefix+".") {
 			return true
 		}

@@ -12,7 +12,12 @@ import (
 // from the server's goroutines).
 func Handler(t testing.TB, next http.Handler) http.Handler {
 	t.Helper()
-	doc := mustLoad(t)
+	return mustLoad(t).Handler(t, next)
+}
+
+// Handler is the package's Handler held to d instead of the service's
+// document: a team's own (examples/payouts).
+func (doc *Document) Handler(t testing.TB, next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		reqBody, err := readAll(r.Body)
 		if err != nil {

@@ -56,8 +56,9 @@ func (b *bundle) admin(t *testing.T, failpoints string) (*keyadmin.Admin, *payme
 	t.Helper()
 	fp, err := failpoint.Parse(failpoints)
 	require.NoError(t, err)
-	engine := recovery.New(recovery.Config{Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now }})
-	svc, err := payments.NewService(b.pool, engine, b.stripe)
+	flows := recovery.NewBuilder(recovery.Config{Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now }})
+	svc := payments.NewService(b.pool, flows, b.stripe)
+	engine, err := flows.Build()
 	require.NoError(t, err)
 	c := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Grace: time.Second})
 	return keyadmin.New(b.pool, engine.Flows(), c), svc, c

@@ -19,8 +19,8 @@ import (
 
 // CompleterConfig configures a Completer.
 type CompleterConfig struct {
-	// Engine runs the keys, each with the flow registered under its name
-	// (Engine.Register).
+	// Engine runs the keys, each with the flow of its name among those
+	// the engine was built with (New, Builder).
 	Engine *Engine
 	// Grace is how long a key must sit unfinished and untouched before the
 	// completer takes it (the client may still be retrying). A key the
@@ -239,7 +239,7 @@ func (c *Completer) resume(ctx context.Context, k *Key, who string, claimStarted
 	a.log = a.log.With(slog.String("component", who))
 	if !ok {
 		e.unlock(ctx, a, nil)
-		a.log.ErrorContext(ctx, who+": no such flow registered; a build that declares it must finish the key")
+		a.log.ErrorContext(ctx, who+": no such flow in this build; a build that declares it must finish the key")
 		return Response{}, bug("%s: unknown flow %q", who, k.Flow)
 	}
 	a.log.InfoContext(ctx, who+": resuming a request", slog.String("recovery_point", string(k.RecoveryPoint)))

@@ -7,11 +7,16 @@
 // Flow (flow.go) is the request's state machine, declared in one place and
 // in order: its steps, each naming the recovery point it starts from, the
 // Phase to run there, and the recovery points it may move to (NewFlow,
-// From). Engine.Register refuses a flow whose moves do not lead from
-// "started" to "finished", the completer resumes keys by the registered
-// flows' names, and the failpoints are named from the declarations
-// (Flow.Failpoints); package recoverytest proves a flow exactly-once from
-// them, killing a process of the test at each. A phase is a function from one
+// From). The engine is built with its flows, once (New, or a Builder that
+// gathers them from the packages declaring them), and refuses there what
+// would otherwise surface at request time: a flow whose moves do not lead
+// from "started" to "finished", two flows of one name, a failpoint that no
+// flow fires (Config.Failpoints, named from the declarations:
+// Flow.Failpoints). A request runs with a flow value the engine was built
+// with (Builder.Register's handle, Registered), never a name; the
+// completer resumes keys by the names of those same flows. Package
+// recoverytest proves a flow exactly-once from its failpoints, killing a
+// process of the test at each. A phase is a function from one
 // recovery point to the next: it either commits local work in one
 // SERIALIZABLE transaction (LocalPhase), or makes one external call outside
 // any transaction and then records its result in a short transaction

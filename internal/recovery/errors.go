@@ -22,10 +22,13 @@ var (
 	ErrNeedsAttention = errors.New("idempotency key needs attention: past the external idempotency window with nothing to reconcile")
 	// ErrUnknownRecoveryPoint: the key is at a point its flow has no phase for (a bug).
 	ErrUnknownRecoveryPoint = errors.New("no phase for the key's recovery point")
-	// ErrBadFlow: a flow's declaration is refused (Flow.Validate, Register).
+	// ErrBadFlow: a flow's declaration is refused (Flow.Validate), or two
+	// flows of an engine share a name (New, Builder.Build).
 	ErrBadFlow = errors.New("flow declaration refused")
-	// ErrUnregisteredFlow: Execute was given a flow not registered with the
-	// engine (Register), which the completer could not resume (a bug).
+	// ErrUnregisteredFlow: Engine.Execute was given a flow the engine was
+	// not built with, which the completer could not resume, or a
+	// Registered handle ran before its builder built the engine (a bug in
+	// how the program is put together).
 	ErrUnregisteredFlow = errors.New("flow not registered with the engine")
 	// ErrUndeclaredMove: a phase moved the key to a recovery point its step
 	// did not declare (a bug in the flow): nothing it did is committed.

@@ -33,7 +33,7 @@ const (
 //		recovery.From(signupSaved, recovery.ExternalPhase("welcome", send, record), recovery.Finished),
 //	)
 //
-// The engine refuses a flow (Register) whose step may move to a point no
+// The engine refuses, when it is built (New, Builder.Build), a flow whose step may move to a point no
 // step starts from, or from which Finished cannot be reached; and, at run
 // time, a phase that moves the key anywhere its step did not declare
 // (ErrUndeclaredMove).

@@ -35,7 +35,7 @@ func TestExecute_retriesASerializationFailureOnlyWhileItsLockHolds(t *testing.T)
 	)
 	req := b.request(1, "conflicts", `{"name":"lamp"}`)
 	req.Flow = conflicts
-	require.NoError(t, b.engine.Register(conflicts))
+	b.engine = b.newEngine(t, recovery.Config{LockTimeout: lockTimeout}, conflicts)
 
 	start := time.Now()
 	_, err := b.engine.Execute(context.Background(), req)

@@ -130,7 +130,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 				switch {
 				case err == nil:
 					run.Finished++
-				case errors.Is(err, ErrNeedsAttention):
+				case errors.Is(err, ErrNeedsAttention), errors.Is(err, ErrFailed):
 					run.NeedsAttention++
 				default:
 					run.Failed++
@@ -258,7 +258,7 @@ func newCompleterMetrics(reg prometheus.Registerer) completerMetrics {
 		runs:      counter("payments_completer_runs_total", "Completer runs."),
 		finished:  counter("payments_completer_keys_finished_total", "Abandoned requests the completer finished."),
 		failed:    counter("payments_completer_keys_failed_total", "Completer attempts that failed; the key is tried again after a backoff."),
-		attention: counter("payments_completer_keys_needing_attention_total", "Keys the completer gave up on: past Stripe's idempotency window with no trace at Stripe."),
+		attention: counter("payments_completer_keys_needing_attention_total", "Keys the completer gave up on: past Stripe's idempotency window with no trace at Stripe, or failed with an error no retry can cure."),
 		swept:     counter("payments_completer_unfinished_rows_swept_total", "Rows of finished or deleted keys the completer took out of the table of unfinished keys."),
 	}
 	if reg != nil {

@@ -56,9 +56,16 @@
 //     goes with the COMMIT.
 //   - While an external call runs, a heartbeat keeps the lock alive; when the
 //     lock is lost, the call's context is cancelled.
-//   - Serialization failures are retried by db.WithTx; an error leaves the
-//     key unlocked at its last recovery point. An error the flow marks
-//     Transient (say, Stripe unreachable) is reported as such, for a 503.
+//   - Serialization failures are retried by db.WithTx. Only a failure that
+//     a later attempt may not meet leaves the key unlocked at its last
+//     recovery point, for a retry or the completer: a serialization
+//     failure or deadlock past its retries, the database out of reach, the
+//     attempt's context ending, an error the flow marks Transient (say,
+//     Stripe unreachable, reported as such for a 503). Any other error of
+//     a phase (a constraint the flow's write violates, a bug) fails the
+//     key once (ErrFailed, failsTheKey): marked as needing attention with
+//     the error, answered so to every retry without running anything,
+//     left alone by the completer, until an operator re-drives it.
 //   - External calls carry a child key (Key.ChildKey) derived from the key
 //     row's random id and the step name, so the remote side deduplicates too.
 //     A child key the remote side reports spent (it replays a stored 500:

@@ -253,8 +253,10 @@ func checkMove(f *Flow, step *Step, out Outcome) error {
 //
 // It returns the stored response for a finished key (Replayed set),
 // ErrKeyReused, ErrKeyInUse, a *TransientError (nothing final stored; a
-// retry resumes), or another error (the key is left unlocked at its last
-// recovery point; a retry resumes).
+// retry resumes), ErrFailed (a phase failed with an error no retry can
+// cure: the key waits for an operator), or another error that a retry
+// may not meet (the key is left unlocked at its last recovery point; a
+// retry resumes).
 func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
 	if f, ok := e.Flow(req.Flow.Name); !ok || f != req.Flow {
 		// Not one the engine was built with (a caller that passes flows
@@ -303,7 +305,12 @@ func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 		err := e.runPhase(phaseCtx, a, step)
 		endSpan(err)
 		if err != nil {
-			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
+			switch {
+			case errors.Is(err, ErrLockLost), errors.Is(err, ErrNeedsAttention):
+				// Not this attempt's to release: another holds it, or it is marked.
+			case failsTheKey(ctx, err):
+				return Response{}, e.fail(ctx, a, from, err)
+			default:
 				e.unlock(ctx, a, err)
 			}
 			a.log.WarnContext(ctx, "phase failed; the key stays resumable",
@@ -344,6 +351,47 @@ func (e *Engine) runPhase(ctx context.Context, a *attempt, step *Step) error {
 		return out, err
 	})
 }
+
+// fail marks a's key, whose phase from recovery point from failed with
+// err, an error no retry can cure (failsTheKey), as needing attention with
+// the error, and returns ErrFailed with it: the completer leaves the key,
+// and every retry with it gets ErrFailed (claimKey) until an operator
+// re-drives it. Were it only unlocked, as a transient failure is, the
+// completer and every retry would run the phase again, and fail again,
+// for ever.
+func (e *Engine) fail(ctx context.Context, a *attempt, from RecoveryPoint, err error) error {
+	ctx = context.WithoutCancel(ctx) // the record must be written, whatever the caller's context
+	a.log.ErrorContext(ctx, "phase failed with an error no retry can cure: the key waits for an operator",
+		slog.String("recovery_point", string(from)), slog.String("error", err.Error()))
+	n, markErr := queries.MarkKeyFailed(ctx, e.cfg.Pool, dbsqlc.MarkKeyFailedParams{
+		ID: a.key.ID, LockToken: a.key.lockToken, AttentionError: attentionError(err), Now: e.queryNow(),
+	})
+	switch {
+	case markErr != nil:
+		// Not recorded: the key stays resumable, and the next attempt
+		// meets the failure again and records it.
+		e.unlock(ctx, a, markErr)
+		return transientIfUnavailable(fmt.Errorf("%w (recording it failed: %w)", err, markErr))
+	case n == 0:
+		return ErrLockLost // another attempt took the key over: it is theirs to finish or fail
+	}
+	return fmt.Errorf("%w: %w", ErrFailed, err)
+}
+
+// attentionError is err as recorded with a failed key (migration 000048),
+// for an operator to read: its text, at most maxAttentionError bytes.
+func attentionError(err error) pgtype.Text {
+	msg := err.Error()
+	if len(msg) > maxAttentionError {
+		msg = strings.ToValidUTF8(msg[:maxAttentionError], "") + "..."
+	}
+	return pgtype.Text{String: msg, Valid: true}
+}
+
+// maxAttentionError bounds the error recorded with a failed key: an error
+// message is a line or two; a longer one is cut, not stored whole in a row
+// every list of keys reads.
+const maxAttentionError = 2000
 
 // callWithHeartbeat runs call while extending the key's lock every third of
 // the lock timeout. If the lock is lost, call's context is cancelled.

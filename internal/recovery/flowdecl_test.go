@@ -70,8 +70,10 @@ func TestNew_refusesAFlowThatCannotBeFollowed(t *testing.T) {
 }
 
 // A phase that moves the key where its step did not declare fails, and
-// commits nothing: the key stays where it was, resumable; the same holds for
-// a local phase that runs in the claim's transaction (the shared commit).
+// commits none of its work: it is a bug in the flow, which no retry can
+// cure, so the key waits for an operator (recovery.ErrFailed) where it was;
+// the same holds for a local phase that runs in the claim's transaction
+// (the shared commit), whose key is made at started only to say so.
 func TestExecute_refusesAMoveItsStepDidNotDeclare(t *testing.T) {
 	t.Parallel()
 	b := setup(t, recovery.Config{})
@@ -94,14 +96,17 @@ func TestExecute_refusesAMoveItsStepDidNotDeclare(t *testing.T) {
 	req.Flow = claimSkips
 	_, err := b.engine.Execute(context.Background(), req)
 	require.ErrorIs(t, err, recovery.ErrUndeclaredMove)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'claim-skips'"),
-		"the claim's transaction rolled back")
+	require.ErrorIs(t, err, recovery.ErrFailed)
+	require.Equal(t, string(recovery.Started), b.recoveryPoint(t, "claim-skips"), "the claim's transaction rolled back")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'claim-skips' AND needs_attention_at IS NOT NULL"))
 
 	req = b.request(1, "record-answers", `{"name":"lamp"}`)
 	req.Flow = recordAnswers
 	_, err = b.engine.Execute(context.Background(), req)
 	require.ErrorIs(t, err, recovery.ErrUndeclaredMove)
+	require.ErrorIs(t, err, recovery.ErrFailed)
 	require.Equal(t, string(thingCreated), b.recoveryPoint(t, "record-answers"), "the record did not commit")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'record-answers' AND needs_attention_at IS NOT NULL"))
 }
 
 // A flow names its failpoints from its declaration, in the order of its steps.

@@ -42,4 +42,6 @@ func TestExecute_retriesASerializationFailureOnlyWhileItsLockHolds(t *testing.T)
 	require.ErrorIs(t, err, db.ErrSerialization)
 	require.Less(t, time.Since(start), lockTimeout, "it gave up before its lock could lapse")
 	require.Equal(t, "thing_created", b.recoveryPoint(t, "conflicts"), "resumable where it stopped")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE needs_attention_at IS NOT NULL OR locked_at IS NOT NULL"),
+		"a serialization failure is transient: the key is unlocked, not failed (issue 41)")
 }

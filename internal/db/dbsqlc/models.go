@@ -79,6 +79,7 @@ type IdempotencyKey struct {
 	NeedsAttentionAt   pgtype.Timestamptz
 	LockExpiresAt      pgtype.Timestamptz
 	TraceParent        pgtype.Text
+	AttentionError     pgtype.Text
 }
 
 type IdempotencyKeysUnfinished struct {

@@ -19,11 +19,11 @@ SET locked_at = coalesce($1::timestamptz, now()),
     lock_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
-    needs_attention_at = NULL
+    needs_attention_at = NULL, attention_error = NULL
 WHERE id = $3
   AND recovery_point <> 'finished'
   AND (lock_expires_at IS NULL OR lock_expires_at <= coalesce($1::timestamptz, now()))
-RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent,
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.attention_error,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $4::float8)
     )::bool AS past_external_window
 `
@@ -43,8 +43,9 @@ type ClaimKeyNowRow struct {
 // An operator's retry (recovery.Completer.RetryNow) takes one unfinished
 // key's lock at once, as the completer's claim does, but without waiting
 // for its grace or backoff, and for a key that needs attention too: the
-// operator says its cause is fixed, so the mark is cleared. A key whose
-// lock is live (someone is executing it) or that is finished is not taken.
+// operator says its cause is fixed, so the mark, and the error of a key
+// that failed (attention_error), are cleared. A key whose lock is live
+// (someone is executing it) or that is finished is not taken.
 func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParams) (ClaimKeyNowRow, error) {
 	row := db.QueryRow(ctx, claimKeyNow,
 		arg.Now,
@@ -74,6 +75,7 @@ func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParam
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
 		&i.IdempotencyKey.TraceParent,
+		&i.IdempotencyKey.AttentionError,
 		&i.PastExternalWindow,
 	)
 	return i, err
@@ -195,7 +197,7 @@ func (q *Queries) EstimateKeysByFlow(ctx context.Context, db DBTX) ([]EstimateKe
 }
 
 const getKeyForOperator = `-- name: GetKeyForOperator :one
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue
@@ -242,6 +244,7 @@ func (q *Queries) GetKeyForOperator(ctx context.Context, db DBTX, arg GetKeyForO
 		&i.IdempotencyKey.NeedsAttentionAt,
 		&i.IdempotencyKey.LockExpiresAt,
 		&i.IdempotencyKey.TraceParent,
+		&i.IdempotencyKey.AttentionError,
 		&i.Email,
 		&i.AgeSeconds,
 		&i.LockLive,
@@ -349,7 +352,7 @@ func (q *Queries) ListChildKeyStates(ctx context.Context, db DBTX, idempotencyKe
 }
 
 const listKeysForOperator = `-- name: ListKeysForOperator :many
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     -- A live lock its holder has not renewed for half its lifetime (a live
@@ -426,6 +429,7 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 			&i.IdempotencyKey.NeedsAttentionAt,
 			&i.IdempotencyKey.LockExpiresAt,
 			&i.IdempotencyKey.TraceParent,
+			&i.IdempotencyKey.AttentionError,
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,
@@ -443,7 +447,7 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 }
 
 const listKeysPageForOperator = `-- name: ListKeysPageForOperator :many
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
@@ -526,6 +530,7 @@ func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg List
 			&i.IdempotencyKey.NeedsAttentionAt,
 			&i.IdempotencyKey.LockExpiresAt,
 			&i.IdempotencyKey.TraceParent,
+			&i.IdempotencyKey.AttentionError,
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,
@@ -543,7 +548,7 @@ func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg List
 }
 
 const listUnfinishedKeysPageForOperator = `-- name: ListUnfinishedKeysPageForOperator :many
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
@@ -630,6 +635,7 @@ func (q *Queries) ListUnfinishedKeysPageForOperator(ctx context.Context, db DBTX
 			&i.IdempotencyKey.NeedsAttentionAt,
 			&i.IdempotencyKey.LockExpiresAt,
 			&i.IdempotencyKey.TraceParent,
+			&i.IdempotencyKey.AttentionError,
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,

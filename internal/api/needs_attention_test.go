@@ -29,6 +29,8 @@ func TestIdempotency_keyPastStripesWindowNeedsAttention(t *testing.T) {
 	b.addFault(t, stripesim.FaultError500, 0)
 	resp, data := b.post(t, aliceKey, pathPayments, "old-key", visaBody)
 	requireProblem(t, resp, data, http.StatusServiceUnavailable, "payment_processor_unavailable")
+	require.Contains(t, string(data), `"detail":"The payment processor could not be reached. Nothing is lost: `,
+		"the payment flows' remote is Stripe, in the contract's words (recovery.Remote: payments.Stripe)")
 
 	later := start.Add(25 * time.Hour) // Stripe may have forgotten the child key by now
 	now.Store(&later)

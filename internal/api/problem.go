@@ -111,8 +111,19 @@ func problemFor(err error) *problem.Problem {
 		if d := recovery.RetryAfterOf(err); d > 0 {
 			retryAfter = int(math.Ceil(d.Seconds()))
 		}
+		// In the words of the flow's remote side (recovery.Remote: the
+		// payment flows' is Stripe, payments.Stripe). The code stays
+		// payment_processor_unavailable whatever the remote: it tells the
+		// client what to do (wait Retry-After, retry with the same key),
+		// which is the same for every remote side; service_unavailable is
+		// the database's (section 11), and a new code would be one more
+		// that every client must learn to retry.
+		unreachable := "A service this request depends on could not be reached."
+		if r, ok := recovery.RemoteOf(err); ok && r.Unavailable != "" {
+			unreachable = r.Unavailable
+		}
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(retryAfter)
+			"%s Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.", unreachable).WithRetryAfter(retryAfter)
 	case errors.Is(err, users.ErrUnknownKey):
 		return problem.New(http.StatusUnauthorized, problem.Unauthorized, "The API key is not valid.")
 	case errors.Is(err, webhooks.ErrSignature):

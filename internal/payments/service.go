@@ -65,12 +65,18 @@ const ChildKeyPrefix = "payments-"
 // docs/API.md section 6 names them for crash tests.
 const AfterStripeFailpoint = "after_stripe:"
 
-// flow declares one of the service's flows, with its child keys' prefix
-// and its failpoints' name for a Stripe call.
+// Stripe is the payment flows' remote side, as their clients are told of
+// it: a Stripe outage answers 503 payment_processor_unavailable, "The
+// payment processor could not be reached." (docs/API.md section 2, rule 7).
+var Stripe = recovery.Remote{Name: "Stripe", Unavailable: "The payment processor could not be reached."}
+
+// flow declares one of the service's flows, with its child keys' prefix,
+// its failpoints' name for a Stripe call, and Stripe as its remote side.
 func (s *Service) flow(name string, steps ...recovery.Step) *recovery.Flow {
 	f := recovery.NewFlow(name, steps...)
 	f.ChildKeyPrefix = ChildKeyPrefix
 	f.AfterCallFailpoint = AfterStripeFailpoint
+	f.Remote = Stripe
 	return f
 }
 

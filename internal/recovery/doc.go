@@ -61,7 +61,8 @@
 //     recovery point, for a retry or the completer: a serialization
 //     failure or deadlock past its retries, the database out of reach, the
 //     attempt's context ending, an error the flow marks Transient (say,
-//     Stripe unreachable, reported as such for a 503). Any other error of
+//     Stripe unreachable, reported as such for a 503, in the words of the
+//     flow's Remote: RemoteOf). Any other error of
 //     a phase (a constraint the flow's write violates, a bug) fails the
 //     key once (ErrFailed, failsTheKey): marked as needing attention with
 //     the error, answered so to every retry without running anything,

@@ -332,12 +332,12 @@ func (e *Engine) runPhase(ctx context.Context, a *attempt, step *Step) error {
 	case phase.call != nil && a.key.pastExternalWindow:
 		var err error
 		if called, err = e.reconcile(ctx, a.key, phase); err != nil {
-			return err
+			return a.flow.fromRemote(err)
 		}
 	case phase.call != nil:
 		var err error
 		if called, err = e.callExternal(ctx, a.key, phase); err != nil {
-			return err
+			return a.flow.fromRemote(err) // its clients are told in the flow's words (Remote)
 		}
 		if err := e.cfg.Failpoints.Fire(a.flow.afterCall(phase.step)); err != nil {
 			return err

@@ -67,6 +67,17 @@ func TestNew_refusesAFlowThatCannotBeFollowed(t *testing.T) {
 	require.ErrorIs(t, err, recovery.ErrBadFlow)
 	_, err = first.Execute(context.Background(), recovery.Request{UserID: 1, Key: "k", Method: "POST", Path: "/v1/x"})
 	require.ErrorIs(t, err, recovery.ErrUnregisteredFlow, "its engine was never built")
+
+	// A flow registered after Build is not the engine's: its handle refuses to run it.
+	built := recovery.NewBuilder(recovery.Config{})
+	built.Register(ok)
+	_, err = built.Build()
+	require.NoError(t, err)
+	late := built.Register(recovery.NewFlow("late", recovery.From(recovery.Started, answer, recovery.Finished)))
+	_, err = late.Execute(context.Background(), recovery.Request{UserID: 1, Key: "k", Method: "POST", Path: "/v1/x"})
+	require.ErrorIs(t, err, recovery.ErrUnregisteredFlow)
+	_, err = built.Build()
+	require.Error(t, err, "an engine is built once")
 }
 
 // A phase that moves the key where its step did not declare fails, and

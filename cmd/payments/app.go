@@ -57,6 +57,9 @@ func newProcess(ctx context.Context, cfg config, log *slog.Logger) (*process, er
 	if errors.Is(err, app.ErrKeyFilterConfig) {
 		return nil, fmt.Errorf("%w: %v", errUsage, err)
 	}
+	if errors.Is(err, failpoint.ErrUnknown) { // a name no flow fires: refused as the engine is built
+		return nil, fmt.Errorf("%w: PAYMENTS_FAILPOINTS: %v", errUsage, err)
+	}
 	if err != nil {
 		return nil, err
 	}

@@ -374,6 +374,10 @@ func TestCommands_refuseSettingsThatMakeNoSense(t *testing.T) {
 		{"PAYMENTS_WEBHOOK_RETRY_SCHEDULE=5s,0s,1m", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE"},
 		{"PAYMENTS_WEBHOOK_RETRY_SCHEDULE=5s,soon", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE"},
 		{"PAYMENTS_WEBHOOK_RETRY_SCHEDULE=", "PAYMENTS_WEBHOOK_RETRY_SCHEDULE"},
+		// A failpoint no flow fires, refused as the engine is built (issue
+		// 41): a crash test armed with a typo would prove nothing.
+		{"PAYMENTS_FAILPOINTS=before_commit:payment_creatd=crash",
+			"PAYMENTS_FAILPOINTS: unknown failpoint: before_commit:payment_creatd (did you mean before_commit:payment_created?)"},
 	} {
 		for _, command := range []string{"serve", "worker"} {
 			cmd := exec.Command(binary, command)

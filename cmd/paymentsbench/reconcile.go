@@ -97,8 +97,9 @@ func runReconcileBench(ctx context.Context, o reconcileOptions, log *slog.Logger
 	if err != nil {
 		return err
 	}
-	svc, err := payments.NewService(pool, recovery.New(recovery.Config{Pool: pool}), stripe)
-	if err != nil {
+	flows := recovery.NewBuilder(recovery.Config{Pool: pool})
+	svc := payments.NewService(pool, flows, stripe)
+	if _, err := flows.Build(); err != nil {
 		return err
 	}
 	rec := svc.NewReconciler(payments.ReconcilerConfig{Apply: webhooks.NewReceiver(webhooks.Config{Pool: pool}).Apply, Rate: 1e6})

@@ -131,8 +131,8 @@ func TestPayouts_overHTTP(t *testing.T) {
 	bankServer := httptest.NewServer(b)
 	t.Cleanup(bankServer.Close)
 	pool := recoverytest.Database(t, migrate)
-	engine := recovery.New(recovery.Config{Pool: pool})
-	require.NoError(t, engine.Register(payouts.Flow(bankServer.URL)))
+	engine, err := recovery.New(recovery.Config{Pool: pool}, payouts.Flow(bankServer.URL))
+	require.NoError(t, err)
 	doc, err := os.ReadFile("openapi.json")
 	require.NoError(t, err)
 	contract, err := openapitest.Parse(doc) // every exchange below is held to it

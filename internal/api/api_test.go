@@ -112,10 +112,10 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 	require.NoError(t, err)
 
 	o.engine.Pool = pool
-	engine := recovery.New(o.engine)
-	svc, err := payments.NewService(pool, engine, stripe)
-	require.NoError(t, err)
-	hooks, err := merchanthooks.NewService(pool, engine)
+	flows := recovery.NewBuilder(o.engine)
+	svc := payments.NewService(pool, flows, stripe)
+	hooks := merchanthooks.NewService(pool, flows)
+	engine, err := flows.Build()
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
 	handler = api.NewHandler(api.Config{

@@ -59,6 +59,14 @@ func problemFor(err error) *problem.Problem {
 	case errors.Is(err, recovery.ErrNotRetryable):
 		return problem.New(http.StatusConflict, problem.IdempotencyKeyInUse,
 			"This Idempotency-Key is finished or in use by a request in progress.").WithRetryAfter(1)
+	case errors.Is(err, recovery.ErrFailed):
+		// The service's own fault, not the client's (a constraint a flow's
+		// write violates, a bug), and no retry can cure it: 500, once per
+		// request, and the key waits for an operator (docs/API.md
+		// section 2, rule 7). First, since its error wraps the phase's.
+		return problem.New(http.StatusInternalServerError, problem.Internal,
+			"This Idempotency-Key's request failed on our side, with an error that retrying cannot cure, and was not completed. "+
+				"It waits for an operator, who re-drives it with `payments keys retry` once the cause is fixed; until then every retry with this key gets this answer, and nothing runs again.")
 	case errors.Is(err, recovery.ErrNeedsAttention):
 		// No Retry-After: retrying cannot help (docs/API.md section 2, rule 7).
 		return problem.New(http.StatusConflict, problem.IdempotencyKeyNeedsAttention,
@@ -87,13 +95,6 @@ func problemFor(err error) *problem.Problem {
 		// nothing final was stored, and a retry resumes.
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
 			"The service was too busy to run this request. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
-	case errors.Is(err, db.ErrUniqueViolation):
-		// A write that raced a concurrent one to a unique index (the claim
-		// itself never answers so: it looks the key up again). Its
-		// transaction rolled back, so nothing final was stored, and a retry
-		// finds what the other write left.
-		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The request collided with a concurrent one. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(1)
 	case errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded):
 		// The request's context ended before its work did: the process is
 		// shutting down (it cancels what is still running at its shutdown
@@ -110,8 +111,19 @@ func problemFor(err error) *problem.Problem {
 		if d := recovery.RetryAfterOf(err); d > 0 {
 			retryAfter = int(math.Ceil(d.Seconds()))
 		}
+		// In the words of the flow's remote side (recovery.Remote: the
+		// payment flows' is Stripe, payments.Stripe). The code stays
+		// payment_processor_unavailable whatever the remote: it tells the
+		// client what to do (wait Retry-After, retry with the same key),
+		// which is the same for every remote side; service_unavailable is
+		// the database's (section 11), and a new code would be one more
+		// that every client must learn to retry.
+		unreachable := "A service this request depends on could not be reached."
+		if r, ok := recovery.RemoteOf(err); ok && r.Unavailable != "" {
+			unreachable = r.Unavailable
+		}
 		return problem.New(http.StatusServiceUnavailable, problem.PaymentProcessorUnavailable,
-			"The payment processor could not be reached. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(retryAfter)
+			"%s Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.", unreachable).WithRetryAfter(retryAfter)
 	case errors.Is(err, users.ErrUnknownKey):
 		return problem.New(http.StatusUnauthorized, problem.Unauthorized, "The API key is not valid.")
 	case errors.Is(err, webhooks.ErrSignature):

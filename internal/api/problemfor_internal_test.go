@@ -63,7 +63,6 @@ var answeredSentinels = map[string]struct {
 	"recovery.ErrKeyNotFound":           {recovery.ErrKeyNotFound, 404, problem.NotFound},
 	"recovery.ErrNotRetryable":          {recovery.ErrNotRetryable, 409, problem.IdempotencyKeyInUse},
 	"db.ErrSerialization":               {db.ErrSerialization, 503, problem.PaymentProcessorUnavailable},
-	"db.ErrUniqueViolation":             {db.ErrUniqueViolation, 503, problem.PaymentProcessorUnavailable},
 	"db.ErrUnavailable":                 {db.ErrUnavailable, 503, problem.ServiceUnavailable},
 	"db.ErrLockNotHeld":                 {db.ErrLockNotHeld, 409, problem.IdempotencyKeyInUse},
 	"payments.ErrNotFound":              {payments.ErrNotFound, 404, problem.NotFound},
@@ -89,6 +88,8 @@ var bugSentinels = map[string]struct {
 	err error
 	why string
 }{
+	"recovery.ErrFailed":               {recovery.ErrFailed, "a phase failed with an error no retry can cure (a constraint a flow's write violates, a bug): the service's fault, answered 500 with a detail saying the key waits for an operator"},
+	"db.ErrUniqueViolation":            {db.ErrUniqueViolation, "a unique violation no one explained: the claim looks the key up again, the engine reads one after a takeover as a lost lock and fails the key for any other (recovery.ErrFailed), the webhook receiver takes it for a duplicate delivery; reaching the API, it is a bug"},
 	"recovery.ErrUnknownRecoveryPoint": {recovery.ErrUnknownRecoveryPoint, "a key at a point its flow has no phase for: a bug in a flow's declaration"},
 	"failpoint.ErrInjected":            {failpoint.ErrInjected, "PAYMENTS_FAILPOINTS' `error` action: docs/API.md section 6 defines it as an internal error"},
 	"stripeclient.ErrNoIdempotencyKey": {stripeclient.ErrNoIdempotencyKey, "a mutating Stripe call made without a child key: a bug in a flow"},

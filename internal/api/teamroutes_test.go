@@ -55,9 +55,10 @@ func TestTeamRoutes_readStrictlyAndRunTheFlow(t *testing.T) {
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
 	rt, flow := widgetRoute()
-	engine := recovery.New(recovery.Config{Pool: pool})
-	require.NoError(t, engine.Register(flow))
-	hooks, err := merchanthooks.NewService(pool, engine)
+	flows := recovery.NewBuilder(recovery.Config{Pool: pool})
+	flows.Register(flow)
+	hooks := merchanthooks.NewService(pool, flows)
+	engine, err := flows.Build()
 	require.NoError(t, err)
 	server := httptest.NewServer(api.NewHandler(api.Config{Pool: pool, Engine: engine, Hooks: hooks, Logger: slog.New(slog.DiscardHandler),
 		Registry: prometheus.NewRegistry(), Routes: []route.Route{rt}}))
@@ -116,8 +117,8 @@ func TestNewHandler_refusesATeamRouteWhoseFlowIsNotRegistered(t *testing.T) {
 	rt, flow := widgetRoute()
 	build := func(rt route.Route, flows ...*recovery.Flow) func() {
 		return func() {
-			engine := recovery.New(recovery.Config{})
-			require.NoError(t, engine.Register(flows...))
+			engine, err := recovery.New(recovery.Config{}, flows...)
+			require.NoError(t, err)
 			api.NewHandler(api.Config{Engine: engine, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), Routes: []route.Route{rt}})
 		}
 	}

@@ -92,6 +92,13 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	if log == nil {
 		log = slog.New(slog.DiscardHandler)
 	}
+	// The flows' declarations need no database: the engine built from them
+	// alone refuses a flow declared wrong or a failpoint that no flow fires
+	// before anything connects (buildEngine builds it again below, with
+	// the pool, and would refuse the same).
+	if err := (&App{}).buildEngine(recovery.Config{Failpoints: cfg.Failpoints}, cfg.Stripe, cfg.PaymentsOptions...); err != nil {
+		return nil, err
+	}
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	filterCfg := cfg.KeyFilter
@@ -113,20 +120,20 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 		Name: "payments_db_serialization_retries_total",
 		Help: "Transactions this process ran again after a serialization failure or deadlock.",
 	}, func() float64 { return float64(db.SerializationRetries()) }))
-	engine := recovery.New(recovery.Config{
-		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SpentKeyGrace: cfg.StripeSpentKeyGrace,
-		Failpoints: cfg.Failpoints, KeyFilter: filter,
-	})
 	a := &App{
-		Log: log, Pool: pool, Engine: engine, Registry: reg, checkURL: cfg.WebhookURLCheck,
+		Log: log, Pool: pool, Registry: reg, checkURL: cfg.WebhookURLCheck,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{
 			Pool: pool, Secret: cfg.WebhookSecret, Logger: log.With(slog.String("component", "webhooks")), Registry: reg,
 		}),
 	}
-	if err := a.registerFlows(cfg.Stripe, cfg.PaymentsOptions...); err != nil {
+	if err := a.buildEngine(recovery.Config{
+		Pool: pool, Logger: log, KeyTTL: cfg.KeyTTL, LockTimeout: cfg.LockTimeout, SpentKeyGrace: cfg.StripeSpentKeyGrace,
+		Failpoints: cfg.Failpoints, KeyFilter: filter,
+	}, cfg.Stripe, cfg.PaymentsOptions...); err != nil {
 		pool.Close()
 		return nil, err
 	}
+	engine := a.Engine
 	if cfg.ConsoleToken != "" {
 		// The console re-drives keys as `payments keys retry` does: through
 		// keyadmin, with a completer of its own that only RetryNow uses.
@@ -139,18 +146,16 @@ func New(ctx context.Context, cfg Config) (*App, error) {
 	return a, nil
 }
 
-// registerFlows builds the services, which register every flow with the
-// engine, here and once: the engine refuses a flow declared wrong or a
-// name taken twice, and then a failpoint that no registered flow fires (a
-// misspelt one would never fire).
-func (a *App) registerFlows(stripe *stripeclient.Client, opts ...payments.Option) (err error) {
-	if a.Payments, err = payments.NewService(a.Pool, a.Engine, stripe, opts...); err != nil {
-		return err
-	}
-	if a.Hooks, err = merchanthooks.NewService(a.Pool, a.Engine); err != nil {
-		return err
-	}
-	return a.Engine.CheckFailpoints()
+// buildEngine builds the services, which register every flow with the
+// engine's builder, and then the engine, here and once: it refuses a flow
+// declared wrong, a name taken twice, or a failpoint that no flow fires (a
+// misspelt one would never fire), and the service does not start.
+func (a *App) buildEngine(cfg recovery.Config, stripe *stripeclient.Client, opts ...payments.Option) (err error) {
+	b := recovery.NewBuilder(cfg)
+	a.Payments = payments.NewService(a.Pool, b, stripe, opts...)
+	a.Hooks = merchanthooks.NewService(a.Pool, b)
+	a.Engine, err = b.Build()
+	return err
 }
 
 // DeclaredFlows are every flow the service runs, as declared, in name
@@ -158,8 +163,8 @@ func (a *App) registerFlows(stripe *stripeclient.Client, opts ...payments.Option
 // declarations (the README's table of recovery points and failpoints, the
 // chaos suite's failpoints).
 func DeclaredFlows() ([]*recovery.Flow, error) {
-	a := &App{Engine: recovery.New(recovery.Config{})}
-	if err := a.registerFlows(nil); err != nil {
+	a := &App{}
+	if err := a.buildEngine(recovery.Config{}, nil); err != nil {
 		return nil, err
 	}
 	return a.Engine.Flows(), nil

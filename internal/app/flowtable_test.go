@@ -42,25 +42,29 @@ func TestREADME_flowTableIsTheDeclarations(t *testing.T) {
 	require.Equal(t, want, got, "README.md's flow table differs from the declarations: run UPDATE_README=1 go test ./internal/app -run TestREADME")
 }
 
-// A failpoint that no flow declares is refused at start-up: a typo, or the
+// A failpoint that no flow declares is refused at start-up, as the engine
+// is built, naming it and the name it was likely meant to be, before
+// anything connects (the database here answers nobody): a typo, or the
 // engine's generic after_call: name for a payment flow's Stripe step (the
 // payment flows call it after_stripe:), would never fire.
 func TestNew_refusesAFailpointNoFlowDeclares(t *testing.T) {
 	t.Parallel()
 	url := dbtest.NewURL(t)
-	for spec, known := range map[string]bool{
-		"after_stripe:payment_intent=crash":  true,
-		"after_call:payment_intent=crash":    false,
-		"before_commit:payment_creatd=error": false,
+	for spec, refused := range map[string]string{
+		"after_stripe:payment_intent=crash":  "",
+		"after_call:payment_intent=crash":    "after_call:payment_intent (did you mean after_stripe:payment_intent?)",
+		"before_commit:payment_creatd=error": "before_commit:payment_creatd (did you mean before_commit:payment_created?)",
 	} {
 		fp, err := failpoint.Parse(spec)
 		require.NoError(t, err)
-		a, err := app.New(context.Background(), app.Config{DatabaseURL: url, Failpoints: fp})
-		if known {
+		if refused == "" {
+			a, err := app.New(context.Background(), app.Config{DatabaseURL: url, Failpoints: fp})
 			require.NoError(t, err, spec)
 			a.Close()
-		} else {
-			require.ErrorIs(t, err, failpoint.ErrUnknown, spec)
+			continue
 		}
+		_, err = app.New(context.Background(), app.Config{DatabaseURL: "postgres://nobody@127.0.0.1:1/none", Failpoints: fp})
+		require.ErrorIs(t, err, failpoint.ErrUnknown, spec)
+		require.ErrorContains(t, err, refused, spec)
 	}
 }

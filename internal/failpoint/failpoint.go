@@ -88,8 +88,8 @@ func parseAction(act string) (action, error) {
 var ErrUnknown = errors.New("unknown failpoint")
 
 // CheckNames refuses a set that names a failpoint not among known (those
-// the flows declare: recovery.Engine.CheckFailpoints), since it would
-// never fire. A nil set names none.
+// the flows declare: the engine checks them as it is built, recovery.New),
+// since it would never fire. A nil set names none.
 func (s *Set) CheckNames(known []string) error {
 	if s == nil {
 		return nil

@@ -137,8 +137,10 @@ type Summary struct {
 	// answers with a stored failure.
 	SpentStripeSteps []string `json:"spent_stripe_steps"`
 	// LastError is the failure on record, or nil. The engine records why a
-	// key needs attention and which child keys are spent; the error of an
-	// attempt that merely failed (Stripe down, a crash) is in the logs only.
+	// key needs attention (the error of a phase that failed with one no
+	// retry can cure, or the Stripe window) and which child keys are
+	// spent; the error of an attempt that merely failed (Stripe down, a
+	// crash) is in the logs only.
 	LastError *string `json:"last_error"`
 }
 
@@ -361,14 +363,18 @@ func toSummary(k dbsqlc.IdempotencyKey, email string, age float64, locked, overd
 	if s.SpentStripeSteps == nil {
 		s.SpentStripeSteps = []string{}
 	}
-	s.LastError = lastError(s)
+	s.LastError = lastError(s, k.AttentionError)
 	return s
 }
 
-// lastError says what is on record against the key, if anything.
-func lastError(s Summary) *string {
+// lastError says what is on record against the key, if anything: failed,
+// the error of the phase that failed it (recovery.ErrFailed).
+func lastError(s Summary, failed pgtype.Text) *string {
 	var msg string
 	switch {
+	case s.NeedsAttentionSince != nil && failed.Valid:
+		msg = "needs attention: a phase failed with an error no retry can cure: " + failed.String +
+			"; nothing runs again until an operator retries it, once the cause is fixed"
 	case s.NeedsAttentionSince != nil:
 		msg = "needs attention: its Stripe step is past Stripe's idempotency window and Stripe has no trace of the call; " +
 			"nothing is re-sent until an operator retries it"

@@ -56,8 +56,9 @@ func (b *bundle) admin(t *testing.T, failpoints string) (*keyadmin.Admin, *payme
 	t.Helper()
 	fp, err := failpoint.Parse(failpoints)
 	require.NoError(t, err)
-	engine := recovery.New(recovery.Config{Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now }})
-	svc, err := payments.NewService(b.pool, engine, b.stripe)
+	flows := recovery.NewBuilder(recovery.Config{Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now }})
+	svc := payments.NewService(b.pool, flows, b.stripe)
+	engine, err := flows.Build()
 	require.NoError(t, err)
 	c := recovery.NewCompleter(recovery.CompleterConfig{Engine: engine, Grace: time.Second})
 	return keyadmin.New(b.pool, engine.Flows(), c), svc, c
@@ -101,7 +102,7 @@ func TestAdmin_aKeyNeedingAttentionIsListedCountedAndNeverChargedBlindly(t *test
 	reg := prometheus.NewRegistry()
 	keyadmin.RegisterMetrics(reg, b.pool)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP payments_idempotency_keys_needing_attention Idempotency keys the completer gave up on (past Stripe's idempotency window, nothing found at Stripe): each needs a person.
+# HELP payments_idempotency_keys_needing_attention Idempotency keys given up on (past Stripe's idempotency window with nothing found at Stripe, or failed with an error no retry can cure): each needs a person.
 # TYPE payments_idempotency_keys_needing_attention gauge
 payments_idempotency_keys_needing_attention 0
 `), "payments_idempotency_keys_needing_attention"))
@@ -125,7 +126,7 @@ payments_idempotency_keys_needing_attention 0
 	require.EqualValues(t, 2, listed[0].Attempts, "the request, then the completer")
 	require.EqualValues(t, 1, listed[0].CompleterAttempts)
 	require.NoError(t, testutil.GatherAndCompare(reg, strings.NewReader(`
-# HELP payments_idempotency_keys_needing_attention Idempotency keys the completer gave up on (past Stripe's idempotency window, nothing found at Stripe): each needs a person.
+# HELP payments_idempotency_keys_needing_attention Idempotency keys given up on (past Stripe's idempotency window with nothing found at Stripe, or failed with an error no retry can cure): each needs a person.
 # TYPE payments_idempotency_keys_needing_attention gauge
 payments_idempotency_keys_needing_attention 1
 # HELP payments_idempotency_keys_oldest_unfinished_age_seconds Age of the oldest request without its final answer, not counting keys needing attention: the completer's lag (0 when none).
@@ -177,4 +178,47 @@ func TestAdmin_retryClearsTheMarkAndFinishesAKeyWhoseCauseIsFixed(t *testing.T) 
 	require.ErrorIs(t, err, keyadmin.ErrUnknownUser)
 	_, err = admin.Show(ctx, alice, "never-used")
 	require.ErrorIs(t, err, keyadmin.ErrUnknownKey)
+}
+
+// Issue 41: a key whose phase failed with an error no retry can cure is
+// listed as needing attention, with that error as its last error, and a
+// retry before its cause is fixed fails it again, with the error.
+func TestAdmin_aFailedKeyShowsItsErrorAndARetryFailsItAgainUntilItsCauseIsFixed(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// The payment's insert meets a constraint of the service's own (a
+	// trigger raising unique_violation, as a clashing insert would).
+	_, err := b.pool.Exec(ctx, `
+		CREATE FUNCTION refuse_payments() RETURNS trigger LANGUAGE plpgsql AS $$
+		BEGIN RAISE EXCEPTION 'payment % clashes with another', NEW.id USING ERRCODE = 'unique_violation'; END $$;
+		CREATE TRIGGER refuse_payments BEFORE INSERT ON payments FOR EACH ROW EXECUTE FUNCTION refuse_payments();`)
+	require.NoError(t, err)
+	admin, svc, _ := b.admin(t, "")
+	req := payments.KeyedRequest{UserID: b.userID, Key: "clashing", Method: "POST", Path: "/v1/payments",
+		Body: []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)}
+	params := payments.CreateParams{Amount: 1500, Currency: "usd", PaymentMethod: "pm_card_visa", Capture: true}
+	_, err = svc.Create(ctx, req, params)
+	require.ErrorIs(t, err, recovery.ErrFailed)
+
+	listed, err := admin.List(ctx, keyadmin.ListParams{State: keyadmin.NeedsAttention, UserEmail: alice, Limit: 10})
+	require.NoError(t, err)
+	require.Len(t, listed, 1)
+	require.Equal(t, "clashing", listed[0].Key)
+	require.NotNil(t, listed[0].LastError)
+	require.Contains(t, *listed[0].LastError, "clashes with another")
+
+	_, err = admin.Retry(ctx, alice, "clashing")
+	require.ErrorIs(t, err, recovery.ErrFailed, "the cause is still there")
+	story, err := admin.Show(ctx, alice, "clashing")
+	require.NoError(t, err)
+	require.NotNil(t, story.NeedsAttentionSince, "marked again")
+	require.Contains(t, *story.LastError, "clashes with another")
+
+	_, err = b.pool.Exec(ctx, "DROP TRIGGER refuse_payments ON payments")
+	require.NoError(t, err)
+	resp, err := admin.Retry(ctx, alice, "clashing")
+	require.NoError(t, err)
+	require.Equal(t, 201, resp.Status)
+	require.Equal(t, 1, b.paymentIntents(t), "charged once, by the operator's retry")
 }

@@ -20,8 +20,9 @@ func TestAdmin_showMasksTheSecretsInTheStoredAnswer(t *testing.T) {
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	engine := recovery.New(recovery.Config{Pool: b.pool})
-	hooks, err := merchanthooks.NewService(b.pool, engine)
+	flows := recovery.NewBuilder(recovery.Config{Pool: b.pool})
+	hooks := merchanthooks.NewService(b.pool, flows)
+	engine, err := flows.Build()
 	require.NoError(t, err)
 	body := `{"url":"https://example.com/hooks"}`
 	resp, err := hooks.CreateEndpoint(ctx, recovery.Request{UserID: b.userID, Key: "endpoint-1", Method: "POST",

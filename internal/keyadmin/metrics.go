@@ -26,7 +26,7 @@ func RegisterMetrics(reg prometheus.Registerer, pool *pgxpool.Pool) {
 
 var (
 	needingAttentionDesc = prometheus.NewDesc("payments_idempotency_keys_needing_attention",
-		"Idempotency keys the completer gave up on (past Stripe's idempotency window, nothing found at Stripe): each needs a person.", nil, nil)
+		"Idempotency keys given up on (past Stripe's idempotency window with nothing found at Stripe, or failed with an error no retry can cure): each needs a person.", nil, nil)
 	oldestUnfinishedDesc = prometheus.NewDesc("payments_idempotency_keys_oldest_unfinished_age_seconds",
 		"Age of the oldest request without its final answer, not counting keys needing attention: the completer's lag (0 when none).", nil, nil)
 )

@@ -133,8 +133,8 @@ func (s *Service) redeliverFlow() *recovery.Flow {
 // Redeliver runs the redeliver flow for req (whose Params and Flow it
 // sets). The caller has checked that the event is the user's.
 func (s *Service) Redeliver(ctx context.Context, req recovery.Request, p RedeliverParams) (recovery.Response, error) {
-	req.Params, req.Flow = p, s.redeliver
-	return s.engine.Execute(ctx, req)
+	req.Params = p
+	return s.redeliver.Execute(ctx, req)
 }
 
 func (s *Service) restartDeliveries(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {

@@ -33,19 +33,22 @@ var (
 // Service runs the webhook flows (endpoint creation, redelivery) on the
 // idempotency engine, and reads endpoints and deliveries.
 type Service struct {
-	pool   *pgxpool.Pool
-	engine *recovery.Engine
+	pool *pgxpool.Pool
 
-	create, redeliver *recovery.Flow
+	// The flows, as registered with the engine's builder: each runs on the
+	// engine it builds, which knows it.
+	create, redeliver *recovery.Registered
 }
 
-// NewService declares the flows and registers them with their engine,
-// which refuses a flow declared wrong or one whose name is taken.
-func NewService(pool *pgxpool.Pool, engine *recovery.Engine) (*Service, error) {
-	s := &Service{pool: pool, engine: engine}
-	s.create = s.createFlow()
-	s.redeliver = s.redeliverFlow()
-	return s, engine.Register(s.create, s.redeliver)
+// NewService declares the flows and registers them with engine, the
+// builder of the engine they run on: its Build refuses a flow declared
+// wrong or one whose name is taken, and the service runs once it has
+// built.
+func NewService(pool *pgxpool.Pool, engine *recovery.Builder) *Service {
+	s := &Service{pool: pool}
+	s.create = engine.Register(s.createFlow())
+	s.redeliver = engine.Register(s.redeliverFlow())
+	return s
 }
 
 var queries = dbsqlc.New()
@@ -175,8 +178,8 @@ func (s *Service) createFlow() *recovery.Flow {
 
 // CreateEndpoint runs the create flow for req (whose Params and Flow it sets).
 func (s *Service) CreateEndpoint(ctx context.Context, req recovery.Request, p CreateParams) (recovery.Response, error) {
-	req.Params, req.Flow = p, s.create
-	return s.engine.Execute(ctx, req)
+	req.Params = p
+	return s.create.Execute(ctx, req)
 }
 
 func (s *Service) insertEndpoint(ctx context.Context, tx *db.Tx, k *recovery.Key) (recovery.Outcome, error) {

@@ -66,10 +66,11 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 		return actionResult{}, err
 	}
 	// A payment still processing may yet be authorised: no refusal may be
-	// stored for it. A payment that never got an authorisation can never
-	// get one: refusing it here is safe, whatever this request did before.
+	// stored for it, and a retry once it is known runs (transient). A
+	// payment that never got an authorisation can never get one: refusing
+	// it here is safe, whatever this request did before.
 	if err := CheckKnown(pay); err != nil {
-		return actionResult{}, err
+		return actionResult{}, recovery.Transient(err)
 	}
 	if pay.StripePaymentIntent == nil || pay.Status == StatusFailed {
 		return actionResult{refusal: fmt.Sprintf("Payment %s is %s and was never authorised.", pay.ID, pay.Status)}, nil

@@ -173,13 +173,15 @@ func TestCompleter_aCrashAfterStripeAnsweredIsFoundInItsAttemptsMinutesADayLater
 	fp, err := failpoint.Parse("after_stripe:payment_intent=error")
 	require.NoError(t, err)
 	died := b.now // its clock stops with it (its unlock, which fails, may run on in the background)
-	engine := recovery.New(recovery.Config{Pool: dying, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return died }})
-	svc := mustService(payments.NewService(dying, engine, b.stripe, payments.WithCreatePaymentIntent(
+	flows := recovery.NewBuilder(recovery.Config{Pool: dying, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return died }})
+	svc := payments.NewService(dying, flows, b.stripe, payments.WithCreatePaymentIntent(
 		func(ctx context.Context, childKey string, r stripeclient.PaymentIntentRequest) (*stripe.PaymentIntent, error) {
 			pi, err := b.stripe.CreatePaymentIntent(ctx, childKey, r)
 			dying.Close() // the process dies as Stripe answers: its connections with it
 			return pi, err
-		})))
+		}))
+	engine, err := flows.Build()
+	require.NoError(t, err)
 	require.ErrorIs(t, b.createVisa(t, svc), failpoint.ErrInjected)
 	var locked bool
 	require.NoError(t, b.pool.QueryRow(context.Background(),

@@ -60,10 +60,9 @@ func (b *testBundle) service(t *testing.T, failpoints string) (*payments.Service
 	t.Helper()
 	fp, err := failpoint.Parse(failpoints)
 	require.NoError(t, err)
-	engine := recovery.New(recovery.Config{
+	return newService(t, recovery.Config{
 		Pool: b.pool, Failpoints: fp, LockTimeout: time.Minute, Now: func() time.Time { return b.now },
-	})
-	return mustService(payments.NewService(b.pool, engine, b.stripe)), engine
+	}, b.stripe)
 }
 
 func (b *testBundle) completer(svc *payments.Service, engine *recovery.Engine, reg ...prometheus.Registerer) *recovery.Completer {
@@ -282,11 +281,12 @@ func TestCompleter_aRunFitsItsTimeAndCountsOnlyTheKeysItTried(t *testing.T) {
 		"the next run takes the rest at once, with no backoff")
 }
 
-// mustService is the service NewService built; its flows are the
-// service's own, so registering them cannot fail but by a bug.
-func mustService(svc *payments.Service, err error) *payments.Service {
-	if err != nil {
-		panic(err)
-	}
-	return svc
+// newService is the service with its flows on an engine of cfg, built.
+func newService(t testing.TB, cfg recovery.Config, stripe *stripeclient.Client) (*payments.Service, *recovery.Engine) {
+	t.Helper()
+	flows := recovery.NewBuilder(cfg)
+	svc := payments.NewService(cfg.Pool, flows, stripe)
+	engine, err := flows.Build()
+	require.NoError(t, err)
+	return svc, engine
 }

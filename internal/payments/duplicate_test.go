@@ -27,9 +27,10 @@ func TestDuplicates_theCreateFlowsOwnPaymentIntentRecordedSecond(t *testing.T) {
 	engine := func(failpoints string) *payments.Service {
 		fp, err := failpoint.Parse(failpoints)
 		require.NoError(t, err)
-		return mustService(payments.NewService(b.pool, recovery.New(recovery.Config{
+		svc, _ := newService(t, recovery.Config{
 			Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1, Failpoints: fp,
-		}), b.stripe))
+		}, b.stripe)
+		return svc
 	}
 	require.True(t, recovery.IsTransient(b.createVisa(t, engine(""))), "the 500")
 	b.now = b.now.Add(2 * time.Second)
@@ -112,9 +113,10 @@ func TestDuplicates_theRefundFlowsOwnRefundRecordedSecond(t *testing.T) {
 	svc := func(failpoints string) *payments.Service {
 		fp, err := failpoint.Parse(failpoints)
 		require.NoError(t, err)
-		return mustService(payments.NewService(b.pool, recovery.New(recovery.Config{
+		svc, _ := newService(t, recovery.Config{
 			Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1, Failpoints: fp,
-		}), b.stripe))
+		}, b.stripe)
+		return svc
 	}
 	created, err := b.create(ctx, svc(""), "pay-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`)
 	require.NoError(t, err)

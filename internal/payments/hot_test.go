@@ -31,9 +31,9 @@ func TestPayments_noIndexNamesAColumnAMoveChanges(t *testing.T) {
 
 // The columns the updates of a key write after its insert: its moves and
 // finish (SetRecoveryPoint, FinishIdempotencyKey), its locks and heartbeats,
-// the completer's claims and an operator's mark.
+// the completer's claims and an operator's mark, and a failed key's error.
 var keyUpdatedColumns = []string{"recovery_point", "response_code", "response_body", "locked_at", "lock_expires_at",
-	"lock_token", "last_run_at", "expires_at", "needs_attention_at", "completer_attempts"}
+	"lock_token", "last_run_at", "expires_at", "needs_attention_at", "completer_attempts", "attention_error"}
 
 // Nor does any index of idempotency_keys name a column that the key's
 // updates change, so that its finish is a HOT update too (migration

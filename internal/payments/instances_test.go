@@ -31,10 +31,10 @@ func (b *testBundle) instance(t *testing.T, cfg instanceConfig) (*payments.Servi
 	require.NoError(t, err)
 	filter, err := keyfilter.New(keyfilter.Config{ExpectedKeysPerSlice: 1024})
 	require.NoError(t, err)
-	engine := recovery.New(recovery.Config{Pool: b.pool, LockTimeout: cfg.lockTimeout, Failpoints: fp, KeyFilter: filter})
+	svc, engine := newService(t, recovery.Config{Pool: b.pool, LockTimeout: cfg.lockTimeout, Failpoints: fp, KeyFilter: filter}, b.stripe)
 	_, err = engine.RebuildKeyFilter(context.Background())
 	require.NoError(t, err)
-	return mustService(payments.NewService(b.pool, engine, b.stripe)), engine
+	return svc, engine
 }
 
 func (b *testBundle) create(ctx context.Context, svc *payments.Service, key, body string) (recovery.Response, error) {

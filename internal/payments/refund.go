@@ -103,9 +103,10 @@ func (s *Service) insertRefund(ctx context.Context, tx *db.Tx, k *recovery.Key) 
 	}
 	// A payment still processing may yet be captured: no refusal may be
 	// stored for it. Failing here rolls back the claim's transaction, so a
-	// new key is not even stored.
+	// new key is not even stored; it is transient, since a retry once the
+	// payment is known runs.
 	if err := CheckKnown(pay); err != nil {
-		return recovery.Outcome{}, err
+		return recovery.Outcome{}, recovery.Transient(err)
 	}
 	left := pay.AmountCaptured - max(pay.AmountRefunded, reserved)
 	amount := p.Amount

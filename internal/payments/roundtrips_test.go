@@ -82,10 +82,9 @@ func TestCreate_roundTripsOfANewPaymentAndOfItsReplay(t *testing.T) {
 	require.NoError(t, err)
 	filter, err := keyfilter.New(keyfilter.Config{ExpectedKeysPerSlice: 1024})
 	require.NoError(t, err)
-	engine := recovery.New(recovery.Config{Pool: pool, KeyFilter: filter})
+	svc, engine := newService(t, recovery.Config{Pool: pool, KeyFilter: filter}, b.stripe)
 	_, err = engine.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
-	svc := mustService(payments.NewService(pool, engine, b.stripe))
 
 	create := func(key string) recovery.Response {
 		body := []byte(`{"amount":1500,"currency":"usd","payment_method":"pm_card_visa"}`)

@@ -16,11 +16,12 @@ import (
 // Service runs the payment flows on the idempotency engine.
 type Service struct {
 	pool   *pgxpool.Pool
-	engine *recovery.Engine
 	stripe *stripeclient.Client
 
-	create, capture, cancel, refund *recovery.Flow
-	refundDuplicate                 *recovery.Flow // refund_duplicate_charge: duplicate.go
+	// The flows, as registered with the engine's builder: each runs on the
+	// engine it builds, which knows it.
+	create, capture, cancel, refund *recovery.Registered
+	refundDuplicate                 *recovery.Registered // refund_duplicate_charge: duplicate.go
 	// createIntent is the create flow's Stripe call (WithCreatePaymentIntent).
 	createIntent CreatePaymentIntentFunc
 }
@@ -39,19 +40,20 @@ func WithCreatePaymentIntent(createIntent CreatePaymentIntentFunc) Option {
 }
 
 // NewService declares the flows, with their Stripe client, and registers
-// them with their engine, which refuses a flow declared wrong or one whose
-// name is taken.
-func NewService(pool *pgxpool.Pool, engine *recovery.Engine, stripe *stripeclient.Client, opts ...Option) (*Service, error) {
-	s := &Service{pool: pool, engine: engine, stripe: stripe, createIntent: stripe.CreatePaymentIntent}
+// them with engine, the builder of the engine they run on: its Build
+// refuses a flow declared wrong or one whose name is taken, and the
+// service runs once it has built.
+func NewService(pool *pgxpool.Pool, engine *recovery.Builder, stripe *stripeclient.Client, opts ...Option) *Service {
+	s := &Service{pool: pool, stripe: stripe, createIntent: stripe.CreatePaymentIntent}
 	for _, o := range opts {
 		o(s)
 	}
-	s.create = s.createFlow()
-	s.capture = s.captureFlow()
-	s.cancel = s.cancelFlow()
-	s.refund = s.refundFlow()
-	s.refundDuplicate = s.refundDuplicateFlow()
-	return s, engine.Register(s.create, s.capture, s.cancel, s.refund, s.refundDuplicate)
+	s.create = engine.Register(s.createFlow())
+	s.capture = engine.Register(s.captureFlow())
+	s.cancel = engine.Register(s.cancelFlow())
+	s.refund = engine.Register(s.refundFlow())
+	s.refundDuplicate = engine.Register(s.refundDuplicateFlow())
+	return s
 }
 
 // ChildKeyPrefix begins the child key of every Stripe call of the payment
@@ -63,12 +65,18 @@ const ChildKeyPrefix = "payments-"
 // docs/API.md section 6 names them for crash tests.
 const AfterStripeFailpoint = "after_stripe:"
 
-// flow declares one of the service's flows, with its child keys' prefix
-// and its failpoints' name for a Stripe call.
+// Stripe is the payment flows' remote side, as their clients are told of
+// it: a Stripe outage answers 503 payment_processor_unavailable, "The
+// payment processor could not be reached." (docs/API.md section 2, rule 7).
+var Stripe = recovery.Remote{Name: "Stripe", Unavailable: "The payment processor could not be reached."}
+
+// flow declares one of the service's flows, with its child keys' prefix,
+// its failpoints' name for a Stripe call, and Stripe as its remote side.
 func (s *Service) flow(name string, steps ...recovery.Step) *recovery.Flow {
 	f := recovery.NewFlow(name, steps...)
 	f.ChildKeyPrefix = ChildKeyPrefix
 	f.AfterCallFailpoint = AfterStripeFailpoint
+	f.Remote = Stripe
 	return f
 }
 
@@ -82,10 +90,9 @@ type KeyedRequest struct {
 	Body   []byte
 }
 
-func (s *Service) execute(ctx context.Context, req KeyedRequest, flow *recovery.Flow, params any) (recovery.Response, error) {
-	return s.engine.Execute(ctx, recovery.Request{
-		UserID: req.UserID, Key: req.Key, Method: req.Method, Path: req.Path, Body: req.Body,
-		Params: params, Flow: flow,
+func (s *Service) execute(ctx context.Context, req KeyedRequest, flow *recovery.Registered, params any) (recovery.Response, error) {
+	return flow.Execute(ctx, recovery.Request{
+		UserID: req.UserID, Key: req.Key, Method: req.Method, Path: req.Path, Body: req.Body, Params: params,
 	})
 }
 

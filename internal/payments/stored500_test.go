@@ -162,10 +162,10 @@ func TestStored500_aPaymentIntentTheSpentKeyMadeIsRecorded(t *testing.T) {
 // serviceWithGrace is service with the engine's SpentKeyGrace set.
 func (b *testBundle) serviceWithGrace(t *testing.T, grace time.Duration) *payments.Service {
 	t.Helper()
-	engine := recovery.New(recovery.Config{
+	svc, _ := newService(t, recovery.Config{
 		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: grace,
-	})
-	return mustService(payments.NewService(b.pool, engine, b.stripe))
+	}, b.stripe)
+	return svc
 }
 
 // chargingIntents are the PaymentIntents at the simulator that took money

@@ -85,8 +85,8 @@ func (w *windowedFlow) run(engine *recovery.Engine) error {
 func windowsEngine(t *testing.T, b *testBundle, cfg recovery.Config, w *windowedFlow) *recovery.Engine {
 	t.Helper()
 	cfg.Pool = b.pool
-	e := recovery.New(cfg)
-	require.NoError(t, e.Register(w.flow))
+	e, err := recovery.New(cfg, w.flow)
+	require.NoError(t, err)
 	return e
 }
 

@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"log/slog"
 
 	"github.com/jackc/pgx/v5"
 	"github.com/jackc/pgx/v5/pgtype"
@@ -111,10 +112,50 @@ func (e *Engine) claim(ctx context.Context, req Request) (*attempt, *Response, e
 		// and an existing key's lock lapses instead.)
 		e.unlockUncertainClaim(ctx, got.attempt)
 		return nil, nil, err
+	case err != nil && got.attempt != nil && failsTheKey(ctx, err):
+		// The key was claimed, and a phase in the claim's transaction
+		// failed with an error no retry can cure: the transaction rolled
+		// back, so the failure is recorded on its own (failClaim).
+		return nil, nil, e.failClaim(ctx, c, got.attempt, err)
 	case err != nil:
 		return nil, nil, err // the claim's transaction rolled back: nothing holds a lock
 	}
 	return got.attempt, nil, e.applyCommit(got.attempt, got.committed)
+}
+
+// failClaim records the failure of a claim whose transaction rolled back
+// because a phase in it failed with err, an error no retry can cure
+// (failsTheKey), as Engine.fail records a later phase's: the key needs
+// attention, with the error. A key this claim made has no row, since its
+// insert rolled back too: the row is made now, unlocked at started. An
+// existing key is marked while its lock token is the one it had before
+// this claim (which rolled back its own). Either way it returns ErrFailed
+// with err, and every retry gets it again without running the phase. If
+// the record cannot be made (the key is another request's by now: it made
+// the row first, or claimed it since), the answer is the same, and a retry
+// meets the failure again.
+func (e *Engine) failClaim(ctx context.Context, c *claimRequest, a *attempt, err error) error {
+	ctx = context.WithoutCancel(ctx) // the record must be written, whatever the caller's context
+	a.log.ErrorContext(ctx, "phase failed with an error no retry can cure: the key waits for an operator",
+		slog.String("recovery_point", string(a.key.RecoveryPoint)), slog.String("error", err.Error()))
+	var markErr error
+	if a.key.insertedByThisClaim {
+		_, markErr = queries.InsertFailedIdempotencyKey(ctx, e.cfg.Pool, dbsqlc.InsertFailedIdempotencyKeyParams{
+			ID: a.key.ID, UserID: c.UserID, IdempotencyKey: c.Key, Flow: c.Flow.Name,
+			RequestMethod: c.Method, RequestPath: c.Path, RequestParams: c.params, RequestFingerprint: c.fingerprint,
+			Now: e.queryNow(), TraceParent: c.traceParent, AttentionError: attentionError(err),
+		})
+	} else {
+		_, markErr = queries.MarkKeyFailed(ctx, e.cfg.Pool, dbsqlc.MarkKeyFailedParams{
+			ID: a.key.ID, LockToken: a.key.lockToken - 1, AttentionError: attentionError(err), Now: e.queryNow(),
+		})
+	}
+	if markErr != nil {
+		// Not recorded: the key stays as it was, resumable, and the next
+		// attempt meets the failure again and records it.
+		return transientIfUnavailable(fmt.Errorf("%w (recording it failed: %w)", err, markErr))
+	}
+	return fmt.Errorf("%w: %w", ErrFailed, err)
 }
 
 // answerAfterConflicts answers a claim whose transaction kept failing to
@@ -245,6 +286,12 @@ func (e *Engine) claimKey(ctx context.Context, tx *db.Tx, c *claimRequest) (*Key
 	}
 	if finished {
 		return nil, &Response{Status: int(existing.ResponseCode.Int32), Body: existing.ResponseBody, Replayed: true}, nil
+	}
+	if existing.AttentionError.Valid {
+		// A phase failed with an error no retry can cure (Engine.fail):
+		// the same answer again, without running it, until an operator
+		// re-drives the key (which clears the error).
+		return nil, nil, fmt.Errorf("%w: %s", ErrFailed, existing.AttentionError.String)
 	}
 	if row.LockLive {
 		return nil, nil, newKeyInUseError(row)

@@ -19,8 +19,8 @@ import (
 
 // CompleterConfig configures a Completer.
 type CompleterConfig struct {
-	// Engine runs the keys, each with the flow registered under its name
-	// (Engine.Register).
+	// Engine runs the keys, each with the flow of its name among those
+	// the engine was built with (New, Builder).
 	Engine *Engine
 	// Grace is how long a key must sit unfinished and untouched before the
 	// completer takes it (the client may still be retrying). A key the
@@ -130,7 +130,7 @@ func (c *Completer) RunOnce(ctx context.Context) (CompleterRun, error) {
 				switch {
 				case err == nil:
 					run.Finished++
-				case errors.Is(err, ErrNeedsAttention):
+				case errors.Is(err, ErrNeedsAttention), errors.Is(err, ErrFailed):
 					run.NeedsAttention++
 				default:
 					run.Failed++
@@ -240,7 +240,7 @@ func (c *Completer) resume(ctx context.Context, k *Key, who string, claimStarted
 	a.log = a.log.With(slog.String("component", who))
 	if !ok {
 		e.unlock(ctx, a, nil)
-		a.log.ErrorContext(ctx, who+": no such flow registered; a build that declares it must finish the key")
+		a.log.ErrorContext(ctx, who+": no such flow in this build; a build that declares it must finish the key")
 		return Response{}, bug("%s: unknown flow %q", who, k.Flow)
 	}
 	a.log.InfoContext(ctx, who+": resuming a request", slog.String("recovery_point", string(k.RecoveryPoint)))
@@ -259,7 +259,7 @@ func newCompleterMetrics(reg prometheus.Registerer) completerMetrics {
 		runs:      counter("payments_completer_runs_total", "Completer runs."),
 		finished:  counter("payments_completer_keys_finished_total", "Abandoned requests the completer finished."),
 		failed:    counter("payments_completer_keys_failed_total", "Completer attempts that failed; the key is tried again after a backoff."),
-		attention: counter("payments_completer_keys_needing_attention_total", "Keys the completer gave up on: past Stripe's idempotency window with no trace at Stripe."),
+		attention: counter("payments_completer_keys_needing_attention_total", "Keys the completer gave up on: past Stripe's idempotency window with no trace at Stripe, or failed with an error no retry can cure."),
 		swept:     counter("payments_completer_unfinished_rows_swept_total", "Rows of finished or deleted keys the completer took out of the table of unfinished keys."),
 	}
 	if reg != nil {

@@ -7,11 +7,16 @@
 // Flow (flow.go) is the request's state machine, declared in one place and
 // in order: its steps, each naming the recovery point it starts from, the
 // Phase to run there, and the recovery points it may move to (NewFlow,
-// From). Engine.Register refuses a flow whose moves do not lead from
-// "started" to "finished", the completer resumes keys by the registered
-// flows' names, and the failpoints are named from the declarations
-// (Flow.Failpoints); package recoverytest proves a flow exactly-once from
-// them, killing a process of the test at each. A phase is a function from one
+// From). The engine is built with its flows, once (New, or a Builder that
+// gathers them from the packages declaring them), and refuses there what
+// would otherwise surface at request time: a flow whose moves do not lead
+// from "started" to "finished", two flows of one name, a failpoint that no
+// flow fires (Config.Failpoints, named from the declarations:
+// Flow.Failpoints). A request runs with a flow value the engine was built
+// with (Builder.Register's handle, Registered), never a name; the
+// completer resumes keys by the names of those same flows. Package
+// recoverytest proves a flow exactly-once from its failpoints, killing a
+// process of the test at each. A phase is a function from one
 // recovery point to the next: it either commits local work in one
 // SERIALIZABLE transaction (LocalPhase), or makes one external call outside
 // any transaction and then records its result in a short transaction
@@ -51,9 +56,17 @@
 //     goes with the COMMIT.
 //   - While an external call runs, a heartbeat keeps the lock alive; when the
 //     lock is lost, the call's context is cancelled.
-//   - Serialization failures are retried by db.WithTx; an error leaves the
-//     key unlocked at its last recovery point. An error the flow marks
-//     Transient (say, Stripe unreachable) is reported as such, for a 503.
+//   - Serialization failures are retried by db.WithTx. Only a failure that
+//     a later attempt may not meet leaves the key unlocked at its last
+//     recovery point, for a retry or the completer: a serialization
+//     failure or deadlock past its retries, the database out of reach, the
+//     attempt's context ending, an error the flow marks Transient (say,
+//     Stripe unreachable, reported as such for a 503, in the words of the
+//     flow's Remote: RemoteOf). Any other error of
+//     a phase (a constraint the flow's write violates, a bug) fails the
+//     key once (ErrFailed, failsTheKey): marked as needing attention with
+//     the error, answered so to every retry without running anything,
+//     left alone by the completer, until an operator re-drives it.
 //   - External calls carry a child key (Key.ChildKey) derived from the key
 //     row's random id and the step name, so the remote side deduplicates too.
 //     A child key the remote side reports spent (it replays a stored 500:

@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -61,21 +60,122 @@ type Config struct {
 	KeyFilter *keyfilter.Filter
 }
 
-// Engine executes requests with idempotency keys.
+// Engine executes requests with idempotency keys, each with one of the
+// flows it was built with. It is built once, with every flow it runs
+// (New, or a Builder), and refuses there what would otherwise surface at
+// request time: a flow declared wrong, two flows of one name, a failpoint
+// that no flow fires.
 type Engine struct {
 	cfg Config
 	log *slog.Logger
 
-	flowsMu sync.RWMutex
-	flows   map[string]*Flow // Register
+	flows map[string]*Flow // by name; never changes once built
 
 	// uncertainUnlocks counts the background unlocks of uncertain claims
 	// running now (unlockUncertainClaim), at most maxUncertainUnlocks.
 	uncertainUnlocks atomic.Int64
 }
 
-// New returns an Engine.
-func New(cfg Config) *Engine {
+// New builds an Engine that runs flows. It refuses a flow declared wrong
+// (Flow.Validate), a flow named like another, and failpoints in
+// cfg.Failpoints that no flow fires (a misspelt name would never fire, and
+// a crash test armed with it would prove nothing; the error names it, and
+// the name it was likely meant to be). The errors wrap ErrBadFlow and
+// failpoint.ErrUnknown.
+//
+// New is for a program whose flows are declared in one place. Where
+// several packages each declare their own flows (the payment flows, the
+// webhook flows), a Builder gathers them, and gives each package a handle
+// to run its flows with (Builder.Register).
+func New(cfg Config, flows ...*Flow) (*Engine, error) {
+	b := NewBuilder(cfg)
+	for _, f := range flows {
+		b.Register(f)
+	}
+	return b.Build()
+}
+
+// Builder gathers the flows of an engine from the packages that declare
+// them, and builds it (Build), refusing there what New refuses:
+//
+//	b := recovery.NewBuilder(cfg)
+//	signup := b.Register(signupFlow)  // a *Registered: runs on the engine b builds
+//	engine, err := b.Build()          // refused: a flow declared wrong, a name twice, a failpoint misspelt
+//	resp, err := signup.Execute(ctx, req)
+//
+// A flow runs only through the handle its registration gave, on the engine
+// its builder built: a request cannot meet an engine that does not know
+// its flow, and the completer, which resumes a key by its flow's name,
+// knows every flow a request can run.
+type Builder struct {
+	cfg    Config
+	flows  []*Flow
+	engine atomic.Pointer[Engine] // set by Build
+}
+
+// NewBuilder starts an engine's build.
+func NewBuilder(cfg Config) *Builder { return &Builder{cfg: cfg} }
+
+// Register adds f to the engine being built, and returns the handle that
+// runs it there. Register every flow before Build: a flow registered after
+// it is not the engine's, and its handle's Execute fails
+// (ErrUnregisteredFlow).
+func (b *Builder) Register(f *Flow) *Registered {
+	b.flows = append(b.flows, f)
+	return &Registered{flow: f, builder: b}
+}
+
+// Build builds the engine with the registered flows, or says what is
+// wrong with them (see New). It builds once.
+func (b *Builder) Build() (*Engine, error) {
+	if b.engine.Load() != nil {
+		return nil, bug("Builder.Build called twice")
+	}
+	e := newEngine(b.cfg)
+	e.flows = make(map[string]*Flow, len(b.flows))
+	var failpoints []string
+	for _, f := range b.flows {
+		if err := f.Validate(); err != nil {
+			return nil, err
+		}
+		if _, dup := e.flows[f.Name]; dup {
+			return nil, fmt.Errorf("%w: flow %q is registered twice", ErrBadFlow, f.Name)
+		}
+		e.flows[f.Name] = f
+		failpoints = append(failpoints, f.Failpoints()...)
+	}
+	if err := e.cfg.Failpoints.CheckNames(failpoints); err != nil {
+		return nil, err
+	}
+	b.engine.Store(e)
+	return e, nil
+}
+
+// Registered is a flow as a Builder registered it: the handle a package
+// runs its flow with, on the engine the builder built. Only Register gives
+// one.
+type Registered struct {
+	flow    *Flow
+	builder *Builder
+}
+
+// Flow is the flow's declaration.
+func (r *Registered) Flow() *Flow { return r.flow }
+
+// Execute runs req with the flow, on the engine its builder built
+// (Engine.Execute); req.Flow is set here. Before Build, it fails with
+// ErrUnregisteredFlow: nothing runs on an engine that is not built.
+func (r *Registered) Execute(ctx context.Context, req Request) (Response, error) {
+	e := r.builder.engine.Load()
+	if e == nil {
+		return Response{}, fmt.Errorf("%w: %q: its engine is not built yet (Builder.Build)", ErrUnregisteredFlow, r.flow.Name)
+	}
+	req.Flow = r.flow
+	return e.Execute(ctx, req)
+}
+
+// newEngine is an engine with cfg's defaults filled in, and no flows yet.
+func newEngine(cfg Config) *Engine {
 	if cfg.KeyTTL <= 0 {
 		cfg.KeyTTL = 24 * time.Hour
 	}
@@ -109,61 +209,25 @@ type Request struct {
 	Body []byte
 	// Params is what the flow needs to run, stored as JSON with the key.
 	Params any
-	Flow   *Flow
+	// Flow is the flow that runs the request: one the engine was built
+	// with (Registered.Execute sets it).
+	Flow *Flow
 }
 
-// Register declares flows to the engine: each is validated (Flow.Validate),
-// and a flow named like one registered before is refused. Execute runs only
-// registered flows, and the completer resumes a key by its flow's name
-// among them: a flow cannot be run and then missed by the completer.
-// Register flows at start-up, before serving.
-func (e *Engine) Register(flows ...*Flow) error {
-	e.flowsMu.Lock()
-	defer e.flowsMu.Unlock()
-	for _, f := range flows {
-		if err := f.Validate(); err != nil {
-			return err
-		}
-		if _, dup := e.flows[f.Name]; dup {
-			return fmt.Errorf("%w: flow %q is registered twice", ErrBadFlow, f.Name)
-		}
-		if e.flows == nil {
-			e.flows = map[string]*Flow{}
-		}
-		e.flows[f.Name] = f
-	}
-	return nil
-}
-
-// Flow is the registered flow named name.
+// Flow is the flow named name, among those the engine was built with.
 func (e *Engine) Flow(name string) (*Flow, bool) {
-	e.flowsMu.RLock()
-	defer e.flowsMu.RUnlock()
 	f, ok := e.flows[name]
 	return f, ok
 }
 
-// Flows are the registered flows, in name order.
+// Flows are the flows the engine was built with, in name order.
 func (e *Engine) Flows() []*Flow {
-	e.flowsMu.RLock()
-	defer e.flowsMu.RUnlock()
 	out := make([]*Flow, 0, len(e.flows))
 	for _, f := range e.flows {
 		out = append(out, f)
 	}
 	slices.SortFunc(out, func(a, b *Flow) int { return strings.Compare(a.Name, b.Name) })
 	return out
-}
-
-// CheckFailpoints refuses failpoints that no registered flow fires
-// (Flow.Failpoints): a misspelt name would never fire, and a crash test
-// armed with it would prove nothing. Call it once every flow is registered.
-func (e *Engine) CheckFailpoints() error {
-	var known []string
-	for _, f := range e.Flows() {
-		known = append(known, f.Failpoints()...)
-	}
-	return e.cfg.Failpoints.CheckNames(known)
 }
 
 // checkMove refuses an outcome that step did not declare.
@@ -189,11 +253,15 @@ func checkMove(f *Flow, step *Step, out Outcome) error {
 //
 // It returns the stored response for a finished key (Replayed set),
 // ErrKeyReused, ErrKeyInUse, a *TransientError (nothing final stored; a
-// retry resumes), or another error (the key is left unlocked at its last
-// recovery point; a retry resumes).
+// retry resumes), ErrFailed (a phase failed with an error no retry can
+// cure: the key waits for an operator), or another error that a retry
+// may not meet (the key is left unlocked at its last recovery point; a
+// retry resumes).
 func (e *Engine) Execute(ctx context.Context, req Request) (Response, error) {
 	if f, ok := e.Flow(req.Flow.Name); !ok || f != req.Flow {
-		// Run, it could be left unfinished where the completer cannot find it.
+		// Not one the engine was built with (a caller that passes flows
+		// by hand; a Registered handle never gets here): run, it could be
+		// left unfinished where the completer cannot find it.
 		return Response{}, fmt.Errorf("%w: %q", ErrUnregisteredFlow, req.Flow.Name)
 	}
 	a, replay, err := e.traceClaim(ctx, req) // claim, in a span of its own: trace.go
@@ -237,7 +305,12 @@ func (e *Engine) drive(ctx context.Context, a *attempt) (Response, error) {
 		err := e.runPhase(phaseCtx, a, step)
 		endSpan(err)
 		if err != nil {
-			if !errors.Is(err, ErrLockLost) && !errors.Is(err, ErrNeedsAttention) {
+			switch {
+			case errors.Is(err, ErrLockLost), errors.Is(err, ErrNeedsAttention):
+				// Not this attempt's to release: another holds it, or it is marked.
+			case failsTheKey(ctx, err):
+				return Response{}, e.fail(ctx, a, from, err)
+			default:
 				e.unlock(ctx, a, err)
 			}
 			a.log.WarnContext(ctx, "phase failed; the key stays resumable",
@@ -259,12 +332,12 @@ func (e *Engine) runPhase(ctx context.Context, a *attempt, step *Step) error {
 	case phase.call != nil && a.key.pastExternalWindow:
 		var err error
 		if called, err = e.reconcile(ctx, a.key, phase); err != nil {
-			return err
+			return a.flow.fromRemote(err)
 		}
 	case phase.call != nil:
 		var err error
 		if called, err = e.callExternal(ctx, a.key, phase); err != nil {
-			return err
+			return a.flow.fromRemote(err) // its clients are told in the flow's words (Remote)
 		}
 		if err := e.cfg.Failpoints.Fire(a.flow.afterCall(phase.step)); err != nil {
 			return err
@@ -278,6 +351,47 @@ func (e *Engine) runPhase(ctx context.Context, a *attempt, step *Step) error {
 		return out, err
 	})
 }
+
+// fail marks a's key, whose phase from recovery point from failed with
+// err, an error no retry can cure (failsTheKey), as needing attention with
+// the error, and returns ErrFailed with it: the completer leaves the key,
+// and every retry with it gets ErrFailed (claimKey) until an operator
+// re-drives it. Were it only unlocked, as a transient failure is, the
+// completer and every retry would run the phase again, and fail again,
+// for ever.
+func (e *Engine) fail(ctx context.Context, a *attempt, from RecoveryPoint, err error) error {
+	ctx = context.WithoutCancel(ctx) // the record must be written, whatever the caller's context
+	a.log.ErrorContext(ctx, "phase failed with an error no retry can cure: the key waits for an operator",
+		slog.String("recovery_point", string(from)), slog.String("error", err.Error()))
+	n, markErr := queries.MarkKeyFailed(ctx, e.cfg.Pool, dbsqlc.MarkKeyFailedParams{
+		ID: a.key.ID, LockToken: a.key.lockToken, AttentionError: attentionError(err), Now: e.queryNow(),
+	})
+	switch {
+	case markErr != nil:
+		// Not recorded: the key stays resumable, and the next attempt
+		// meets the failure again and records it.
+		e.unlock(ctx, a, markErr)
+		return transientIfUnavailable(fmt.Errorf("%w (recording it failed: %w)", err, markErr))
+	case n == 0:
+		return ErrLockLost // another attempt took the key over: it is theirs to finish or fail
+	}
+	return fmt.Errorf("%w: %w", ErrFailed, err)
+}
+
+// attentionError is err as recorded with a failed key (migration 000048),
+// for an operator to read: its text, at most maxAttentionError bytes.
+func attentionError(err error) pgtype.Text {
+	msg := err.Error()
+	if len(msg) > maxAttentionError {
+		msg = strings.ToValidUTF8(msg[:maxAttentionError], "") + "..."
+	}
+	return pgtype.Text{String: msg, Valid: true}
+}
+
+// maxAttentionError bounds the error recorded with a failed key: an error
+// message is a line or two; a longer one is cut, not stored whole in a row
+// every list of keys reads.
+const maxAttentionError = 2000
 
 // callWithHeartbeat runs call while extending the key's lock every third of
 // the lock timeout. If the lock is lost, call's context is cancelled.
@@ -541,11 +655,11 @@ func (e *Engine) Lookup(ctx context.Context, userID int64, key string) (*Key, er
 }
 
 // UnfinishedKeysOfUnknownFlows counts, by flow name, the unfinished keys
-// whose flow is not registered with e: a build that does not declare a flow
+// whose flow e was not built with: a build that does not declare a flow
 // (an older one, after a rollback) cannot finish its keys, and the
 // completer leaves them for a build that does. A process calls it at
 // start-up to say so at once, rather than one key at a time in the
-// completer's log. Call it once every flow is registered.
+// completer's log.
 func (e *Engine) UnfinishedKeysOfUnknownFlows(ctx context.Context) (map[string]int64, error) {
 	rows, err := queries.CountUnfinishedKeysByFlow(ctx, e.cfg.Pool)
 	if err != nil {

@@ -122,12 +122,19 @@ func setupOn(t *testing.T, pool *pgxpool.Pool, cfg recovery.Config) *testBundle 
 	return b
 }
 
-// newEngine is an engine on b's database (another instance, say), running b's flow.
-func (b *testBundle) newEngine(t *testing.T, cfg recovery.Config) *recovery.Engine {
+// newEngine is an engine on b's database (another instance, say), running
+// b's flow and the other flows given.
+func (b *testBundle) newEngine(t *testing.T, cfg recovery.Config, others ...*recovery.Flow) *recovery.Engine {
 	t.Helper()
 	cfg.Pool = b.pool
-	e := recovery.New(cfg)
-	require.NoError(t, e.Register(b.flow))
+	return newEngine(t, cfg, append([]*recovery.Flow{b.flow}, others...)...)
+}
+
+// newEngine is an engine of cfg running flows, built (recovery.New).
+func newEngine(t testing.TB, cfg recovery.Config, flows ...*recovery.Flow) *recovery.Engine {
+	t.Helper()
+	e, err := recovery.New(cfg, flows...)
+	require.NoError(t, err)
 	return e
 }
 

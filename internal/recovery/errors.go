@@ -1,11 +1,13 @@
 package recovery
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"time"
 
 	"github.com/example/payments/internal/db"
+	"github.com/example/payments/internal/failpoint"
 )
 
 var (
@@ -20,12 +22,22 @@ var (
 	// the remote side's idempotency window, and reconciling found no trace
 	// of the call. Re-sending could act twice, so the key waits for a person.
 	ErrNeedsAttention = errors.New("idempotency key needs attention: past the external idempotency window with nothing to reconcile")
+	// ErrFailed: a phase of the key's request failed with an error that no
+	// retry can cure (see retryable): a constraint the flow's own write
+	// violates, a bug's error. The key is marked as needing attention with
+	// the error, once: the completer leaves it, and every retry with the
+	// key gets ErrFailed again, without running the phase, until an
+	// operator re-drives it (Completer.RetryNow, payments keys retry).
+	ErrFailed = errors.New("idempotency key's request failed with an error no retry can cure; it waits for an operator")
 	// ErrUnknownRecoveryPoint: the key is at a point its flow has no phase for (a bug).
 	ErrUnknownRecoveryPoint = errors.New("no phase for the key's recovery point")
-	// ErrBadFlow: a flow's declaration is refused (Flow.Validate, Register).
+	// ErrBadFlow: a flow's declaration is refused (Flow.Validate), or two
+	// flows of an engine share a name (New, Builder.Build).
 	ErrBadFlow = errors.New("flow declaration refused")
-	// ErrUnregisteredFlow: Execute was given a flow not registered with the
-	// engine (Register), which the completer could not resume (a bug).
+	// ErrUnregisteredFlow: Engine.Execute was given a flow the engine was
+	// not built with, which the completer could not resume, or a
+	// Registered handle ran before its builder built the engine (a bug in
+	// how the program is put together).
 	ErrUnregisteredFlow = errors.New("flow not registered with the engine")
 	// ErrUndeclaredMove: a phase moved the key to a recovery point its step
 	// did not declare (a bug in the flow): nothing it did is committed.
@@ -81,6 +93,33 @@ func transientIfUnavailable(err error) error {
 		return err
 	}
 	return &TransientError{Err: err}
+}
+
+// failsTheKey tells whether err, a phase's failure, is one that no retry
+// can cure, so that the key must wait for a person (ErrFailed): a
+// constraint the flow's own write violates (a unique violation that is not
+// a lost fence: explainCommitError), a bug's error.
+//
+// Only these may well not happen again, and leave the key resumable: a
+// conflict with concurrent requests that outlasted its retries
+// (db.ErrSerialization: serialization failures and deadlocks), the
+// database out of reach (db.IsUnavailable, or a connection that broke),
+// the attempt's context ending (the client went away, the process is
+// stopping), and what the flow marked Transient (a remote side
+// unreachable, overloaded, or answering 5xx or 429). A failpoint's
+// injected error stands for a crash, which a retry resumes from. The
+// engine's own answers (the lock lost, the key in use, needing attention
+// or failed already) are not the key's failure.
+func failsTheKey(ctx context.Context, err error) bool {
+	switch {
+	case IsTransient(err), db.IsUnavailable(err), db.ConnectionLost(err), errors.Is(err, db.ErrSerialization),
+		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), ctx.Err() != nil,
+		errors.Is(err, failpoint.ErrInjected),
+		errors.Is(err, ErrLockLost), errors.Is(err, db.ErrLockNotHeld), errors.Is(err, ErrKeyInUse),
+		errors.Is(err, ErrNeedsAttention), errors.Is(err, ErrFailed):
+		return false
+	}
+	return true
 }
 
 // IsTransient tells whether err was marked transient.

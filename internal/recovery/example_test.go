@@ -71,12 +71,12 @@ func signupFlow(m *mailer) *recovery.Flow {
 }
 
 // tutorial is what the examples run on: a fresh database with the
-// example's table and user, an engine, the mailer and the flow.
+// example's table and user, the mailer, and an engine built with the flow.
 type tutorial struct {
 	pool   *pgxpool.Pool
 	engine *recovery.Engine
+	signup *recovery.Registered // the flow, as the engine's builder registered it
 	mailer *mailer
-	flow   *recovery.Flow
 	drop   func()
 }
 
@@ -95,17 +95,29 @@ func setupTutorial() tutorial {
 		panic(err)
 	}
 	m := &mailer{sent: map[string]string{}}
-	t := tutorial{pool: pool, engine: recovery.New(recovery.Config{Pool: pool}), mailer: m, flow: signupFlow(m), drop: drop}
-	if err := t.engine.Register(t.flow); err != nil { // refused if declared wrong
-		panic(err)
-	}
+	t := tutorial{pool: pool, mailer: m, drop: drop}
+	t.engine, t.signup = buildEngine(recovery.Config{Pool: pool}, m)
 	return t
 }
 
-func signupRequest(flow *recovery.Flow) recovery.Request {
+// buildEngine builds an engine of cfg that runs the signup flow, and
+// returns the flow's handle: the one way to run it, on that engine. Build
+// refuses a flow declared wrong, two flows of one name, and a failpoint in
+// cfg that no flow fires (a typo), before any request runs.
+func buildEngine(cfg recovery.Config, m *mailer) (*recovery.Engine, *recovery.Registered) {
+	flows := recovery.NewBuilder(cfg)
+	signup := flows.Register(signupFlow(m))
+	engine, err := flows.Build()
+	if err != nil {
+		panic(err)
+	}
+	return engine, signup
+}
+
+func signupRequest() recovery.Request {
 	return recovery.Request{
 		UserID: 1, Key: "signup-ada", Method: "POST", Path: "/v1/signups",
-		Body: []byte(`{"email":"ada@example.com"}`), Params: signup{Email: "ada@example.com"}, Flow: flow,
+		Body: []byte(`{"email":"ada@example.com"}`), Params: signup{Email: "ada@example.com"},
 	}
 }
 
@@ -114,12 +126,12 @@ func signupRequest(flow *recovery.Flow) recovery.Request {
 func Example() {
 	tut := setupTutorial()
 	defer tut.drop()
-	ctx, engine, flow := context.Background(), tut.engine, tut.flow
+	ctx, signup := context.Background(), tut.signup
 
-	resp, err := engine.Execute(ctx, signupRequest(flow))
+	resp, err := signup.Execute(ctx, signupRequest())
 	fmt.Println(resp.Status, string(resp.Body), "replayed:", resp.Replayed, "error:", err)
 
-	resp, err = engine.Execute(ctx, signupRequest(flow)) // the client did not get the answer, and retries
+	resp, err = signup.Execute(ctx, signupRequest()) // the client did not get the answer, and retries
 	fmt.Println(resp.Status, string(resp.Body), "replayed:", resp.Replayed, "error:", err)
 	fmt.Println("welcome emails sent:", len(tut.mailer.sent))
 	// Output:
@@ -139,18 +151,17 @@ func Example() {
 func Example_resumeAfterACrash() {
 	tut := setupTutorial()
 	defer tut.drop()
-	ctx, engine, flow := context.Background(), tut.engine, tut.flow
+	ctx := context.Background()
 
 	crashes, _ := failpoint.Parse("after_call:welcome=error")
-	dying := recovery.New(recovery.Config{Pool: tut.pool, Failpoints: crashes})
-	_ = dying.Register(flow)
-	_, err := dying.Execute(ctx, signupRequest(flow))
+	_, dying := buildEngine(recovery.Config{Pool: tut.pool, Failpoints: crashes}, tut.mailer) // another process
+	_, err := dying.Execute(ctx, signupRequest())
 	fmt.Println("first attempt stopped:", errors.Is(err, failpoint.ErrInjected))
 
-	k, _ := engine.Lookup(ctx, 1, "signup-ada")
+	k, _ := tut.engine.Lookup(ctx, 1, "signup-ada")
 	fmt.Println("the key is at:", k.RecoveryPoint, "locked:", k.Locked)
 
-	resp, err := engine.Execute(ctx, signupRequest(flow)) // the client's retry, to a healthy process
+	resp, err := tut.signup.Execute(ctx, signupRequest()) // the client's retry, to a healthy process
 	fmt.Println(resp.Status, string(resp.Body), "replayed:", resp.Replayed, "error:", err)
 	fmt.Println("welcome emails sent:", len(tut.mailer.sent))
 	// Output:

@@ -3,6 +3,7 @@ package recovery
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"slices"
 	"strconv"
@@ -33,7 +34,7 @@ const (
 //		recovery.From(signupSaved, recovery.ExternalPhase("welcome", send, record), recovery.Finished),
 //	)
 //
-// The engine refuses a flow (Register) whose step may move to a point no
+// The engine refuses, when it is built (New, Builder.Build), a flow whose step may move to a point no
 // step starts from, or from which Finished cannot be reached; and, at run
 // time, a phase that moves the key anywhere its step did not declare
 // (ErrUndeclaredMove).
@@ -51,6 +52,52 @@ type Flow struct {
 	// remote side ("after_stripe:" for the payment flows, as docs/API.md
 	// section 6 names them). Empty is FailpointAfterCall.
 	AfterCallFailpoint string
+	// Remote names the remote side the flow's external calls go to, and
+	// what a client is told while it cannot be reached (RemoteOf).
+	Remote Remote
+}
+
+// Remote is the remote side of a flow's external calls (Stripe, a bank, a
+// mailer), as its clients are told of it: Name for the logs, Unavailable
+// the sentence that begins the answer to a request that found it
+// unreachable, overloaded or failing (a transient failure of one of the
+// flow's calls: 503, and a retry resumes), for example
+//
+//	recovery.Remote{Name: "bank", Unavailable: "The bank could not be reached."}
+type Remote struct {
+	Name        string
+	Unavailable string
+}
+
+// RemoteOf is the remote side whose transient failure err is: the Remote
+// of the flow whose external call (or its reconcile) failed with err, as
+// the engine marks it, and false for any other error, or a flow that
+// names no remote.
+func RemoteOf(err error) (Remote, bool) {
+	var r *remoteError
+	if errors.As(err, &r) {
+		return r.remote, true
+	}
+	return Remote{}, false
+}
+
+// remoteError is a transient failure of an external call of a flow that
+// names its Remote (runPhase marks it).
+type remoteError struct {
+	remote Remote
+	err    error
+}
+
+func (e *remoteError) Error() string { return e.err.Error() }
+func (e *remoteError) Unwrap() error { return e.err }
+
+// fromRemote marks err, the failure of one of f's external calls, as its
+// remote side's, when it is transient and f names its remote.
+func (f *Flow) fromRemote(err error) error {
+	if err == nil || f.Remote == (Remote{}) || !IsTransient(err) {
+		return err
+	}
+	return &remoteError{remote: f.Remote, err: err}
 }
 
 // afterCall is the failpoint fired after the external call of step.

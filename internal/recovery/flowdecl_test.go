@@ -23,9 +23,10 @@ var answer = recovery.LocalPhase(func(context.Context, *db.Tx, *recovery.Key) (r
 	return recovery.Respond(200, []byte(`{}`)), nil
 })
 
-// Register refuses, before any request runs, a flow whose declared moves
-// are not a way from started to finished.
-func TestRegister_refusesAFlowThatCannotBeFollowed(t *testing.T) {
+// The engine's construction refuses, before any request runs, a flow whose
+// declared moves are not a way from started to finished, and a second flow
+// of one name.
+func TestNew_refusesAFlowThatCannotBeFollowed(t *testing.T) {
 	t.Parallel()
 	const a, b recovery.RecoveryPoint = "a", "b"
 	for name, f := range map[string]*recovery.Flow{
@@ -46,19 +47,44 @@ func TestRegister_refusesAFlowThatCannotBeFollowed(t *testing.T) {
 	} {
 		t.Run(name, func(t *testing.T) {
 			t.Parallel()
-			require.ErrorIs(t, recovery.New(recovery.Config{}).Register(f), recovery.ErrBadFlow)
+			_, err := recovery.New(recovery.Config{}, f)
+			require.ErrorIs(t, err, recovery.ErrBadFlow)
 		})
 	}
 	ok := recovery.NewFlow("x", recovery.From(recovery.Started, next(a), a, recovery.Finished), recovery.From(a, answer, recovery.Finished))
-	e := recovery.New(recovery.Config{})
-	require.NoError(t, e.Register(ok))
-	require.ErrorIs(t, e.Register(recovery.NewFlow("x", recovery.From(recovery.Started, answer, recovery.Finished))), recovery.ErrBadFlow,
-		"a second flow of the same name")
+	_, err := recovery.New(recovery.Config{}, ok)
+	require.NoError(t, err)
+	_, err = recovery.New(recovery.Config{}, ok, recovery.NewFlow("x", recovery.From(recovery.Started, answer, recovery.Finished)))
+	require.ErrorIs(t, err, recovery.ErrBadFlow, "a second flow of the same name")
+	require.ErrorContains(t, err, `flow "x" is registered twice`)
+
+	// A builder refuses the same, at Build, whichever package registered
+	// the flows: nothing runs on an engine that was not built.
+	flows := recovery.NewBuilder(recovery.Config{})
+	first := flows.Register(ok)
+	flows.Register(recovery.NewFlow("x", recovery.From(recovery.Started, answer, recovery.Finished)))
+	_, err = flows.Build()
+	require.ErrorIs(t, err, recovery.ErrBadFlow)
+	_, err = first.Execute(context.Background(), recovery.Request{UserID: 1, Key: "k", Method: "POST", Path: "/v1/x"})
+	require.ErrorIs(t, err, recovery.ErrUnregisteredFlow, "its engine was never built")
+
+	// A flow registered after Build is not the engine's: its handle refuses to run it.
+	built := recovery.NewBuilder(recovery.Config{})
+	built.Register(ok)
+	_, err = built.Build()
+	require.NoError(t, err)
+	late := built.Register(recovery.NewFlow("late", recovery.From(recovery.Started, answer, recovery.Finished)))
+	_, err = late.Execute(context.Background(), recovery.Request{UserID: 1, Key: "k", Method: "POST", Path: "/v1/x"})
+	require.ErrorIs(t, err, recovery.ErrUnregisteredFlow)
+	_, err = built.Build()
+	require.Error(t, err, "an engine is built once")
 }
 
 // A phase that moves the key where its step did not declare fails, and
-// commits nothing: the key stays where it was, resumable; the same holds for
-// a local phase that runs in the claim's transaction (the shared commit).
+// commits none of its work: it is a bug in the flow, which no retry can
+// cure, so the key waits for an operator (recovery.ErrFailed) where it was;
+// the same holds for a local phase that runs in the claim's transaction
+// (the shared commit), whose key is made at started only to say so.
 func TestExecute_refusesAMoveItsStepDidNotDeclare(t *testing.T) {
 	t.Parallel()
 	b := setup(t, recovery.Config{})
@@ -75,20 +101,23 @@ func TestExecute_refusesAMoveItsStepDidNotDeclare(t *testing.T) {
 				return recovery.Respond(200, []byte(`{}`)), nil
 			}), remoteCalled),
 		recovery.From(remoteCalled, answer, recovery.Finished))
-	require.NoError(t, b.engine.Register(claimSkips, recordAnswers))
+	b.engine = b.newEngine(t, recovery.Config{}, claimSkips, recordAnswers)
 
 	req := b.request(1, "claim-skips", `{"name":"lamp"}`)
 	req.Flow = claimSkips
 	_, err := b.engine.Execute(context.Background(), req)
 	require.ErrorIs(t, err, recovery.ErrUndeclaredMove)
-	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'claim-skips'"),
-		"the claim's transaction rolled back")
+	require.ErrorIs(t, err, recovery.ErrFailed)
+	require.Equal(t, string(recovery.Started), b.recoveryPoint(t, "claim-skips"), "the claim's transaction rolled back")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'claim-skips' AND needs_attention_at IS NOT NULL"))
 
 	req = b.request(1, "record-answers", `{"name":"lamp"}`)
 	req.Flow = recordAnswers
 	_, err = b.engine.Execute(context.Background(), req)
 	require.ErrorIs(t, err, recovery.ErrUndeclaredMove)
+	require.ErrorIs(t, err, recovery.ErrFailed)
 	require.Equal(t, string(thingCreated), b.recoveryPoint(t, "record-answers"), "the record did not commit")
+	require.Equal(t, 1, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE idempotency_key = 'record-answers' AND needs_attention_at IS NOT NULL"))
 }
 
 // A flow names its failpoints from its declaration, in the order of its steps.
@@ -103,8 +132,9 @@ func TestFlow_failpointsAreDerivedFromTheDeclaration(t *testing.T) {
 	}, b.flow.Failpoints())
 }
 
-// An engine runs only the flows registered with it, so the completer can
-// resume every key it made.
+// An engine runs only the flows it was built with, so the completer can
+// resume every key it made. (A Registered handle cannot meet this: it runs
+// on the engine its builder built, with its flow.)
 func TestExecute_refusesAFlowNotRegistered(t *testing.T) {
 	t.Parallel()
 	b := setup(t, recovery.Config{})
@@ -115,25 +145,27 @@ func TestExecute_refusesAFlowNotRegistered(t *testing.T) {
 	require.Equal(t, 0, b.count(t, "SELECT count(*) FROM idempotency_keys"))
 }
 
-// A failpoint no registered flow fires is refused, where the failpoints
-// are armed: a misspelt name would never fire.
-func TestCheckFailpoints_refusesANameNoFlowFires(t *testing.T) {
+// The engine's construction refuses a failpoint that none of its flows
+// fires, naming it and the name it was likely meant to be: a misspelt name
+// would never fire, and a crash test armed with it would prove nothing.
+func TestNew_refusesAFailpointNoFlowFires(t *testing.T) {
 	t.Parallel()
-	for spec, known := range map[string]bool{
-		"after_call:remote=crash,before_commit:remote_called=error": true,
-		"after_stripe:remote=crash":                                 false,
-		"after_call:remot=crash":                                    false,
-		"after_commit:thing_createde=sleep:5":                       false,
+	flow := setup(t, recovery.Config{}).flow
+	for spec, want := range map[string]string{
+		"after_call:remote=crash,before_commit:remote_called=error": "",
+		"after_stripe:remote=crash":                                 "after_stripe:remote",
+		"after_call:remot=crash":                                    "after_call:remot (did you mean after_call:remote?)",
+		"after_commit:thing_createde=sleep:5":                       "after_commit:thing_createde (did you mean after_commit:thing_created?)",
 	} {
 		set, err := failpoint.Parse(spec)
 		require.NoError(t, err)
-		e := recovery.New(recovery.Config{Failpoints: set})
-		require.NoError(t, e.Register(setup(t, recovery.Config{}).flow))
-		if known {
-			require.NoError(t, e.CheckFailpoints(), spec)
-		} else {
-			require.ErrorIs(t, e.CheckFailpoints(), failpoint.ErrUnknown, spec)
+		_, err = recovery.New(recovery.Config{Failpoints: set}, flow)
+		if want == "" {
+			require.NoError(t, err, spec)
+			continue
 		}
+		require.ErrorIs(t, err, failpoint.ErrUnknown, spec)
+		require.ErrorContains(t, err, want, spec)
 	}
 }
 

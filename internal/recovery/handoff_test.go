@@ -55,8 +55,7 @@ func TestHandoff_reachesLaterPhasesOfTheAttemptAndNeverARetriedTransaction(t *te
 				return recovery.Respond(200, []byte(`{}`)), nil
 			}), recovery.Finished),
 	)
-	engine := recovery.New(recovery.Config{Pool: pool})
-	require.NoError(t, engine.Register(flow))
+	engine := newEngine(t, recovery.Config{Pool: pool}, flow)
 	req := recovery.Request{UserID: 1, Key: "k", Method: "POST", Path: "/v1/x", Body: []byte(`{}`), Params: struct{}{}, Flow: flow}
 
 	_, err = engine.Execute(ctx, req) // the call fails: the attempt ends after the claim's commit

@@ -33,7 +33,7 @@ func TestKeyFilterSnapshot_noKeyMadeAfterTheSnapshotOrCommittingWhileItWasTakenI
 		_, err := b.pool.Exec(ctx, insertFinished, fmt.Sprint("old-", i), "1 hour")
 		require.NoError(t, err)
 	}
-	writer := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
+	writer := newEngine(t, recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
 	st, err := writer.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
 	require.Equal(t, 50, st.Added)
@@ -59,7 +59,7 @@ func TestKeyFilterSnapshot_noKeyMadeAfterTheSnapshotOrCommittingWhileItWasTakenI
 	require.True(t, recovery.IsTransient(err))
 
 	f := readyFilter(t, nil)
-	reader := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	reader := newEngine(t, recovery.Config{Pool: b.pool, KeyFilter: f})
 	covers, err := reader.LoadKeyFilterSnapshot(ctx, time.Hour)
 	require.NoError(t, err)
 	st, err = reader.RebuildKeyFilterSince(ctx, covers)
@@ -84,7 +84,7 @@ func TestKeyFilterSnapshot_aCorruptedOneFallsBackToTheRebuild(t *testing.T) {
 		_, err := b.pool.Exec(ctx, insertFinished, fmt.Sprint("k-", i), "1 hour")
 		require.NoError(t, err)
 	}
-	writer := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
+	writer := newEngine(t, recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
 	_, err := writer.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
 	_, err = writer.SaveKeyFilterSnapshot(ctx)
@@ -93,7 +93,7 @@ func TestKeyFilterSnapshot_aCorruptedOneFallsBackToTheRebuild(t *testing.T) {
 	require.NoError(t, err)
 
 	f := readyFilter(t, nil)
-	reader := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f})
+	reader := newEngine(t, recovery.Config{Pool: b.pool, KeyFilter: f})
 	covers, err := reader.LoadKeyFilterSnapshot(ctx, time.Hour)
 	require.ErrorIs(t, err, keyfilter.ErrSnapshotUnusable)
 	require.ErrorContains(t, err, "checksum")
@@ -112,12 +112,12 @@ func TestKeyFilterSnapshot_aMissingOrStaleOneIsNotUsed(t *testing.T) {
 	t.Parallel()
 	b := setup(t, recovery.Config{})
 	ctx := context.Background()
-	reader := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
+	reader := newEngine(t, recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
 	_, err := reader.LoadKeyFilterSnapshot(ctx, time.Hour)
 	require.ErrorIs(t, err, keyfilter.ErrSnapshotUnusable)
 	require.ErrorContains(t, err, "no snapshot")
 
-	writer := recovery.New(recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
+	writer := newEngine(t, recovery.Config{Pool: b.pool, KeyFilter: readyFilter(t, nil)})
 	_, err = writer.RebuildKeyFilter(ctx)
 	require.NoError(t, err)
 	_, err = writer.SaveKeyFilterSnapshot(ctx)
@@ -125,7 +125,7 @@ func TestKeyFilterSnapshot_aMissingOrStaleOneIsNotUsed(t *testing.T) {
 	later := time.Now().Add(2 * time.Hour)
 	f, err := keyfilter.New(keyfilter.Config{TTL: 24 * time.Hour, ExpectedKeysPerSlice: 10000, Now: func() time.Time { return later }})
 	require.NoError(t, err)
-	_, err = recovery.New(recovery.Config{Pool: b.pool, KeyFilter: f}).LoadKeyFilterSnapshot(ctx, time.Hour)
+	_, err = newEngine(t, recovery.Config{Pool: b.pool, KeyFilter: f}).LoadKeyFilterSnapshot(ctx, time.Hour)
 	require.ErrorIs(t, err, keyfilter.ErrSnapshotUnusable)
 	require.ErrorContains(t, err, "older than 1h0m0s")
 }

@@ -35,11 +35,13 @@ func TestExecute_retriesASerializationFailureOnlyWhileItsLockHolds(t *testing.T)
 	)
 	req := b.request(1, "conflicts", `{"name":"lamp"}`)
 	req.Flow = conflicts
-	require.NoError(t, b.engine.Register(conflicts))
+	b.engine = b.newEngine(t, recovery.Config{LockTimeout: lockTimeout}, conflicts)
 
 	start := time.Now()
 	_, err := b.engine.Execute(context.Background(), req)
 	require.ErrorIs(t, err, db.ErrSerialization)
 	require.Less(t, time.Since(start), lockTimeout, "it gave up before its lock could lapse")
 	require.Equal(t, "thing_created", b.recoveryPoint(t, "conflicts"), "resumable where it stopped")
+	require.Zero(t, b.count(t, "SELECT count(*) FROM idempotency_keys WHERE needs_attention_at IS NOT NULL OR locked_at IS NOT NULL"),
+		"a serialization failure is transient: the key is unlocked, not failed (issue 41)")
 }

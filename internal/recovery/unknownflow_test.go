@@ -28,7 +28,7 @@ func TestUnfinishedKeysOfUnknownFlows_countsWhatThisBuildCannotFinish(t *testing
 	require.NoError(t, err)
 	require.Empty(t, unknown, "the build that declares the flow can finish its keys")
 
-	older := recovery.New(recovery.Config{Pool: b.pool}) // declares no flow
+	older := newEngine(t, recovery.Config{Pool: b.pool}) // declares no flow
 	unknown, err = older.UnfinishedKeysOfUnknownFlows(ctx)
 	require.NoError(t, err)
 	require.Equal(t, map[string]int64{"thing": 2}, unknown)

@@ -25,7 +25,8 @@ func TestKeepUnlocking_isFencedAndWaitsForAnUncertainClaim(t *testing.T) {
 	pool := dbtest.NewPool(t)
 	_, err := pool.Exec(ctx, `INSERT INTO users (email) VALUES ('one@example.com')`)
 	require.NoError(t, err)
-	e := New(Config{Pool: pool})
+	e, err := New(Config{Pool: pool})
+	require.NoError(t, err)
 	insertLocked := func(id uuid.UUID, key string, token int64) {
 		t.Helper()
 		_, err := pool.Exec(ctx, `

@@ -38,7 +38,7 @@ WHERE id IN (
     LIMIT $6
     FOR UPDATE OF k SKIP LOCKED
 )
-RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts, idempotency_keys.attention_error,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $7::float8)
     )::bool AS past_external_window
 `
@@ -105,6 +105,7 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 			&i.IdempotencyKey.PointReachedAt,
 			&i.IdempotencyKey.UnlockedAt,
 			&i.IdempotencyKey.EarlierAttempts,
+			&i.IdempotencyKey.AttentionError,
 			&i.PastExternalWindow,
 		); err != nil {
 			return nil, err
@@ -119,7 +120,7 @@ func (q *Queries) ClaimAbandonedKeys(ctx context.Context, db DBTX, arg ClaimAban
 
 const claimLookup = `-- name: ClaimLookup :one
 
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts, idempotency_keys.attention_error,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live,
     coalesce(extract(epoch FROM lock_expires_at - coalesce($1::timestamptz, now())), 0)::float8 AS lock_remaining_seconds,
     coalesce(coalesce($1::timestamptz, now()) - locked_at > (lock_expires_at - locked_at) / 2, false)::bool AS lock_overdue,
@@ -201,6 +202,7 @@ func (q *Queries) ClaimLookup(ctx context.Context, db DBTX, arg ClaimLookupParam
 		&i.IdempotencyKey.PointReachedAt,
 		&i.IdempotencyKey.UnlockedAt,
 		&i.IdempotencyKey.EarlierAttempts,
+		&i.IdempotencyKey.AttentionError,
 		&i.LockLive,
 		&i.LockRemainingSeconds,
 		&i.LockOverdue,
@@ -328,7 +330,7 @@ func (q *Queries) FinishIdempotencyKey(ctx context.Context, db DBTX, arg FinishI
 }
 
 const getIdempotencyKeyState = `-- name: GetIdempotencyKeyState :one
-SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
+SELECT idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts, idempotency_keys.attention_error,
     coalesce(lock_expires_at > coalesce($1::timestamptz, now()), false)::bool AS lock_live
 FROM idempotency_keys
 WHERE user_id = $2 AND idempotency_key = $3
@@ -376,6 +378,7 @@ func (q *Queries) GetIdempotencyKeyState(ctx context.Context, db DBTX, arg GetId
 		&i.IdempotencyKey.PointReachedAt,
 		&i.IdempotencyKey.UnlockedAt,
 		&i.IdempotencyKey.EarlierAttempts,
+		&i.IdempotencyKey.AttentionError,
 		&i.LockLive,
 	)
 	return i, err
@@ -440,6 +443,58 @@ func (q *Queries) IdempotencyKeyExists(ctx context.Context, db DBTX, arg Idempot
 	var column_1 bool
 	err := row.Scan(&column_1)
 	return column_1, err
+}
+
+const insertFailedIdempotencyKey = `-- name: InsertFailedIdempotencyKey :execrows
+INSERT INTO idempotency_keys (
+    id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
+    recovery_point, lock_token, last_run_at, created_at, trace_parent, needs_attention_at, attention_error
+) VALUES (
+    $1, $2, $3, $4, $5, $6, $7, $8,
+    'started', 1, coalesce($9::timestamptz, now()), coalesce($9::timestamptz, now()),
+    $10, coalesce($9::timestamptz, now()), $11
+)
+ON CONFLICT (user_id, idempotency_key) DO NOTHING
+`
+
+type InsertFailedIdempotencyKeyParams struct {
+	ID                 uuid.UUID
+	UserID             int64
+	IdempotencyKey     string
+	Flow               string
+	RequestMethod      string
+	RequestPath        string
+	RequestParams      []byte
+	RequestFingerprint []byte
+	Now                pgtype.Timestamptz
+	TraceParent        pgtype.Text
+	AttentionError     pgtype.Text
+}
+
+// A new key whose first phase, in the claim's transaction, failed with an
+// error no retry can cure: the claim rolled back, so the key's row is made
+// here, unlocked at started, needing attention with the error, so that a
+// retry gets the same answer without running the phase again, and an
+// operator can re-drive it (MarkKeyFailed says the rest). No row when the
+// key exists by now: another request made it, and a retry gets its answer.
+func (q *Queries) InsertFailedIdempotencyKey(ctx context.Context, db DBTX, arg InsertFailedIdempotencyKeyParams) (int64, error) {
+	result, err := db.Exec(ctx, insertFailedIdempotencyKey,
+		arg.ID,
+		arg.UserID,
+		arg.IdempotencyKey,
+		arg.Flow,
+		arg.RequestMethod,
+		arg.RequestPath,
+		arg.RequestParams,
+		arg.RequestFingerprint,
+		arg.Now,
+		arg.TraceParent,
+		arg.AttentionError,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const insertIdempotencyKey = `-- name: InsertIdempotencyKey :exec
@@ -731,7 +786,7 @@ SET locked_at = coalesce($1::timestamptz, now()),
         unlocked_at, lock_expires_at, coalesce($1::timestamptz, now()), $3::float8),
     unlocked_at = NULL
 WHERE id = $4
-RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at, trace_parent, point_reached_at, unlocked_at, earlier_attempts
+RETURNING id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint, recovery_point, locked_at, lock_token, last_run_at, response_code, response_body, created_at, expires_at, completer_attempts, needs_attention_at, lock_expires_at, trace_parent, point_reached_at, unlocked_at, earlier_attempts, attention_error
 `
 
 type LockIdempotencyKeyParams struct {
@@ -776,8 +831,42 @@ func (q *Queries) LockIdempotencyKey(ctx context.Context, db DBTX, arg LockIdemp
 		&i.PointReachedAt,
 		&i.UnlockedAt,
 		&i.EarlierAttempts,
+		&i.AttentionError,
 	)
 	return i, err
+}
+
+const markKeyFailed = `-- name: MarkKeyFailed :execrows
+UPDATE idempotency_keys
+SET needs_attention_at = coalesce($1::timestamptz, now()), attention_error = $2,
+    locked_at = NULL, lock_expires_at = NULL
+WHERE id = $3 AND lock_token = $4
+`
+
+type MarkKeyFailedParams struct {
+	Now            pgtype.Timestamptz
+	AttentionError pgtype.Text
+	ID             uuid.UUID
+	LockToken      int64
+}
+
+// Gives up on a key whose phase failed with an error no retry can cure (a
+// constraint its own write violates, a bug's error), and records the error
+// (migration 000048): a person decides. Only while lock_token is the
+// caller's: the lock this attempt holds, or, after a claim whose
+// transaction rolled back, the token the key had before it (nobody has
+// claimed the key since, or the token would have grown).
+func (q *Queries) MarkKeyFailed(ctx context.Context, db DBTX, arg MarkKeyFailedParams) (int64, error) {
+	result, err := db.Exec(ctx, markKeyFailed,
+		arg.Now,
+		arg.AttentionError,
+		arg.ID,
+		arg.LockToken,
+	)
+	if err != nil {
+		return 0, err
+	}
+	return result.RowsAffected(), nil
 }
 
 const markNeedsAttention = `-- name: MarkNeedsAttention :execrows

@@ -82,6 +82,7 @@ type IdempotencyKey struct {
 	PointReachedAt     pgtype.Timestamptz
 	UnlockedAt         pgtype.Timestamptz
 	EarlierAttempts    pgtype.Multirange[pgtype.Range[pgtype.Timestamptz]]
+	AttentionError     pgtype.Text
 }
 
 type IdempotencyKeysUnfinished struct {

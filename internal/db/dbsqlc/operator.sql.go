@@ -19,14 +19,14 @@ SET locked_at = coalesce($1::timestamptz, now()),
     lock_expires_at = coalesce($1::timestamptz, now()) + make_interval(secs => $2::float8),
     last_run_at = coalesce($1::timestamptz, now()),
     lock_token = lock_token + 1,
-    needs_attention_at = NULL,
+    needs_attention_at = NULL, attention_error = NULL,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
         unlocked_at, lock_expires_at, coalesce($1::timestamptz, now()), $3::float8),
     unlocked_at = NULL
 WHERE id = $4
   AND recovery_point <> 'finished'
   AND (lock_expires_at IS NULL OR lock_expires_at <= coalesce($1::timestamptz, now()))
-RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts,
+RETURNING idempotency_keys.id, idempotency_keys.user_id, idempotency_keys.idempotency_key, idempotency_keys.flow, idempotency_keys.request_method, idempotency_keys.request_path, idempotency_keys.request_params, idempotency_keys.request_fingerprint, idempotency_keys.recovery_point, idempotency_keys.locked_at, idempotency_keys.lock_token, idempotency_keys.last_run_at, idempotency_keys.response_code, idempotency_keys.response_body, idempotency_keys.created_at, idempotency_keys.expires_at, idempotency_keys.completer_attempts, idempotency_keys.needs_attention_at, idempotency_keys.lock_expires_at, idempotency_keys.trace_parent, idempotency_keys.point_reached_at, idempotency_keys.unlocked_at, idempotency_keys.earlier_attempts, idempotency_keys.attention_error,
     (created_at < coalesce($1::timestamptz, now()) - make_interval(secs => $5::float8)
     )::bool AS past_external_window
 `
@@ -47,8 +47,9 @@ type ClaimKeyNowRow struct {
 // An operator's retry (recovery.Completer.RetryNow) takes one unfinished
 // key's lock at once, as the completer's claim does, but without waiting
 // for its grace or backoff, and for a key that needs attention too: the
-// operator says its cause is fixed, so the mark is cleared. A key whose
-// lock is live (someone is executing it) or that is finished is not taken.
+// operator says its cause is fixed, so the mark, and the error of a key
+// that failed (attention_error), are cleared. A key whose lock is live
+// (someone is executing it) or that is finished is not taken.
 func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParams) (ClaimKeyNowRow, error) {
 	row := db.QueryRow(ctx, claimKeyNow,
 		arg.Now,
@@ -82,6 +83,7 @@ func (q *Queries) ClaimKeyNow(ctx context.Context, db DBTX, arg ClaimKeyNowParam
 		&i.IdempotencyKey.PointReachedAt,
 		&i.IdempotencyKey.UnlockedAt,
 		&i.IdempotencyKey.EarlierAttempts,
+		&i.IdempotencyKey.AttentionError,
 		&i.PastExternalWindow,
 	)
 	return i, err
@@ -203,7 +205,7 @@ func (q *Queries) EstimateKeysByFlow(ctx context.Context, db DBTX) ([]EstimateKe
 }
 
 const getKeyForOperator = `-- name: GetKeyForOperator :one
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue
@@ -253,6 +255,7 @@ func (q *Queries) GetKeyForOperator(ctx context.Context, db DBTX, arg GetKeyForO
 		&i.IdempotencyKey.PointReachedAt,
 		&i.IdempotencyKey.UnlockedAt,
 		&i.IdempotencyKey.EarlierAttempts,
+		&i.IdempotencyKey.AttentionError,
 		&i.Email,
 		&i.AgeSeconds,
 		&i.LockLive,
@@ -360,7 +363,7 @@ func (q *Queries) ListChildKeyStates(ctx context.Context, db DBTX, idempotencyKe
 }
 
 const listKeysForOperator = `-- name: ListKeysForOperator :many
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     -- A live lock its holder has not renewed for half its lifetime (a live
@@ -440,6 +443,7 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 			&i.IdempotencyKey.PointReachedAt,
 			&i.IdempotencyKey.UnlockedAt,
 			&i.IdempotencyKey.EarlierAttempts,
+			&i.IdempotencyKey.AttentionError,
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,
@@ -457,7 +461,7 @@ func (q *Queries) ListKeysForOperator(ctx context.Context, db DBTX, arg ListKeys
 }
 
 const listKeysPageForOperator = `-- name: ListKeysPageForOperator :many
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
@@ -543,6 +547,7 @@ func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg List
 			&i.IdempotencyKey.PointReachedAt,
 			&i.IdempotencyKey.UnlockedAt,
 			&i.IdempotencyKey.EarlierAttempts,
+			&i.IdempotencyKey.AttentionError,
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,
@@ -560,7 +565,7 @@ func (q *Queries) ListKeysPageForOperator(ctx context.Context, db DBTX, arg List
 }
 
 const listUnfinishedKeysPageForOperator = `-- name: ListUnfinishedKeysPageForOperator :many
-SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, u.email,
+SELECT k.id, k.user_id, k.idempotency_key, k.flow, k.request_method, k.request_path, k.request_params, k.request_fingerprint, k.recovery_point, k.locked_at, k.lock_token, k.last_run_at, k.response_code, k.response_body, k.created_at, k.expires_at, k.completer_attempts, k.needs_attention_at, k.lock_expires_at, k.trace_parent, k.point_reached_at, k.unlocked_at, k.earlier_attempts, k.attention_error, u.email,
     extract(epoch FROM now() - k.created_at)::float8 AS age_seconds,
     coalesce(k.lock_expires_at > now(), false)::bool AS lock_live,
     coalesce(k.lock_expires_at > now() AND now() - k.locked_at > (k.lock_expires_at - k.locked_at) / 2, false)::bool AS lock_overdue,
@@ -650,6 +655,7 @@ func (q *Queries) ListUnfinishedKeysPageForOperator(ctx context.Context, db DBTX
 			&i.IdempotencyKey.PointReachedAt,
 			&i.IdempotencyKey.UnlockedAt,
 			&i.IdempotencyKey.EarlierAttempts,
+			&i.IdempotencyKey.AttentionError,
 			&i.Email,
 			&i.AgeSeconds,
 			&i.LockLive,

@@ -236,6 +236,35 @@ SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), locked_
     unlocked_at = coalesce(sqlc.narg('now')::timestamptz, now())
 WHERE id = @id AND lock_token = @lock_token;
 
+-- name: MarkKeyFailed :execrows
+-- Gives up on a key whose phase failed with an error no retry can cure (a
+-- constraint its own write violates, a bug's error), and records the error
+-- (migration 000048): a person decides. Only while lock_token is the
+-- caller's: the lock this attempt holds, or, after a claim whose
+-- transaction rolled back, the token the key had before it (nobody has
+-- claimed the key since, or the token would have grown).
+UPDATE idempotency_keys
+SET needs_attention_at = coalesce(sqlc.narg('now')::timestamptz, now()), attention_error = @attention_error,
+    locked_at = NULL, lock_expires_at = NULL
+WHERE id = @id AND lock_token = @lock_token;
+
+-- name: InsertFailedIdempotencyKey :execrows
+-- A new key whose first phase, in the claim's transaction, failed with an
+-- error no retry can cure: the claim rolled back, so the key's row is made
+-- here, unlocked at started, needing attention with the error, so that a
+-- retry gets the same answer without running the phase again, and an
+-- operator can re-drive it (MarkKeyFailed says the rest). No row when the
+-- key exists by now: another request made it, and a retry gets its answer.
+INSERT INTO idempotency_keys (
+    id, user_id, idempotency_key, flow, request_method, request_path, request_params, request_fingerprint,
+    recovery_point, lock_token, last_run_at, created_at, trace_parent, needs_attention_at, attention_error
+) VALUES (
+    @id, @user_id, @idempotency_key, @flow, @request_method, @request_path, @request_params, @request_fingerprint,
+    'started', 1, coalesce(sqlc.narg('now')::timestamptz, now()), coalesce(sqlc.narg('now')::timestamptz, now()),
+    sqlc.narg('trace_parent'), coalesce(sqlc.narg('now')::timestamptz, now()), @attention_error
+)
+ON CONFLICT (user_id, idempotency_key) DO NOTHING;
+
 
 -- name: ReapExpiredKeys :one
 -- A small batch of finished keys past their TTL, and how many. Unfinished

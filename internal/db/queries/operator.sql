@@ -64,14 +64,15 @@ WHERE idempotency_key_id = @idempotency_key_id;
 -- An operator's retry (recovery.Completer.RetryNow) takes one unfinished
 -- key's lock at once, as the completer's claim does, but without waiting
 -- for its grace or backoff, and for a key that needs attention too: the
--- operator says its cause is fixed, so the mark is cleared. A key whose
--- lock is live (someone is executing it) or that is finished is not taken.
+-- operator says its cause is fixed, so the mark, and the error of a key
+-- that failed (attention_error), are cleared. A key whose lock is live
+-- (someone is executing it) or that is finished is not taken.
 UPDATE idempotency_keys
 SET locked_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_expires_at = coalesce(sqlc.narg('now')::timestamptz, now()) + make_interval(secs => @lock_lifetime_seconds::float8),
     last_run_at = coalesce(sqlc.narg('now')::timestamptz, now()),
     lock_token = lock_token + 1,
-    needs_attention_at = NULL,
+    needs_attention_at = NULL, attention_error = NULL,
     earlier_attempts = with_previous_attempt(earlier_attempts, lock_token, last_run_at, point_reached_at, created_at,
         unlocked_at, lock_expires_at, coalesce(sqlc.narg('now')::timestamptz, now()), @call_window_tail_seconds::float8),
     unlocked_at = NULL

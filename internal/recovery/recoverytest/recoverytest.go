@@ -428,8 +428,8 @@ func parts(body []byte) map[string]string {
 func engine(t testing.TB, c Case, cfg recovery.Config, fp *failpoint.Set) *recovery.Engine {
 	t.Helper()
 	cfg.Pool, cfg.Failpoints = c.Pool, fp
-	e := recovery.New(cfg)
-	if err := e.Register(c.Flow); err != nil {
+	e, err := recovery.New(cfg, c.Flow)
+	if err != nil {
 		t.Fatalf("recoverytest: %v", err)
 	}
 	return e

@@ -1,0 +1,12 @@
+-- A key whose phase failed with an error no retry can cure (a constraint
+-- the flow's own write violates, a bug's error; issue 41) needs a person,
+-- as one past Stripe's window with nothing to reconcile does
+-- (needs_attention_at), and says why: attention_error is the phase's error,
+-- as the engine saw it. A retry with the key answers it again without
+-- running the phase, the completer leaves the key alone, and an operator's
+-- `payments keys retry` clears both columns and re-drives it. NULL for a key
+-- that needs attention for the other reason, and for every other key.
+--
+-- No index names the column, so that marking a key is a HOT update, as
+-- every other update of a key is (migration 000026).
+ALTER TABLE idempotency_keys ADD COLUMN attention_error text;

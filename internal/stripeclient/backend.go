@@ -33,11 +33,13 @@ import (
 //     intent or a refund is decoded once (decodeOnce), through a type with
 //     its fields and without its UnmarshalJSON.
 //
-// Measured (2 shared cores, three interleaved runs each):
-// BenchmarkCreatePaymentIntent, client and simulator together, went from
-// 179-189 to 131-161 µs of CPU per call, 306 to 280 allocations and 26.4
-// to 23.2 KB; under strace, B at 16 clients went from 30.4 to 22.3 reads,
-// writes, epoll waits, futexes and sleeps per request (8.0 to 6.0 writes).
+// Measured on 2 shared cores, stripe-go's backend and this one run in turn:
+// BenchmarkCreatePaymentIntent, client and simulator together, went from a
+// median of 175 to 138 µs of CPU per call (five pairs: 170-185 against
+// 131-150), 306 to 280 allocations and 26.4 to 23.2 KB; under strace, B at
+// 16 clients went from 30.4 to 22.3 reads, writes, epoll waits, futexes and
+// sleeps per request (8.0 to 6.0 writes). That is about 2-3 % of B's CPU
+// per request: less than cmd/paymentsbench's run-to-run spread there.
 // Everything else stays stripe-go's: the
 // request's headers (NewRequest), the error an answer >= 400 becomes
 // (ResponseToError, so Classify and AsDecline see stripe-go's types), no

@@ -117,7 +117,9 @@ func parseFlags() (options, error) {
 	fs.IntVar(&o.stripeIdleConns, "stripe-idle-conns", 0, "idle connections the service keeps to Stripe (0: as the service, stripeclient's 64)")
 	fs.StringVar(&o.command, "command", "", "the command to print in the report (default: this one)")
 	fs.StringVar(&o.keyfilterBench, "keyfilter-bench", "", "a file with `go test -bench` output of internal/keyfilter, for the filter's goals")
-	fs.StringVar(&o.profileCell, "cpuprofile-cell", "", "profile one cell, as SCENARIO:CLIENTS (e.g. B:16)")
+	fs.StringVar(&o.profileCell, "cpuprofile-cell", "", "profile one cell, as SCENARIO:CLIENTS (e.g. B:16): its CPU in the window, "+
+		"and its allocations so far at the window's start and end (the -cpuprofile file's name with .allocs0 and .allocs1: "+
+		"go tool pprof -sample_index=alloc_space -diff_base F.allocs0 F.allocs1 shows the window's)")
 	fs.StringVar(&o.profileOut, "cpuprofile", "paymentsbench.cpu.pprof", "where -cpuprofile-cell writes the profile")
 	fs.BoolVar(&o.quick, "quick", false, "a quick run: 1s cells with a 0.5s warm-up, clients 1,4, 20000 preloaded requests unless -preload is given "+
 		"(overrides -clients, -warmup, -duration)")

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"math/rand/v2"
 	"os"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"sort"
@@ -245,6 +246,11 @@ func (b *bench) runCell(ctx context.Context, name string, clients int) (*cellRes
 	onWindow := func() {
 		res.cpu[windows] = sampleCPU(b.server.PID())
 		windowEdges[windows] = time.Now()
+		if profiling {
+			// The allocations so far, at the window's edges: the window's
+			// own are their difference (go tool pprof -diff_base).
+			writeAllocs(fmt.Sprintf("%s.allocs%d", b.o.profileOut, windows))
+		}
 		if profiling && windows == 0 {
 			if f, err := os.Create(b.o.profileOut); err == nil {
 				if pprof.StartCPUProfile(f) != nil {
@@ -342,3 +348,15 @@ func (r *cellResult) summarize(l *load, window time.Duration) {
 }
 
 func fmtMs(d time.Duration) string { return fmt.Sprintf("%.2fms", float64(d.Microseconds())/1000) }
+
+// writeAllocs writes the process's allocation profile so far to file,
+// after a collection (the profile is as of the last one).
+func writeAllocs(file string) {
+	runtime.GC()
+	f, err := os.Create(file)
+	if err != nil {
+		return
+	}
+	defer f.Close()
+	_ = pprof.Lookup("allocs").WriteTo(f, 0)
+}

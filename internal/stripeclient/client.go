@@ -55,13 +55,14 @@ func New(cfg Config) (*Client, error) {
 	httpClient := traced(httpClientFor(cfg))
 	logger := leveledLogger(cfg.Logger)
 	backend := func(typ stripe.SupportedBackend, url *string) stripe.Backend {
-		return stripe.GetBackendWithConfig(typ, &stripe.BackendConfig{
+		b := stripe.GetBackendWithConfig(typ, &stripe.BackendConfig{
 			HTTPClient:        httpClient,
 			URL:               url,
 			MaxNetworkRetries: stripe.Int64(0), // see the package comment
 			EnableTelemetry:   stripe.Bool(false),
 			LeveledLogger:     logger,
 		})
+		return sizedBackend{b.(*stripe.BackendImplementation)} // backend.go
 	}
 	backends := &stripe.Backends{
 		API:     backend(stripe.APIBackend, base),

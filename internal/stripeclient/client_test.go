@@ -27,7 +27,7 @@ type fixture struct {
 
 // setup starts a simulator and a client for it; cfg, if given, adjusts the
 // client's configuration.
-func setup(t *testing.T, cfg ...func(*stripeclient.Config)) *fixture {
+func setup(t testing.TB, cfg ...func(*stripeclient.Config)) *fixture {
 	t.Helper()
 	sim := stripesim.New(stripesim.Config{})
 	srv := httptest.NewServer(sim.Handler())
@@ -38,7 +38,7 @@ func setup(t *testing.T, cfg ...func(*stripeclient.Config)) *fixture {
 	return &fixture{sim: sim, url: srv.URL, client: newClient(t, srv.URL, cfg...)}
 }
 
-func newClient(t *testing.T, url string, cfg ...func(*stripeclient.Config)) *stripeclient.Client {
+func newClient(t testing.TB, url string, cfg ...func(*stripeclient.Config)) *stripeclient.Client {
 	t.Helper()
 	c := stripeclient.Config{SecretKey: testKey, APIBase: url, Timeout: 5 * time.Second}
 	for _, f := range cfg {

@@ -99,6 +99,28 @@ func (s *Simulator) listEvents(c *call) outcome {
 	return listAnswer(c, page, hasMore)
 }
 
+// forgetExpiredEvents drops the events older than eventRetention, as the
+// simulator's clock passes them: Stripe lists no older ones, and a
+// simulator that kept them would hold every event of a long benchmark in
+// memory (cmd/paymentsbench -reconcile). Events are appended as they are
+// made, so the expired ones are at the front, and a call costs only what it
+// drops. A webhook already queued keeps its own encoding (emit).
+func (st *state) forgetExpiredEvents(now time.Time) {
+	oldest := now.Add(-eventRetention)
+	n := 0
+	for _, ev := range st.events.order {
+		if !ev.made.Before(oldest) {
+			break
+		}
+		delete(st.events.byID, ev.ID)
+		n++
+	}
+	if n > 0 {
+		clear(st.events.order[:n]) // no pointer kept alive by the slice's array
+		st.events.order = st.events.order[n:]
+	}
+}
+
 // indexOfEvent is ev's place in all. Events are appended as they are made,
 // so the table is in order of made and a binary search finds ev's
 // neighbourhood without walking 30 days of events; a scan is the fallback

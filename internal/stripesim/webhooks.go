@@ -59,7 +59,9 @@ func (s *Simulator) emit(c *call, typ string, obj any) {
 		made:       s.now(),
 	}
 	if c != nil { // nil: a change Stripe made on its own, with no request behind it
-		ev.Request = eventRequest{ID: &c.requestID, IdempotencyKey: nullable(c.idempotencyKey)}
+		// A copy of the id: a pointer into c would keep the whole request
+		// (its form, its key's claim) alive as long as the event, 30 days.
+		ev.Request = eventRequest{ID: nullable(c.requestID), IdempotencyKey: nullable(c.idempotencyKey)}
 	}
 	if s.webhooks != nil {
 		ev.PendingWebhooks = 1

@@ -551,7 +551,7 @@ func (r reconcileReport) markdown() string {
 		"(the simulator's clock), a pass every %v of it (PAYMENTS_RECONCILE_INTERVAL), %.1f %% of webhooks lost, "+
 		"%.1f %% of payments refunded in Stripe's dashboard with their webhooks lost", r.o.command, r.o.payments, r.o.days, r.o.interval,
 		100*r.o.drop, 100*r.o.dashboard)
-	fmt.Fprintf(&b, ", %.1f %% of payments disputed at Stripe (pm_card_createDispute), their webhooks lost at the same rate, "+
+	fmt.Fprintf(&b, ", %.1f %% of payments disputed at Stripe (pm_card_createDispute), the webhooks of a dispute's move lost together at the same rate, "+
 		"%.0f %% of the disputes closed (won or lost, half each) 1 to 20 days later", 100*r.o.disputes, 100*disputeCloseShare)
 	fmt.Fprintf(&b, ". History is made in bulk through the simulator's own code and the database's "+
 		"(see the file's comment); the reconciler's passes are real: HTTP to the simulator, PostgreSQL. "+

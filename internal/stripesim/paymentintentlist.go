@@ -63,6 +63,12 @@ type createdRange struct {
 	gt, gte, lt, lte *int64
 }
 
+// below tells whether t is under the range's lower bound (created[gt] or
+// [gte]): a list walking back in time from t on finds nothing more.
+func (r createdRange) below(t int64) bool {
+	return (r.gt != nil && t <= *r.gt) || (r.gte != nil && t < *r.gte)
+}
+
 func (r createdRange) contains(t int64) bool {
 	return (r.gt == nil || t > *r.gt) && (r.gte == nil || t >= *r.gte) &&
 		(r.lt == nil || t < *r.lt) && (r.lte == nil || t <= *r.lte)

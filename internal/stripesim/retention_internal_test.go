@@ -1,6 +1,7 @@
 package stripesim
 
 import (
+	"encoding/json"
 	"net/http/httptest"
 	"net/url"
 	"strings"
@@ -21,7 +22,7 @@ func TestRetention_forgetsKeysAfter24HoursAndEventsAfter30Days(t *testing.T) {
 	t.Cleanup(s.Close)
 	srv := httptest.NewServer(s.Handler())
 	t.Cleanup(srv.Close)
-	post := func(key string) {
+	post := func(key string) (id string, replayed bool) {
 		t.Helper()
 		form := url.Values{"amount": {"2000"}, "currency": {"usd"}, "payment_method": {"pm_card_visa"}, "confirm": {"true"}}
 		req := httptest.NewRequest("POST", srv.URL+"/v1/payment_intents", strings.NewReader(form.Encode()))
@@ -32,7 +33,12 @@ func TestRetention_forgetsKeysAfter24HoursAndEventsAfter30Days(t *testing.T) {
 		res, err := srv.Client().Do(req)
 		require.NoError(t, err)
 		require.Equal(t, 200, res.StatusCode)
+		var pi struct {
+			ID string `json:"id"`
+		}
+		require.NoError(t, json.NewDecoder(res.Body).Decode(&pi))
 		require.NoError(t, res.Body.Close())
+		return pi.ID, res.Header.Get("Idempotent-Replayed") == "true"
 	}
 	held := func() (keys, events int) {
 		s.mu.Lock()
@@ -42,15 +48,20 @@ func TestRetention_forgetsKeysAfter24HoursAndEventsAfter30Days(t *testing.T) {
 		return len(s.state.keys), len(s.state.events.order)
 	}
 
-	post("first")
+	first, _ := post("first")
+	again, replayed := post("first")
+	require.Equal(t, first, again)
+	require.True(t, replayed)
 	keys, events := held()
 	require.Equal(t, 1, keys)
 	require.Equal(t, 3, events, "payment_intent.created, charge.succeeded, payment_intent.succeeded")
 
 	s.Advance(25 * time.Hour)
-	post("second")
+	anew, replayed := post("first")
+	require.NotEqual(t, first, anew, "a 25-hour-old key's request executes anew, as Stripe's does")
+	require.False(t, replayed)
 	keys, events = held()
-	require.Equal(t, 1, keys, "the 25-hour-old key is gone, its stored answer with it")
+	require.Equal(t, 1, keys, "the 25-hour-old claim is gone, its stored answer with it; the new one is held")
 	require.Equal(t, 6, events)
 
 	s.Advance(29 * 24 * time.Hour)        // the first events are 30 days and an hour old, the second 29 days

@@ -54,7 +54,11 @@ func (s *Simulator) listPaymentIntents(c *call) outcome {
 		older, newer = all[:i], all[i+1:]
 	}
 
-	page, hasMore := listPage(older, newer, before, limit, matches, nil)
+	// The walk back stops under created's lower bound (PaymentIntents are
+	// in order of creation), as GET /v1/events' does: a recovery listing
+	// the minutes around its attempts reads those minutes, not the month.
+	page, hasMore := listPage(older, newer, before, limit, matches,
+		func(pi *paymentIntent) bool { return created.below(pi.Created) })
 	return listAnswer(c, page, hasMore)
 }
 

@@ -133,7 +133,7 @@ func parseFlags() (options, error) {
 	fs.DurationVar(&o.reconcile.interval, "reconcile-interval", 30*time.Second, "reconciler's scenario: PAYMENTS_RECONCILE_INTERVAL on the simulator's clock")
 	fs.Float64Var(&o.reconcile.drop, "reconcile-drop", 0.01, "reconciler's scenario: share of webhooks lost")
 	fs.Float64Var(&o.reconcile.dashboard, "reconcile-dashboard", 0.005, "reconciler's scenario: share of payments refunded in the dashboard (webhooks lost)")
-	fs.Float64Var(&o.reconcile.disputes, "reconcile-disputes", 0.001, "reconciler's scenario: share of payments disputed (not made until the simulator has disputes)")
+	fs.Float64Var(&o.reconcile.disputes, "reconcile-disputes", 0.001, "reconciler's scenario: share of payments disputed at Stripe (pm_card_createDispute), their webhooks lost at -reconcile-drop")
 	fs.StringVar(&scaleSizes, "scale", "", "the scale run instead: live keys of each database, comma-separated (e.g. 0,100000,1000000,10000000; 0 is the young database)")
 	fs.StringVar(&scaleScenariosFlag, "scale-scenarios", strings.Join(scaleScenarios, ","), "scale run: the scenarios of the table (B, C, E; empty: none)")
 	fs.StringVar(&startupSizes, "startup", "", "scale run: measure the start-up of -payments-bin on these -scale sizes, filter on and off")

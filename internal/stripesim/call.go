@@ -1,6 +1,7 @@
 package stripesim
 
 import (
+	"cmp"
 	"net/http"
 	"net/url"
 	"slices"
@@ -151,14 +152,15 @@ func (c *call) oneOf(name, def string, allowed ...string) (string, *apiError) {
 }
 
 // metadata collects the metadata[key]=value parameters.
-func (c *call) metadata() map[string]string {
-	md := make(map[string]string)
+func (c *call) metadata() metadata {
+	md := metadata{}
 	for param, values := range c.form {
 		inner, ok := strings.CutPrefix(param, "metadata[")
 		key, closed := strings.CutSuffix(inner, "]")
 		if ok && closed && key != "" && len(values) > 0 && values[0] != "" {
-			md[key] = values[0]
+			md = append(md, metadataPair{key, values[0]})
 		}
 	}
+	slices.SortFunc(md, func(a, b metadataPair) int { return cmp.Compare(a.key, b.key) })
 	return md
 }

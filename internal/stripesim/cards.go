@@ -70,7 +70,7 @@ func (tc testCard) paymentMethod(id string, created int64) *paymentMethod {
 			Last4:    tc.last4,
 		},
 		Created:  created,
-		Metadata: map[string]string{},
+		Metadata: metadata{},
 		Type:     "card",
 	}
 }

@@ -68,6 +68,8 @@ func (s *Simulator) later(d time.Duration, apply func()) {
 // held.
 func (s *Simulator) applyDue() {
 	now := s.now()
+	s.state.forgetExpiredEvents(now)
+	s.state.forgetExpiredKeys(now)
 	for len(s.state.later) > 0 && !s.state.later[0].at.After(now) {
 		c := s.state.later[0]
 		s.state.later = s.state.later[1:]

@@ -29,7 +29,7 @@ type dispute struct {
 	EvidenceDetails     disputeEvidenceDetails `json:"evidence_details"`
 	IsChargeRefundable  bool                   `json:"is_charge_refundable"`
 	Livemode            bool                   `json:"livemode"`
-	Metadata            map[string]string      `json:"metadata"`
+	Metadata            metadata               `json:"metadata"`
 	PaymentIntent       *string                `json:"payment_intent"`
 	Reason              string                 `json:"reason"`
 	Status              string                 `json:"status"`
@@ -105,7 +105,7 @@ func (s *Simulator) openDispute(ch *charge) {
 		Created:             now.Unix(),
 		Currency:            ch.Currency,
 		EvidenceDetails:     disputeEvidenceDetails{DueBy: &dueBy},
-		Metadata:            map[string]string{},
+		Metadata:            metadata{},
 		PaymentIntent:       nullable(ch.PaymentIntent),
 		Reason:              "fraudulent",
 		Status:              disputeNeedsResponse,

@@ -54,7 +54,9 @@
 // # Idempotency
 //
 // Like Stripe, every POST may carry an Idempotency-Key; keys are scoped by API
-// key and kept for 24 hours (measured with Config.Now). A request is handled
+// key and kept for 24 hours (measured with Config.Now), then forgotten with
+// their stored answers, as GET /v1/events forgets events after 30 days:
+// a month of history holds no older ones in memory. A request is handled
 // in this order (see serveAPI):
 //
 //  1. Authentication, form parsing and fault selection. `error_500` and

@@ -80,6 +80,34 @@ func TestListEvents(t *testing.T) {
 	require.Equal(t, http.StatusBadRequest, se.HTTPStatusCode)
 }
 
+// An event is listed for 30 days of the simulator's clock and not after:
+// 31 days on, a payment's events are gone from the list, and a later
+// payment's are still there.
+func TestListEvents_keeps30Days(t *testing.T) {
+	t.Parallel()
+	f := setup(t)
+	_, err := f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
+	require.NoError(t, err)
+	old, _ := events(t, f.stripe, &stripe.EventListParams{})
+	require.Len(t, old, 3)
+	f.sim.Advance(2 * 24 * time.Hour)
+	_, err = f.stripe.PaymentIntents.New(paymentIntent("", "pm_card_visa"))
+	require.NoError(t, err)
+
+	f.sim.Advance(29 * 24 * time.Hour) // the first payment's events are 31 days old, the second's 29
+	ids, _ := events(t, f.stripe, &stripe.EventListParams{})
+	require.Len(t, ids, 3)
+	require.NotContains(t, ids, old[0])
+	require.NotContains(t, ids, old[2])
+	after := &stripe.EventListParams{}
+	after.StartingAfter = stripe.String(old[0])
+	it := f.stripe.Events.List(after)
+	require.False(t, it.Next())
+	var se *stripe.Error
+	require.ErrorAs(t, it.Err(), &se, "a cursor 31 days old names no event")
+	require.Equal(t, http.StatusBadRequest, se.HTTPStatusCode)
+}
+
 // events_lag: an event is listed only delay_ms after it was made, on the
 // simulator's clock, as Stripe's list may trail the webhooks it sends.
 func TestListEvents_eventsLag(t *testing.T) {

@@ -7,7 +7,11 @@ import (
 	"time"
 )
 
-// keyRetention is how long Stripe remembers an idempotency key.
+// keyRetention is how long Stripe remembers an idempotency key: keys are
+// removed "automatically after they're at least 24 hours old. We generate a
+// new request if a key is reused after the original is pruned"
+// (docs.stripe.com/idempotency). forgetExpiredKeys drops them, and their
+// stored responses with them, as the simulator's clock passes them.
 const keyRetention = 24 * time.Hour
 
 // keyScope names an idempotency key: keys are per API key, as at Stripe.

@@ -59,39 +59,39 @@ func newID(prefix string) string {
 // pointers so that they encode as null, as Stripe's do.
 
 type customer struct {
-	ID          string            `json:"id"`
-	Object      string            `json:"object"`
-	Created     int64             `json:"created"`
-	Description *string           `json:"description"`
-	Email       *string           `json:"email"`
-	Livemode    bool              `json:"livemode"`
-	Metadata    map[string]string `json:"metadata"`
-	Name        *string           `json:"name"`
+	ID          string   `json:"id"`
+	Object      string   `json:"object"`
+	Created     int64    `json:"created"`
+	Description *string  `json:"description"`
+	Email       *string  `json:"email"`
+	Livemode    bool     `json:"livemode"`
+	Metadata    metadata `json:"metadata"`
+	Name        *string  `json:"name"`
 }
 
 type paymentIntent struct {
-	ID                 string            `json:"id"`
-	Object             string            `json:"object"`
-	Amount             int64             `json:"amount"`
-	AmountCapturable   int64             `json:"amount_capturable"`
-	AmountReceived     int64             `json:"amount_received"`
-	CanceledAt         *int64            `json:"canceled_at"`
-	CancellationReason *string           `json:"cancellation_reason"`
-	CaptureMethod      string            `json:"capture_method"`
-	ClientSecret       string            `json:"client_secret"`
-	ConfirmationMethod string            `json:"confirmation_method"`
-	Created            int64             `json:"created"`
-	Currency           string            `json:"currency"`
-	Customer           *string           `json:"customer"`
-	Description        *string           `json:"description"`
-	LastPaymentError   *apiError         `json:"last_payment_error"`
-	LatestCharge       *string           `json:"latest_charge"`
-	Livemode           bool              `json:"livemode"`
-	Metadata           map[string]string `json:"metadata"`
-	NextAction         json.RawMessage   `json:"next_action"` // nil encodes as null
-	PaymentMethod      *string           `json:"payment_method"`
-	PaymentMethodTypes []string          `json:"payment_method_types"`
-	Status             string            `json:"status"`
+	ID                 string          `json:"id"`
+	Object             string          `json:"object"`
+	Amount             int64           `json:"amount"`
+	AmountCapturable   int64           `json:"amount_capturable"`
+	AmountReceived     int64           `json:"amount_received"`
+	CanceledAt         *int64          `json:"canceled_at"`
+	CancellationReason *string         `json:"cancellation_reason"`
+	CaptureMethod      string          `json:"capture_method"`
+	ClientSecret       string          `json:"client_secret"`
+	ConfirmationMethod string          `json:"confirmation_method"`
+	Created            int64           `json:"created"`
+	Currency           string          `json:"currency"`
+	Customer           *string         `json:"customer"`
+	Description        *string         `json:"description"`
+	LastPaymentError   *apiError       `json:"last_payment_error"`
+	LatestCharge       *string         `json:"latest_charge"`
+	Livemode           bool            `json:"livemode"`
+	Metadata           metadata        `json:"metadata"`
+	NextAction         json.RawMessage `json:"next_action"` // nil encodes as null
+	PaymentMethod      *string         `json:"payment_method"`
+	PaymentMethodTypes []string        `json:"payment_method_types"`
+	Status             string          `json:"status"`
 }
 
 // Payment intent statuses used by the simulator.
@@ -106,27 +106,27 @@ const (
 )
 
 type charge struct {
-	ID             string            `json:"id"`
-	Object         string            `json:"object"`
-	Amount         int64             `json:"amount"`
-	AmountCaptured int64             `json:"amount_captured"`
-	AmountRefunded int64             `json:"amount_refunded"`
-	BillingDetails billingDetails    `json:"billing_details"` // a test card's: none
-	Captured       bool              `json:"captured"`
-	Created        int64             `json:"created"`
-	Currency       string            `json:"currency"`
-	Customer       *string           `json:"customer"`
-	Description    *string           `json:"description"`
-	Disputed       bool              `json:"disputed"` // a dispute was opened on it (disputes.go)
-	FailureCode    *string           `json:"failure_code"`
-	FailureMessage *string           `json:"failure_message"`
-	Livemode       bool              `json:"livemode"`
-	Metadata       map[string]string `json:"metadata"`
-	Paid           bool              `json:"paid"`
-	PaymentIntent  string            `json:"payment_intent"`
-	PaymentMethod  string            `json:"payment_method"`
-	Refunded       bool              `json:"refunded"`
-	Status         string            `json:"status"` // succeeded or failed
+	ID             string         `json:"id"`
+	Object         string         `json:"object"`
+	Amount         int64          `json:"amount"`
+	AmountCaptured int64          `json:"amount_captured"`
+	AmountRefunded int64          `json:"amount_refunded"`
+	BillingDetails billingDetails `json:"billing_details"` // a test card's: none
+	Captured       bool           `json:"captured"`
+	Created        int64          `json:"created"`
+	Currency       string         `json:"currency"`
+	Customer       *string        `json:"customer"`
+	Description    *string        `json:"description"`
+	Disputed       bool           `json:"disputed"` // a dispute was opened on it (disputes.go)
+	FailureCode    *string        `json:"failure_code"`
+	FailureMessage *string        `json:"failure_message"`
+	Livemode       bool           `json:"livemode"`
+	Metadata       metadata       `json:"metadata"`
+	Paid           bool           `json:"paid"`
+	PaymentIntent  string         `json:"payment_intent"`
+	PaymentMethod  string         `json:"payment_method"`
+	Refunded       bool           `json:"refunded"`
+	Status         string         `json:"status"` // succeeded or failed
 
 	// released is the part of the authorisation released uncaptured (by a
 	// partial capture or a cancel). Stripe counts it in AmountRefunded,
@@ -155,16 +155,16 @@ func (c *charge) refund(amount int64) {
 }
 
 type refund struct {
-	ID            string            `json:"id"`
-	Object        string            `json:"object"`
-	Amount        int64             `json:"amount"`
-	Charge        string            `json:"charge"`
-	Created       int64             `json:"created"`
-	Currency      string            `json:"currency"`
-	Metadata      map[string]string `json:"metadata"`
-	PaymentIntent string            `json:"payment_intent"`
-	Reason        *string           `json:"reason"`
-	Status        string            `json:"status"` // pending, succeeded or failed
+	ID            string   `json:"id"`
+	Object        string   `json:"object"`
+	Amount        int64    `json:"amount"`
+	Charge        string   `json:"charge"`
+	Created       int64    `json:"created"`
+	Currency      string   `json:"currency"`
+	Metadata      metadata `json:"metadata"`
+	PaymentIntent string   `json:"payment_intent"`
+	Reason        *string  `json:"reason"`
+	Status        string   `json:"status"` // pending, succeeded or failed
 	// FailureReason is set once a refund failed. Stripe's refund has no
 	// null here: the field is absent until there is a reason.
 	FailureReason string `json:"failure_reason,omitempty"`
@@ -181,7 +181,7 @@ type paymentMethod struct {
 	Created        int64             `json:"created"`
 	Customer       *string           `json:"customer"`
 	Livemode       bool              `json:"livemode"`
-	Metadata       map[string]string `json:"metadata"`
+	Metadata       metadata          `json:"metadata"`
 	Type           string            `json:"type"`
 }
 

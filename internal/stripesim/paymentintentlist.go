@@ -54,13 +54,23 @@ func (s *Simulator) listPaymentIntents(c *call) outcome {
 		older, newer = all[:i], all[i+1:]
 	}
 
-	page, hasMore := listPage(older, newer, before, limit, matches, nil)
+	// The walk back stops under created's lower bound (PaymentIntents are
+	// in order of creation), as GET /v1/events' does: a recovery listing
+	// the minutes around its attempts reads those minutes, not the month.
+	page, hasMore := listPage(older, newer, before, limit, matches,
+		func(pi *paymentIntent) bool { return created.below(pi.Created) })
 	return listAnswer(c, page, hasMore)
 }
 
 // createdRange is a filter on created, in Unix seconds; nil bounds are open.
 type createdRange struct {
 	gt, gte, lt, lte *int64
+}
+
+// below tells whether t is under the range's lower bound (created[gt] or
+// [gte]): a list walking back in time from t on finds nothing more.
+func (r createdRange) below(t int64) bool {
+	return (r.gt != nil && t <= *r.gt) || (r.gte != nil && t < *r.gte)
 }
 
 func (r createdRange) contains(t int64) bool {

@@ -64,16 +64,16 @@ type stateField struct {
 }
 
 // stateFields lists how every kept field of st is encoded. A table is one
-// line; anything else needs a codec. events, when not nil, keeps the
-// encoding of each event between saves.
-func stateFields(st *state, events *encodedEvents) []stateField {
+// line; anything else needs a codec. keepEncodings keeps each event's
+// encoding in the event, for the next saves (event.keepEncoding).
+func stateFields(st *state, keepEncodings bool) []stateField {
 	return []stateField{
 		{"customers", []any{&st.customers}, &st.customers},
 		{"payment_intents", []any{&st.paymentIntents}, &st.paymentIntents},
 		{"charges", []any{&st.charges}, chargesCodec{&st.charges}},
 		{"refunds", []any{&st.refunds}, &st.refunds},
 		{"disputes", []any{&st.disputes}, &st.disputes},
-		{"events", []any{&st.events}, eventsCodec{&st.events, events}},
+		{"events", []any{&st.events}, eventsCodec{&st.events, keepEncodings}},
 		{"idempotency_keys", []any{&st.keys, &st.keyOrder}, keysCodec{st}},
 	}
 }
@@ -118,7 +118,6 @@ type stateStore struct {
 	path    string
 	mu      sync.Mutex // serialises writes; taken before Simulator.mu, never after
 	written uint64     // the generation (Simulator.gen) the file holds
-	events  encodedEvents
 }
 
 // changed counts a change of the state. It runs with s.mu held.
@@ -155,7 +154,7 @@ func (s *Simulator) save() {
 }
 
 // encodeState encodes the state as a stateFile. It runs with s.mu held,
-// and with s.store.mu (for its cache of encoded events).
+// and with s.store.mu.
 //
 // By hand, not by json.Marshal of a stateFile: that would scan every
 // json.RawMessage again to validate it, which took most of a save's time
@@ -164,7 +163,7 @@ func (s *Simulator) save() {
 func (s *Simulator) encodeState() ([]byte, error) {
 	var buf bytes.Buffer
 	fmt.Fprintf(&buf, `{"version":%d,"clock_offset_ns":%d,"state":{`, stateFileVersion, s.offset.Load())
-	for i, field := range stateFields(s.state, &s.store.events) {
+	for i, field := range stateFields(s.state, true) {
 		b, err := field.codec.encode()
 		if err != nil {
 			return nil, fmt.Errorf("encoding %s: %w", field.name, err)
@@ -192,7 +191,7 @@ func (s *Simulator) restore(data []byte) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	st := newState()
-	for _, field := range stateFields(st, nil) {
+	for _, field := range stateFields(st, false) {
 		b, ok := f.State[field.name]
 		if !ok {
 			continue // a field the file's writer did not have: empty
@@ -277,38 +276,30 @@ func (t *table[T]) decode(data json.RawMessage) error {
 }
 
 // eventsCodec encodes each event once: an event never changes after it is
-// emitted (emit), and the events are most of the state's bytes.
+// emitted (emit), and the events are most of the state's bytes. With keep,
+// the encoding stays in the event (event.raw), which holds its object's
+// JSON inside it: one copy, not two.
 type eventsCodec struct {
-	t     *table[event]
-	cache *encodedEvents // nil: encode every event
+	t    *table[event]
+	keep bool // false: encode every event
 }
 
-// encodedEvents are the events' encodings of the last save.
-type encodedEvents struct{ byEvent map[*event][]byte }
-
 func (c eventsCodec) encode() (json.RawMessage, error) {
-	if c.cache == nil {
+	if !c.keep {
 		return c.t.encode()
 	}
-	next := make(map[*event][]byte, len(c.t.order))
 	var buf bytes.Buffer
 	buf.WriteByte('[')
 	for i, ev := range c.t.order {
-		b, ok := c.cache.byEvent[ev]
-		if !ok {
-			var err error
-			if b, err = json.Marshal(ev); err != nil {
-				return nil, err
-			}
+		if ev.raw == nil { // loaded from the file, or made before Open's store was set
+			ev.keepEncoding()
 		}
-		next[ev] = b
 		if i > 0 {
 			buf.WriteByte(',')
 		}
-		buf.Write(b)
+		buf.Write(ev.raw)
 	}
 	buf.WriteByte(']')
-	c.cache.byEvent = next // events of a state Reset replaced are dropped
 	return buf.Bytes(), nil
 }
 

@@ -99,7 +99,7 @@ func matchesAll(pi *paymentIntent, clauses []searchClause) bool {
 func (cl searchClause) matches(pi *paymentIntent) bool {
 	switch cl.field {
 	case "metadata":
-		v, ok := pi.Metadata[cl.metadataKey]
+		v, ok := pi.Metadata.get(cl.metadataKey)
 		return ok && v == cl.value
 	case "status":
 		return pi.Status == cl.value

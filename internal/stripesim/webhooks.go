@@ -34,6 +34,23 @@ type event struct {
 	// nanosecond (Created is in seconds): GET /v1/events keeps 30 days of
 	// it and lists it events_lag after it (eventlist.go).
 	made time.Time
+
+	// raw is the event's encoding, kept by a simulator whose state lives in
+	// a file (Open), which writes every event on every save: Data.Object is
+	// then a slice of it, so that the object's JSON is held once, not in
+	// the event and again in its encoding (keepEncoding). nil otherwise:
+	// the envelope would cost some 250 bytes an event for nothing.
+	raw []byte
+}
+
+// keepEncoding encodes ev once and for all (an event never changes after
+// emit), and points Data.Object into the encoding.
+func (ev *event) keepEncoding() {
+	raw := snapshot(ev)
+	if i := bytes.Index(raw, ev.Data.Object); i >= 0 { // the snapshot is copied verbatim: compact already
+		ev.Data.Object = raw[i : i+len(ev.Data.Object) : i+len(ev.Data.Object)]
+	}
+	ev.raw = raw
 }
 
 type eventData struct {
@@ -59,14 +76,23 @@ func (s *Simulator) emit(c *call, typ string, obj any) {
 		made:       s.now(),
 	}
 	if c != nil { // nil: a change Stripe made on its own, with no request behind it
-		ev.Request = eventRequest{ID: &c.requestID, IdempotencyKey: nullable(c.idempotencyKey)}
+		// A copy of the id: a pointer into c would keep the whole request
+		// (its form, its key's claim) alive as long as the event, 30 days.
+		ev.Request = eventRequest{ID: nullable(c.requestID), IdempotencyKey: nullable(c.idempotencyKey)}
 	}
 	if s.webhooks != nil {
 		ev.PendingWebhooks = 1
 	}
 	s.state.events.add(ev.ID, ev)
+	if s.store != nil {
+		ev.keepEncoding()
+	}
 	if s.webhooks != nil { // encoded only when someone listens
-		s.webhooks.send(outgoing{payload: snapshot(ev), eventType: typ, object: objectID(ev.Data.Object)})
+		payload := ev.raw
+		if payload == nil {
+			payload = snapshot(ev)
+		}
+		s.webhooks.send(outgoing{payload: payload, eventType: typ, object: objectID(ev.Data.Object)})
 	}
 }
 

@@ -88,6 +88,13 @@ func problemFor(err error) *problem.Problem {
 		// interrupted request.
 		return problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
 			"The database cannot commit right now (it may be failing over). Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(serviceUnavailableRetryAfter)
+	case db.IsTemporary(err):
+		// The server cut a statement short by a limit of its own (a
+		// statement_timeout or lock_timeout an operator set) or ran short
+		// of a resource (a full disk): nothing about the request is wrong,
+		// the key stays at its last recovery point, and a retry resumes.
+		return problem.New(http.StatusServiceUnavailable, problem.ServiceUnavailable,
+			"The database could not finish this request within its limits right now. Nothing is lost: retry with the same Idempotency-Key and the request resumes where it stopped.").WithRetryAfter(serviceUnavailableRetryAfter)
 	case errors.Is(err, db.ErrSerialization):
 		// Conflicts with requests for other keys, which kept the database
 		// from running this one within its time budget: not 409, since no

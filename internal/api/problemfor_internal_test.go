@@ -64,6 +64,7 @@ var answeredSentinels = map[string]struct {
 	"recovery.ErrNotRetryable":          {recovery.ErrNotRetryable, 409, problem.IdempotencyKeyInUse},
 	"db.ErrSerialization":               {db.ErrSerialization, 503, problem.PaymentProcessorUnavailable},
 	"db.ErrUnavailable":                 {db.ErrUnavailable, 503, problem.ServiceUnavailable},
+	"db.ErrTemporary":                   {db.ErrTemporary, 503, problem.ServiceUnavailable},
 	"db.ErrLockNotHeld":                 {db.ErrLockNotHeld, 409, problem.IdempotencyKeyInUse},
 	"payments.ErrNotFound":              {payments.ErrNotFound, 404, problem.NotFound},
 	"payments.ErrRefundNotFound":        {payments.ErrRefundNotFound, 404, problem.NotFound},
@@ -174,6 +175,26 @@ func TestProblemFor_connectionClassFailuresAreServiceUnavailable(t *testing.T) {
 	require.Equal(t, problem.PaymentProcessorUnavailable, problemFor(context.Canceled).Code)
 	require.Equal(t, problem.PaymentProcessorUnavailable, problemFor(recovery.Transient(fmt.Errorf("stripe: %w", io.ErrUnexpectedEOF))).Code,
 		"a network failure of Stripe's is not the database's")
+}
+
+// A statement the server cut short by its own limit (a statement_timeout
+// or lock_timeout an operator set) or a resource it ran short of is 503
+// service_unavailable, as it comes from WithTx or straight from the pool:
+// never 500, which would say the request itself cannot succeed.
+func TestProblemFor_aServerLimitIsServiceUnavailable(t *testing.T) {
+	t.Parallel()
+	for _, err := range []error{
+		fmt.Errorf("%w: %w", db.ErrTemporary, &pgconn.PgError{Code: "57014"}),
+		&pgconn.PgError{Severity: "ERROR", Code: "57014", Message: "canceling statement due to statement timeout"},
+		&pgconn.PgError{Severity: "ERROR", Code: "55P03", Message: "canceling statement due to lock timeout"},
+		&pgconn.PgError{Severity: "ERROR", Code: "53100", Message: "could not extend file: No space left on device"},
+	} {
+		p := problemFor(err)
+		require.Equal(t, http.StatusServiceUnavailable, p.Status, "%v", err)
+		require.Equal(t, problem.ServiceUnavailable, p.Code, "%v", err)
+		require.Positive(t, p.RetryAfter, "%v", err)
+	}
+	require.Equal(t, problem.Internal, problemFor(&pgconn.PgError{Code: "23514"}).Code, "a check violation is no limit")
 }
 
 // The problem package's codes are the contract's.

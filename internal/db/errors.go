@@ -35,7 +35,34 @@ var (
 	// commit whose answer was lost, committed or not: the caller must treat
 	// it as unknown and retry from what is committed (IsUnavailable).
 	ErrUnavailable = errors.New("database unavailable: no commit is possible now")
+	// ErrTemporary: the server cut the statement short by a limit of its
+	// own or ran short of a resource (IsTemporary), though it can commit:
+	// nothing about the request is wrong, and the same work later may well
+	// succeed.
+	ErrTemporary = errors.New("database limit reached: the statement was cut short")
 )
+
+// IsTemporary tells whether err is the server's limit rather than the
+// request's fault or the database's absence: 57014 query_canceled (a
+// statement_timeout an operator set, in postgresql.conf or the connection
+// string), 55P03 lock_not_available (a lock_timeout), and class 53,
+// insufficient resources (disk full, out of memory; 53300, no connection
+// left, is IsUnavailable). https://www.postgresql.org/docs/current/errcodes-appendix.html
+// The engine leaves a key resumable after one (recovery's failsTheKey),
+// where any other error of a phase fails the key for an operator: a slow
+// moment of the database must not need one. The caller's own context
+// ending is not this: pgx closes the connection then, and the context says
+// why.
+func IsTemporary(err error) bool {
+	if errors.Is(err, ErrTemporary) {
+		return true
+	}
+	var pgErr *pgconn.PgError
+	if !errors.As(err, &pgErr) {
+		return false
+	}
+	return pgErr.Code == "57014" || pgErr.Code == "55P03" || (strings.HasPrefix(pgErr.Code, "53") && pgErr.Code != "53300")
+}
 
 // translate wraps a PostgreSQL error with its sentinel; the PgError stays
 // in the chain, for the logs. A connection-class failure (IsUnavailable)
@@ -51,6 +78,9 @@ func translate(err error) error {
 		// "failed to deallocate cached statement(s): unexpected EOF",
 		// which answered 500 in make chaos-ha's runs).
 		return fmt.Errorf("%w: %w", ErrUnavailable, err)
+	}
+	if IsTemporary(err) {
+		return fmt.Errorf("%w: %w", ErrTemporary, err)
 	}
 	var pgErr *pgconn.PgError
 	if !errors.As(err, &pgErr) {

@@ -53,6 +53,21 @@ func TestIsUnavailable_classifiesConnectionClassFailures(t *testing.T) {
 	}
 }
 
+// A limit the server set on a statement, or a resource it ran short of, is
+// temporary (the engine leaves the key resumable); other errors are not,
+// and none of these is unavailability.
+func TestIsTemporary_classifiesTheServersLimits(t *testing.T) {
+	t.Parallel()
+	pg := func(code string) error { return &pgconn.PgError{Severity: "ERROR", Code: code} }
+	for _, err := range []error{pg("57014"), pg("55P03"), pg("53100"), pg("53200"), fmt.Errorf("%w: x", db.ErrTemporary)} {
+		require.True(t, db.IsTemporary(err), "%v", err)
+		require.False(t, db.IsUnavailable(err), "%v", err)
+	}
+	for _, err := range []error{nil, pg("53300"), pg("23505"), pg("23514"), pg("40001"), context.Canceled, errors.New("x")} {
+		require.False(t, db.IsTemporary(err), "%v", err)
+	}
+}
+
 // driverErr is an error as pgconn reports a failure of its own (its
 // pgconnError, unexported): it says whether it is safe to retry.
 type driverErr struct{ err error }

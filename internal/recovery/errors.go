@@ -104,7 +104,9 @@ func transientIfUnavailable(err error) error {
 // conflict with concurrent requests that outlasted its retries
 // (db.ErrSerialization: serialization failures and deadlocks), the
 // database out of reach (db.IsUnavailable, or a connection that broke),
-// the attempt's context ending (the client went away, the process is
+// a limit the server set on the statement or a resource it ran short of
+// (db.IsTemporary: a statement_timeout, a lock_timeout, a full disk), the
+// attempt's context ending (the client went away, the process is
 // stopping), and what the flow marked Transient (a remote side
 // unreachable, overloaded, or answering 5xx or 429). A failpoint's
 // injected error stands for a crash, which a retry resumes from. The
@@ -112,7 +114,7 @@ func transientIfUnavailable(err error) error {
 // or failed already) are not the key's failure.
 func failsTheKey(ctx context.Context, err error) bool {
 	switch {
-	case IsTransient(err), db.IsUnavailable(err), db.ConnectionLost(err), errors.Is(err, db.ErrSerialization),
+	case IsTransient(err), db.IsUnavailable(err), db.ConnectionLost(err), errors.Is(err, db.ErrSerialization), db.IsTemporary(err),
 		errors.Is(err, context.Canceled), errors.Is(err, context.DeadlineExceeded), ctx.Err() != nil,
 		errors.Is(err, failpoint.ErrInjected),
 		errors.Is(err, ErrLockLost), errors.Is(err, db.ErrLockNotHeld), errors.Is(err, ErrKeyInUse),

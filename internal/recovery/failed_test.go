@@ -197,3 +197,55 @@ func TestExecute_aCheckViolationFailsTheKeyAndAnOperatorsRetryCanFailItAgain(t *
 	require.Contains(t, *why, "23514")
 	require.False(t, locked)
 }
+
+// A statement the server cuts short by a limit of its own (here a
+// statement_timeout, as an operator may set in postgresql.conf or the
+// connection string) is no fault of the request's: the key stays at its
+// recovery point (the one before the external call, whose answer the
+// timed-out transaction was recording), unlocked and not marked, and the
+// next attempt finishes it. Only what no retry can cure fails a key.
+func TestExecute_aStatementTimeoutLeavesTheKeyResumable(t *testing.T) {
+	t.Parallel()
+	b := setup(t, recovery.Config{})
+	var slow atomic.Bool
+	slow.Store(true)
+	const ready recovery.RecoveryPoint = "ready"
+	flow := recovery.NewFlow("slow",
+		recovery.From(recovery.Started, recovery.LocalPhase(func(context.Context, *db.Tx, *recovery.Key) (recovery.Outcome, error) {
+			return recovery.Next(ready), nil
+		}), ready),
+		recovery.From(ready, recovery.ExternalPhase("remote", func(context.Context, *recovery.Key) (string, error) {
+			return "done", nil
+		}, func(ctx context.Context, tx *db.Tx, k *recovery.Key, _ string) (recovery.Outcome, error) {
+			if slow.Load() {
+				if _, err := tx.Exec(ctx, "SET LOCAL statement_timeout = '20ms'"); err != nil {
+					return recovery.Outcome{}, err
+				}
+				if _, err := tx.Exec(ctx, "SELECT pg_sleep(5)"); err != nil {
+					return recovery.Outcome{}, err
+				}
+			}
+			return recovery.Respond(201, []byte(`{}`)), nil
+		}), recovery.Finished),
+	)
+	engine := b.newEngine(t, recovery.Config{}, flow)
+	req := b.request(1, "slow-1", `{"name":"slow"}`)
+	req.Flow = flow
+	_, err := engine.Execute(context.Background(), req)
+	require.Error(t, err)
+	require.True(t, db.IsTemporary(err), "%v", err)
+	require.NotErrorIs(t, err, recovery.ErrFailed)
+	var point string
+	var attention, locked bool
+	require.NoError(t, b.pool.QueryRow(context.Background(), `
+		SELECT recovery_point, needs_attention_at IS NOT NULL, locked_at IS NOT NULL
+		FROM idempotency_keys WHERE idempotency_key = 'slow-1'`).Scan(&point, &attention, &locked))
+	require.Equal(t, string(ready), point, "at the recovery point it reached")
+	require.False(t, attention, "not marked for an operator")
+	require.False(t, locked, "free for the retry")
+
+	slow.Store(false)
+	resp, err := engine.Execute(context.Background(), req)
+	require.NoError(t, err)
+	require.Equal(t, 201, resp.Status)
+}

@@ -117,11 +117,13 @@ func (p *process) serveAPI(ctx context.Context, ln net.Listener) error {
 			p.writeKeyFilterSnapshots(filterCtx)
 		}
 	})
-	handler := p.APIHandler(api.RateLimit{Rate: p.cfg.RateLimit, Burst: p.cfg.RateLimitBurst}, p.cfg.apiAuthCacheTTL())
-	p.Log.Info("API listening", slog.String("addr", ln.Addr().String()))
-	// net/http's own answers (a header over 1 MiB, a request it cannot
-	// parse) are problem+json too.
-	err := p.serveHTTP(ctx, api.Listener(ln), handler, "API")
+	handler, err := p.APIHandler(api.RateLimit{Rate: p.cfg.RateLimit, Burst: p.cfg.RateLimitBurst}, p.cfg.apiAuthCacheTTL())
+	if err == nil {
+		p.Log.Info("API listening", slog.String("addr", ln.Addr().String()))
+		// net/http's own answers (a header over 1 MiB, a request it
+		// cannot parse) are problem+json too.
+		err = p.serveHTTP(ctx, api.Listener(ln), handler, "API")
+	}
 	stopFilter()
 	filterDone.Wait() // the last snapshot is written before the pool closes
 	return err

@@ -73,7 +73,11 @@ func (b *bench) startService(ctx context.Context, dbname string, filterOn bool, 
 		a.Close()
 		return nil, err
 	}
-	srv := app.NewServer(labelled(partService, a.APIHandler(api.RateLimit{}, 0)), log)
+	handler, err := a.APIHandler(api.RateLimit{}, 0)
+	if err != nil {
+		return nil, err
+	}
+	srv := app.NewServer(labelled(partService, handler), log)
 	go func() { _ = srv.Serve(ln) }()
 	return &service{app: a, srv: srv, url: "http://" + ln.Addr().String()}, nil
 }

@@ -137,10 +137,12 @@ func TestPayouts_overHTTP(t *testing.T) {
 	require.NoError(t, err)
 	contract, err := openapitest.Parse(doc) // every exchange below is held to it
 	require.NoError(t, err)
-	server := httptest.NewServer(contract.Handler(t, api.NewHandler(api.Config{
+	handler, err := api.NewHandler(api.Config{
 		Pool: pool, Engine: engine, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(),
 		Routes: []route.Route{payouts.Route()},
-	})))
+	})
+	require.NoError(t, err)
+	server := httptest.NewServer(contract.Handler(t, handler))
 	t.Cleanup(server.Close)
 	_, apiKey, err := users.CreateUser(context.Background(), pool, "team@example.com")
 	require.NoError(t, err)

@@ -118,7 +118,7 @@ func setup(t testing.TB, opts ...setupOpts) *testBundle {
 	engine, err := flows.Build()
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	handler = api.NewHandler(api.Config{
+	handler = newHandler(t, api.Config{
 		Pool: pool, Engine: engine, Payments: svc,
 		Logger: cmp.Or(o.logger, slog.New(slog.DiscardHandler)), Registry: reg, RateLimit: o.rateLimit,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: webhookSecret, Registry: reg}),
@@ -638,4 +638,13 @@ func (b *testBundle) stagedJobs(t *testing.T, email, idemKey string) []string {
 	jobs, err := pgx.CollectRows(rows, pgx.RowTo[string])
 	require.NoError(t, err)
 	return jobs
+}
+
+// newHandler is api.NewHandler's router for cfg, which the test's
+// configuration must not make it refuse.
+func newHandler(t testing.TB, cfg api.Config) http.Handler {
+	t.Helper()
+	h, err := api.NewHandler(cfg)
+	require.NoError(t, err)
+	return h
 }

@@ -32,7 +32,7 @@ func setupAuthCache(t *testing.T, ttl time.Duration) *authCacheBundle {
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
 	reg := prometheus.NewRegistry()
-	server := httptest.NewServer(openapitest.Handler(t, api.NewHandler(api.Config{
+	server := httptest.NewServer(openapitest.Handler(t, newHandler(t, api.Config{
 		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: reg, AuthCacheTTL: ttl,
 	})))
 	t.Cleanup(server.Close)

@@ -36,7 +36,7 @@ func setupAuthLimit(t *testing.T, limit api.RateLimit, cacheTTL time.Duration) *
 	pool := dbtest.NewPool(t)
 	require.NoError(t, users.SeedDemoUsers(context.Background(), pool))
 	reg := prometheus.NewRegistry()
-	return &authLimitBundle{pool: pool, registry: reg, handler: api.NewHandler(api.Config{
+	return &authLimitBundle{pool: pool, registry: reg, handler: newHandler(t, api.Config{
 		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: reg,
 		AuthCacheTTL: cacheTTL, FailedAuthLimit: limit,
 	})}

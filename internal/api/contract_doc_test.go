@@ -185,7 +185,7 @@ func TestContractDoc_findsEachKindOfDisagreement(t *testing.T) {
 // servedRoutes are the router's routes, as "METHOD /path".
 func servedRoutes(t *testing.T) []string {
 	t.Helper()
-	handler := api.NewHandler(api.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	handler := newHandler(t, api.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	var served []string
 	require.NoError(t, chi.Walk(handler.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		served = append(served, method+" "+route)

@@ -41,7 +41,7 @@ func TestOpenAPI_servedWithoutKeyAndValid31(t *testing.T) {
 // no route the router does not serve.
 func TestOpenAPI_listsEveryRoute(t *testing.T) {
 	t.Parallel()
-	handler := api.NewHandler(api.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	handler := newHandler(t, api.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
 	var served []string
 	require.NoError(t, chi.Walk(handler.(chi.Routes), func(method, route string, _ http.Handler, _ ...func(http.Handler) http.Handler) error {
 		served = append(served, method+" "+route)

@@ -60,7 +60,7 @@ func TestTeamRoutes_readStrictlyAndRunTheFlow(t *testing.T) {
 	hooks := merchanthooks.NewService(pool, flows)
 	engine, err := flows.Build()
 	require.NoError(t, err)
-	server := httptest.NewServer(api.NewHandler(api.Config{Pool: pool, Engine: engine, Hooks: hooks, Logger: slog.New(slog.DiscardHandler),
+	server := httptest.NewServer(newHandler(t, api.Config{Pool: pool, Engine: engine, Hooks: hooks, Logger: slog.New(slog.DiscardHandler),
 		Registry: prometheus.NewRegistry(), Routes: []route.Route{rt}}))
 	t.Cleanup(server.Close)
 	postTo := func(path, apiKey, key, body string) (int, string, string) {
@@ -115,16 +115,15 @@ func TestTeamRoutes_readStrictlyAndRunTheFlow(t *testing.T) {
 func TestNewHandler_refusesATeamRouteWhoseFlowIsNotRegistered(t *testing.T) {
 	t.Parallel()
 	rt, flow := widgetRoute()
-	build := func(rt route.Route, flows ...*recovery.Flow) func() {
-		return func() {
-			engine, err := recovery.New(recovery.Config{}, flows...)
-			require.NoError(t, err)
-			api.NewHandler(api.Config{Engine: engine, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), Routes: []route.Route{rt}})
-		}
+	build := func(rt route.Route, flows ...*recovery.Flow) error {
+		engine, err := recovery.New(recovery.Config{}, flows...)
+		require.NoError(t, err)
+		_, err = api.NewHandler(api.Config{Engine: engine, Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry(), Routes: []route.Route{rt}})
+		return err
 	}
-	require.PanicsWithError(t, `route POST /v1/widgets: its flow "make_widget" is not registered with the engine`, build(rt))
-	require.NotPanics(t, build(rt, flow))
+	require.EqualError(t, build(rt), `route POST /v1/widgets: its flow "make_widget" is not registered with the engine`)
+	require.NoError(t, build(rt, flow))
 	public := rt
 	public.Public = true
-	require.PanicsWithError(t, `route POST /v1/widgets: a team's route is served under /v1, behind its authentication`, build(public, flow))
+	require.EqualError(t, build(public, flow), `route POST /v1/widgets: a team's route is served under /v1, behind its authentication`)
 }

@@ -175,7 +175,7 @@ func (a *App) Close() { a.Pool.Close() }
 
 // APIHandler is the HTTP API over the app's parts. A zero limit turns rate
 // limiting off; authCacheTTL is api.Config's AuthCacheTTL.
-func (a *App) APIHandler(limit api.RateLimit, authCacheTTL time.Duration) http.Handler {
+func (a *App) APIHandler(limit api.RateLimit, authCacheTTL time.Duration) (http.Handler, error) {
 	return api.NewHandler(api.Config{
 		Pool: a.Pool, Engine: a.Engine, Payments: a.Payments, Webhooks: a.Webhooks, Logger: a.Log, Registry: a.Registry,
 		Hooks: a.Hooks, WebhookURLCheck: a.checkURL,

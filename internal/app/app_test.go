@@ -36,7 +36,9 @@ func TestNew_assemblesAServiceThatAnswers(t *testing.T) {
 	require.NoError(t, err)
 	require.Zero(t, st.Added)
 
-	srv := httptest.NewServer(a.APIHandler(api.RateLimit{}, 0))
+	handler, err := a.APIHandler(api.RateLimit{}, 0)
+	require.NoError(t, err)
+	srv := httptest.NewServer(handler)
 	t.Cleanup(srv.Close)
 	for path, status := range map[string]int{"/healthz": http.StatusOK, "/readyz": http.StatusOK, "/metrics": http.StatusOK} {
 		resp, err := http.Get(srv.URL + path)

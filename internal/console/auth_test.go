@@ -22,7 +22,8 @@ import (
 // Without a token the console is not served at all.
 func TestConsole_absentWithoutAToken(t *testing.T) {
 	t.Parallel()
-	h := api.NewHandler(api.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	h, err := api.NewHandler(api.Config{Logger: slog.New(slog.DiscardHandler), Registry: prometheus.NewRegistry()})
+	require.NoError(t, err)
 	for _, path := range []string{"/console", "/console/login", "/console/keys"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest(http.MethodGet, path, nil))

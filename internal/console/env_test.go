@@ -77,7 +77,9 @@ func newEnv(t *testing.T, c envConfig) *env {
 	t.Cleanup(a.Close)
 	require.NoError(t, users.SeedDemoUsers(ctx, a.Pool))
 	e := &env{t: t, app: a, apiKey: users.DemoUsers[0].APIKey, email: users.DemoUsers[0].Email}
-	e.server = httptest.NewServer(a.APIHandler(api.RateLimit{}, 0))
+	handler, err := a.APIHandler(api.RateLimit{}, 0)
+	require.NoError(t, err)
+	e.server = httptest.NewServer(handler)
 	t.Cleanup(e.server.Close)
 	if c.failpoints != "" {
 		fp, err := failpoint.Parse(c.failpoints)
@@ -86,7 +88,9 @@ func newEnv(t *testing.T, c envConfig) *env {
 			Stripe: stripe, Failpoints: fp})
 		require.NoError(t, err)
 		t.Cleanup(crashing.Close)
-		srv := httptest.NewServer(crashing.APIHandler(api.RateLimit{}, 0))
+		crashingHandler, err := crashing.APIHandler(api.RateLimit{}, 0)
+		require.NoError(t, err)
+		srv := httptest.NewServer(crashingHandler)
 		t.Cleanup(srv.Close)
 		e.crashURL = srv.URL
 	}

@@ -49,10 +49,11 @@ func setupWith(t testing.TB, secrets string) *testBundle {
 		INSERT INTO payment_intents (stripe_payment_intent, payment_id) VALUES ('pi_w', 'pay_w')`)
 	require.NoError(t, err)
 	reg := prometheus.NewRegistry()
-	handler := api.NewHandler(api.Config{
+	handler, err := api.NewHandler(api.Config{
 		Pool: pool, Logger: slog.New(slog.DiscardHandler), Registry: reg,
 		Webhooks: webhooks.NewReceiver(webhooks.Config{Pool: pool, Secret: secrets, Registry: reg}),
 	})
+	require.NoError(t, err)
 	// /metrics is the process's metrics listener's (cmd/payments), beside
 	// the API: both on one test server here.
 	mux := http.NewServeMux()

@@ -61,7 +61,7 @@ func TestRender_patroniKeepsTheFormationsPromises(t *testing.T) {
 		require.Equal(t, cfg.nodeData(i), dig(t, node, "postgresql", "data_dir"))
 	}
 	etcd := readYAML(t, filepath.Join(cfg.Dir, "etcd2.yml"))
-	require.Equal(t, true, etcd["enable-grpc-gateway"], "Patroni's etcd3 client needs etcd's JSON gateway")
+	require.Equal(t, true, etcd["enable-v2"], "Patroni speaks etcd's v2 API (patroni.yml.tmpl says why)")
 	require.Contains(t, etcd["listen-client-urls"], ":27012")
 }
 

@@ -1,9 +1,7 @@
 package chaostest
 
 import (
-	"bytes"
 	"context"
-	"encoding/base64"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -541,53 +539,24 @@ func getJSON(ctx context.Context, url string, v any) error {
 	return json.NewDecoder(resp.Body).Decode(v)
 }
 
-// leaseTTL is how long Patroni's leader key has left: etcd's lease time to
-// live, through etcd's v3 JSON gateway (whole seconds).
+// leaseTTL is how long Patroni's leader key has left: its TTL in etcd's v2
+// store, where Patroni keeps it (deploy/ha/patroni.yml.tmpl), in whole
+// seconds.
 func leaseTTL(ctx context.Context, f Formation) (time.Duration, error) {
-	post := func(url string, in, out any) error {
-		b, _ := json.Marshal(in)
-		ctx, cancel := context.WithTimeout(ctx, 2*time.Second)
-		defer cancel()
-		req, err := http.NewRequestWithContext(ctx, http.MethodPost, url, bytes.NewReader(b))
-		if err != nil {
-			return err
-		}
-		resp, err := http.DefaultClient.Do(req)
-		if err != nil {
-			return err
-		}
-		defer resp.Body.Close()
-		body, _ := io.ReadAll(resp.Body)
-		if resp.StatusCode != http.StatusOK {
-			return fmt.Errorf("%s: %s %s", url, resp.Status, body)
-		}
-		return json.Unmarshal(body, out)
-	}
 	var lastErr error
 	for _, e := range f.Etcd {
-		var rng struct {
-			Kvs []struct {
-				Lease string `json:"lease"`
-			} `json:"kvs"`
+		var key struct {
+			Node struct {
+				TTL *int `json:"ttl"`
+			} `json:"node"`
 		}
-		key := base64.StdEncoding.EncodeToString([]byte("/service/" + f.Scope + "/leader"))
-		if lastErr = post(e.ClientURL+"/v3/kv/range", map[string]string{"key": key}, &rng); lastErr != nil {
+		if lastErr = getJSON(ctx, e.ClientURL+"/v2/keys/service/"+f.Scope+"/leader", &key); lastErr != nil {
 			continue
 		}
-		if len(rng.Kvs) == 0 || rng.Kvs[0].Lease == "" {
-			return 0, fmt.Errorf("etcd holds no leased leader key for %s", f.Scope)
+		if key.Node.TTL == nil || *key.Node.TTL < 0 {
+			return 0, fmt.Errorf("etcd holds no leader key with a TTL for %s", f.Scope)
 		}
-		var ttl struct {
-			TTL string `json:"TTL"`
-		}
-		if lastErr = post(e.ClientURL+"/v3/lease/timetolive", map[string]string{"ID": rng.Kvs[0].Lease}, &ttl); lastErr != nil {
-			continue
-		}
-		s, err := strconv.Atoi(ttl.TTL)
-		if err != nil || s < 0 {
-			return 0, fmt.Errorf("etcd's lease TTL %q", ttl.TTL)
-		}
-		return time.Duration(s) * time.Second, nil
+		return time.Duration(*key.Node.TTL) * time.Second, nil
 	}
 	return 0, fmt.Errorf("no etcd member answered: %v", lastErr)
 }

@@ -27,22 +27,11 @@ const eventRetention = 30 * 24 * time.Hour
 // listed only delay_ms after it was made, as Stripe's list may trail the
 // webhooks it sends.
 func (s *Simulator) listEvents(c *call) outcome {
-	if e := c.allowOnly("created", "type", "types", "limit", "starting_after", "ending_before", "delivery_success", "expand"); e != nil {
-		return rejected(e)
-	}
-	limit, _, e := c.searchPage()
+	q, e := c.readListQuery("type", "types", "delivery_success")
 	if e != nil {
 		return rejected(e)
 	}
-	created, e := c.createdRange()
-	if e != nil {
-		return rejected(e)
-	}
-	after, before := c.str("starting_after"), c.str("ending_before")
-	if after != "" && before != "" {
-		return rejected(invalidRequest(http.StatusBadRequest, "", "ending_before",
-			"You may only specify one of these parameters: ending_before, starting_after."))
-	}
+	created := q.created
 	if c.str("delivery_success") != "" {
 		// Stripe filters on whether the webhook reached every endpoint;
 		// the simulator does not track delivery per event, so it says so
@@ -76,16 +65,12 @@ func (s *Simulator) listEvents(c *call) outcome {
 
 	all := s.state.events.order // oldest first
 	var older, newer []*event   // what lies each side of the cursor
-	switch cursor := after + before; cursor {
+	switch cursor, param := q.cursor(); cursor {
 	case "":
 		older = all
 	default:
 		ev, ok := s.state.events.get(cursor)
 		if !ok || ev.made.Before(oldest) {
-			param := "starting_after"
-			if before != "" {
-				param = "ending_before"
-			}
 			return rejected(noSuchObject(http.StatusBadRequest, "event", param, cursor))
 		}
 		// Events are appended as they are made: the table's order is
@@ -101,7 +86,7 @@ func (s *Simulator) listEvents(c *call) outcome {
 	// (the reconciler's window, created[gte]) walked every event of the 30
 	// days whenever the window held less than a page, and a month's
 	// benchmark slowed with every payment.
-	page, hasMore := listPage(older, newer, before, limit, matches,
+	page, hasMore := listPage(older, newer, q.before, q.limit, matches,
 		func(ev *event) bool { return ev.made.Before(oldest) || created.below(ev.Created) })
 	return listAnswer(c, page, hasMore)
 }

@@ -1,6 +1,9 @@
 package stripesim
 
-import "slices"
+import (
+	"net/http"
+	"slices"
+)
 
 // listPage is one page of a Stripe list, newest first, the same for every
 // list the simulator serves. older and newer are the objects on either side
@@ -47,4 +50,43 @@ func listAnswer[T any](c *call, page []*T, hasMore bool) outcome {
 		HasMore bool   `json:"has_more"`
 		URL     string `json:"url"`
 	}{"list", append([]*T{}, page...), hasMore, c.path})
+}
+
+// listQuery is what every list of the simulator reads from its request:
+// the page's size, the created range and at most one cursor.
+type listQuery struct {
+	limit         int
+	created       createdRange
+	after, before string // starting_after, ending_before
+}
+
+// readListQuery reads a list's request, refusing a parameter it does not
+// take (allowed, beside limit, created and the cursors) and both cursors
+// at once, as Stripe does.
+func (c *call) readListQuery(allowed ...string) (listQuery, *apiError) {
+	var q listQuery
+	if e := c.allowOnly(append([]string{"created", "limit", "starting_after", "ending_before", "expand"}, allowed...)...); e != nil {
+		return q, e
+	}
+	var e *apiError
+	if q.limit, _, e = c.searchPage(); e != nil {
+		return q, e
+	}
+	if q.created, e = c.createdRange(); e != nil {
+		return q, e
+	}
+	q.after, q.before = c.str("starting_after"), c.str("ending_before")
+	if q.after != "" && q.before != "" {
+		return q, invalidRequest(http.StatusBadRequest, "", "ending_before",
+			"You may only specify one of these parameters: ending_before, starting_after.")
+	}
+	return q, nil
+}
+
+// cursor is the list's cursor ("" for none) and the parameter that gave it.
+func (q listQuery) cursor() (id, param string) {
+	if q.before != "" {
+		return q.before, "ending_before"
+	}
+	return q.after, "starting_after"
 }

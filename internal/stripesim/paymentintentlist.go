@@ -16,22 +16,11 @@ import (
 // (Stripe's lists read its primary store), so the service can prove a
 // payment intent does not exist by it.
 func (s *Simulator) listPaymentIntents(c *call) outcome {
-	if e := c.allowOnly("created", "customer", "limit", "starting_after", "ending_before", "expand"); e != nil {
-		return rejected(e)
-	}
-	limit, _, e := c.searchPage()
+	q, e := c.readListQuery("customer")
 	if e != nil {
 		return rejected(e)
 	}
-	created, e := c.createdRange()
-	if e != nil {
-		return rejected(e)
-	}
-	after, before := c.str("starting_after"), c.str("ending_before")
-	if after != "" && before != "" {
-		return rejected(invalidRequest(http.StatusBadRequest, "", "ending_before",
-			"You may only specify one of these parameters: ending_before, starting_after."))
-	}
+	created := q.created
 	customer := c.str("customer")
 	matches := func(pi *paymentIntent) bool {
 		return created.contains(pi.Created) && (customer == "" || (pi.Customer != nil && *pi.Customer == customer))
@@ -39,16 +28,12 @@ func (s *Simulator) listPaymentIntents(c *call) outcome {
 
 	all := s.state.paymentIntents.order // oldest first
 	var older, newer []*paymentIntent   // what lies each side of the cursor
-	switch cursor := after + before; cursor {
+	switch cursor, param := q.cursor(); cursor {
 	case "":
 		older = all
 	default:
 		i := slices.IndexFunc(all, func(pi *paymentIntent) bool { return pi.ID == cursor })
 		if i < 0 {
-			param := "starting_after"
-			if before != "" {
-				param = "ending_before"
-			}
 			return rejected(noSuchObject(http.StatusBadRequest, "payment_intent", param, cursor))
 		}
 		older, newer = all[:i], all[i+1:]
@@ -57,7 +42,7 @@ func (s *Simulator) listPaymentIntents(c *call) outcome {
 	// The walk back stops under created's lower bound (PaymentIntents are
 	// in order of creation), as GET /v1/events' does: a recovery listing
 	// the minutes around its attempts reads those minutes, not the month.
-	page, hasMore := listPage(older, newer, before, limit, matches,
+	page, hasMore := listPage(older, newer, q.before, q.limit, matches,
 		func(pi *paymentIntent) bool { return created.below(pi.Created) })
 	return listAnswer(c, page, hasMore)
 }

@@ -3,6 +3,11 @@ package payments_test
 import (
 	"context"
 	"encoding/json"
+	"net/http"
+	"net/http/httptest"
+	"net/http/httputil"
+	"net/url"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,6 +16,7 @@ import (
 	"github.com/example/payments/internal/failpoint"
 	"github.com/example/payments/internal/payments"
 	"github.com/example/payments/internal/recovery"
+	"github.com/example/payments/internal/stripeclient"
 	"github.com/example/payments/internal/stripesim"
 	"github.com/example/payments/internal/webhooks"
 )
@@ -200,4 +206,69 @@ func (b *testBundle) engineFor(t *testing.T) *recovery.Engine {
 	t.Helper()
 	_, engine := b.service(t, "")
 	return engine
+}
+
+// A refund's first attempt answered 500 and Stripe executed it later, after
+// the flow found nothing and moved to its next child key, but before that
+// key's call: the late refund took the whole amount, so Stripe refuses the
+// next one ("more than is left"). The refusal is of our own second
+// attempt, not of our refund: Stripe made it, under the first child key.
+// The flow records Stripe's refund and answers 201; it used to record the
+// refund failed and answer 400 while Stripe had refunded the customer
+// (make chaos, seed 1795861838008355371: a refund failed here, succeeded at
+// Stripe, amount_refunded short by all of it).
+func TestDuplicates_aRefusalOfTheNextChildKeyIsNotOurRefundsOutcome(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	// Stripe, behind a proxy that lets the late 500's request execute
+	// just before the call under the next child key reaches it.
+	sim := stripesim.New(stripesim.Config{})
+	simServer := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { simServer.Close(); sim.Close() })
+	target, err := url.Parse(simServer.URL)
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && r.URL.Path == "/v1/refunds" && strings.HasSuffix(r.Header.Get("Idempotency-Key"), "-g1") {
+			sim.Advance(30 * time.Second) // the first attempt executes now
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_late_refund", APIBase: proxy.URL})
+	require.NoError(t, err)
+	svc, _ := newService(t, recovery.Config{
+		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1,
+	}, stripe)
+
+	created, err := b.create(ctx, svc, "pay-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`)
+	require.NoError(t, err)
+	var pay struct{ ID string }
+	require.NoError(t, json.Unmarshal(created.Body, &pay))
+	require.NoError(t, sim.AddFault(stripesim.Fault{PathPrefix: "/v1/refunds", Method: "POST", Kind: stripesim.FaultLate500, DelayMS: 30_000}))
+
+	params := payments.RefundParams{Payment: pay.ID} // all that is left
+	_, err = b.refund(ctx, svc, "refund-1", params)
+	require.True(t, recovery.IsTransient(err), "the 500")
+	b.now = b.now.Add(2 * time.Second)
+	answer, err := b.refund(ctx, svc, "refund-1", params)
+	require.NoError(t, err)
+	require.Equal(t, 201, answer.Status, "%s", answer.Body)
+
+	refunds, err := sim.Objects("refund")
+	require.NoError(t, err)
+	require.Len(t, refunds, 1, "Stripe refunded once: the late attempt; the next was refused")
+	var atStripe struct{ ID, Status string }
+	require.NoError(t, json.Unmarshal(refunds[0], &atStripe))
+	var ours struct {
+		Status       string
+		StripeRefund string `json:"stripe_refund"`
+	}
+	require.NoError(t, json.Unmarshal(answer.Body, &ours))
+	require.Equal(t, atStripe.ID, ours.StripeRefund)
+	require.Equal(t, atStripe.Status, ours.Status)
+	var refunded int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT amount_refunded FROM payments WHERE id = $1", pay.ID).Scan(&refunded))
+	require.EqualValues(t, 2000, refunded, "what Stripe gave back")
 }

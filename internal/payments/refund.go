@@ -170,11 +170,19 @@ func (s *Service) createStripeRefund(ctx context.Context, k *recovery.Key) (refu
 		return refundResult{refund: sr}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
 		return refundResult{}, UnfinishedStripeCall(err)
-	default:
-		var se *stripe.Error
-		disputed := errors.As(err, &se) && se.Code == stripe.ErrorCodeChargeDisputed
-		return refundResult{refusal: StripeMessage(err), disputed: disputed}, nil
+	case k.ChildKeyGeneration(stepRefund) > 0:
+		// Refused under a later child key: an earlier attempt, whose 500
+		// Stripe executed late, may have taken what was left, and then
+		// this refusal is of our second attempt, not of our refund. Stripe's
+		// refund for this request, if there is one, is the outcome; a
+		// refusal recorded over it would say failed where Stripe refunded.
+		if found, ok, ferr := s.findStripeRefund(ctx, k); ferr != nil || ok {
+			return found, ferr
+		}
 	}
+	var se *stripe.Error
+	disputed := errors.As(err, &se) && se.Code == stripe.ErrorCodeChargeDisputed
+	return refundResult{refusal: StripeMessage(err), disputed: disputed}, nil
 }
 
 // findStripeRefund: for a key too old to call Stripe again, or whose child

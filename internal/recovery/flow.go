@@ -425,6 +425,14 @@ func (k *Key) ChildKey(step string) string {
 	return key
 }
 
+// ChildKeyGeneration is the generation of step's child key (ChildKey): 0
+// until the remote side reported one spent. Past 0, earlier attempts of
+// the step went out under other child keys, and the remote side may have
+// acted on one of them late (a 500 it executed after answering it): a flow
+// whose call is refused because of what such an attempt did asks the
+// remote side for it (the refund flow's createStripeRefund).
+func (k *Key) ChildKeyGeneration(step string) int { return int(k.generations[step]) }
+
 // DecodeParams decodes the stored request parameters into v.
 func (k *Key) DecodeParams(v any) error { return json.Unmarshal(k.Params, v) }
 

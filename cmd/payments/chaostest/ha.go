@@ -616,13 +616,13 @@ func (h *HA) mustFormation() Formation {
 	return f
 }
 
-// probe commits through haproxy every 200 ms, each on a deadline of 1 s
-// (pgx closes the socket at the deadline: no cancel request, which during
-// a synchronous-replication wait would make PostgreSQL report a commit
-// only the old primary holds). The commit writes a row: a transaction that
-// only took an ID (txid_current()) writes its commit record without
-// waiting for the synchronous standby, and proves nothing.
-func (h *HA) probe(ctx context.Context) {
+// pollDatabase calls try every 200 ms until ctx ends, on one connection
+// to h.DatabaseURL, made again after a try fails; each try, the connection
+// included, has a deadline of 1 s (pgx closes the socket at the deadline:
+// no cancel request, which during a synchronous-replication wait would
+// make PostgreSQL report a commit only the old primary holds). done is
+// told how each try ended.
+func (h *HA) pollDatabase(ctx context.Context, try func(ctx context.Context, conn *pgx.Conn) error, done func(error)) {
 	var conn *pgx.Conn
 	defer func() {
 		if conn != nil {
@@ -647,16 +647,9 @@ func (h *HA) probe(ctx context.Context) {
 					return err
 				}
 			}
-			_, err := conn.Exec(c, "INSERT INTO chaos_ha_probe (id, at) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at")
-			return err
+			return try(c, conn)
 		}()
-		h.mu.Lock()
-		if err != nil {
-			h.probeNo = append(h.probeNo, time.Now())
-		} else {
-			h.probeOK = append(h.probeOK, time.Now())
-		}
-		h.mu.Unlock()
+		done(err)
 		if err != nil && conn != nil {
 			conn.Close(context.Background())
 			conn = nil
@@ -664,58 +657,51 @@ func (h *HA) probe(ctx context.Context) {
 	}
 }
 
-// watchLocks reads the live locks every 200 ms.
-func (h *HA) watchLocks(ctx context.Context) {
-	var conn *pgx.Conn
-	defer func() {
-		if conn != nil {
-			conn.Close(context.Background())
-		}
-	}()
-	tick := time.NewTicker(200 * time.Millisecond)
-	defer tick.Stop()
-	for {
-		select {
-		case <-ctx.Done():
-			return
-		case <-tick.C:
-		}
-		live, err := func() (map[lockID]time.Time, error) {
-			c, cancel := context.WithTimeout(ctx, time.Second)
-			defer cancel()
-			if conn == nil || conn.IsClosed() {
-				var err error
-				if conn, err = pgx.Connect(c, h.DatabaseURL); err != nil {
-					conn = nil
-					return nil, err
-				}
-			}
-			rows, err := conn.Query(c, "SELECT id::text, lock_token, locked_at FROM idempotency_keys WHERE lock_expires_at > now()")
-			if err != nil {
-				return nil, err
-			}
-			live := map[lockID]time.Time{}
-			for rows.Next() {
-				var id lockID
-				var at time.Time
-				if err := rows.Scan(&id.id, &id.token, &at); err != nil {
-					return nil, err
-				}
-				live[id] = at
-			}
-			return live, rows.Err()
-		}()
+// probe commits through haproxy every 200 ms (pollDatabase). The commit
+// writes a row: a transaction that only took an ID (txid_current()) writes
+// its commit record without waiting for the synchronous standby, and
+// proves nothing.
+func (h *HA) probe(ctx context.Context) {
+	h.pollDatabase(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		_, err := conn.Exec(ctx, "INSERT INTO chaos_ha_probe (id, at) VALUES (1, now()) ON CONFLICT (id) DO UPDATE SET at = excluded.at")
+		return err
+	}, func(err error) {
+		h.mu.Lock()
+		defer h.mu.Unlock()
 		if err != nil {
-			if conn != nil {
-				conn.Close(context.Background())
-				conn = nil
+			h.probeNo = append(h.probeNo, time.Now())
+		} else {
+			h.probeOK = append(h.probeOK, time.Now())
+		}
+	})
+}
+
+// watchLocks reads the live locks every 200 ms (pollDatabase).
+func (h *HA) watchLocks(ctx context.Context) {
+	var live map[lockID]time.Time
+	h.pollDatabase(ctx, func(ctx context.Context, conn *pgx.Conn) error {
+		rows, err := conn.Query(ctx, "SELECT id::text, lock_token, locked_at FROM idempotency_keys WHERE lock_expires_at > now()")
+		if err != nil {
+			return err
+		}
+		live = map[lockID]time.Time{}
+		for rows.Next() {
+			var id lockID
+			var at time.Time
+			if err := rows.Scan(&id.id, &id.token, &at); err != nil {
+				return err
 			}
-			continue
+			live[id] = at
+		}
+		return rows.Err()
+	}, func(err error) {
+		if err != nil {
+			return // no reading: the outage shows in the probe's record
 		}
 		h.mu.Lock()
+		defer h.mu.Unlock()
 		h.lockAt = append(h.lockAt, lockPoll{at: time.Now(), live: live})
-		h.mu.Unlock()
-	}
+	})
 }
 
 // watchReady asks the instance's /readyz every 250 ms.

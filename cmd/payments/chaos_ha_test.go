@@ -22,6 +22,7 @@ import (
 	"fmt"
 	"log/slog"
 	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -65,6 +66,26 @@ func TestChaosHA(t *testing.T) {
 	cfg, err := chaostest.ConfigFromEnv()
 	require.NoError(t, err)
 	t.Logf("chaos-ha: seed %d (set CHAOS_SEED=%d to replay its choices)", cfg.Seed, cfg.Seed)
+	// The processes' logs are kept whenever the run fails, a promise of
+	// its own as well as an invariant (the suite keeps them only for the
+	// latter), with the formation's own logs (Patroni, PostgreSQL, etcd,
+	// haproxy), which make chaos-ha removes with its directory.
+	keepLogs := cfg.LogDir != ""
+	if !keepLogs {
+		cfg.LogDir, err = os.MkdirTemp("", "payments-chaos-ha-logs-")
+		require.NoError(t, err)
+	}
+	defer func() {
+		switch {
+		case !t.Failed() && !keepLogs:
+			_ = os.RemoveAll(cfg.LogDir)
+		case t.Failed():
+			if err := os.CopyFS(filepath.Join(cfg.LogDir, "formation"), os.DirFS(filepath.Join(filepath.Dir(path), "log"))); err != nil {
+				t.Logf("chaos-ha: copying the formation's logs: %v", err)
+			}
+			t.Logf("chaos-ha: the processes' and the formation's logs are in %s", cfg.LogDir)
+		}
+	}()
 
 	// A fresh database for the run, made and migrated through haproxy.
 	ctx := context.Background()

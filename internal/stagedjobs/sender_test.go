@@ -9,6 +9,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/jackc/pgx/v5/pgxpool"
 	"github.com/riverqueue/river"
 	"github.com/riverqueue/river/riverdriver/riverpgxv5"
 	"github.com/stretchr/testify/require"
@@ -381,6 +382,7 @@ func TestReceiptSender_recordsAnAcceptedReceiptOnceTheDatabaseIsBack(t *testing.
 	<-mailer.entered // claimed and sending
 	cluster.Exec("ALTER SYSTEM SET default_transaction_read_only = on")
 	cluster.Exec("SELECT pg_reload_conf()")
+	waitUntilEveryConnectionSees(t, pool, "default_transaction_read_only", "on")
 	close(mailer.gate) // the mail server accepts it; its record fails
 	time.Sleep(500 * time.Millisecond)
 	require.False(t, b.receiptSent(t, "pay_outage"), "recorded while the database was read-only")
@@ -392,4 +394,25 @@ func TestReceiptSender_recordsAnAcceptedReceiptOnceTheDatabaseIsBack(t *testing.
 	t.Logf("recorded %v after the database took writes again", time.Since(back).Round(time.Millisecond))
 	require.Less(t, time.Since(back), 5*time.Second, "recorded within the retries' second, not at the lease's end")
 	require.Equal(t, 1, mailer.count(), "sent once")
+}
+
+// waitUntilEveryConnectionSees waits until each of pool's connections shows
+// setting's value. pg_reload_conf only signals the postmaster, which signals
+// each backend in turn; a backend applies the new file before its next
+// command only once that signal has reached it, so a write sent at once can
+// still pass (CI saw it: "recorded while the database was read-only").
+func waitUntilEveryConnectionSees(t *testing.T, pool *pgxpool.Pool, setting, value string) {
+	t.Helper()
+	require.Eventually(t, func() bool {
+		conns := pool.AcquireAllIdle(context.Background())
+		seen := 0
+		for _, c := range conns {
+			var v string
+			if err := c.QueryRow(context.Background(), "SELECT current_setting($1)", setting).Scan(&v); err == nil && v == value {
+				seen++
+			}
+			c.Release()
+		}
+		return seen == len(conns) && int32(seen) == pool.Stat().TotalConns()
+	}, 10*time.Second, 10*time.Millisecond, "every connection sees %s = %s", setting, value)
 }

@@ -51,11 +51,12 @@ type actionResult struct {
 	refusedIntent *stripe.PaymentIntent
 }
 
-// callOnIntent makes a capture or cancel call on the payment's PaymentIntent.
-// Stripe, not our copy of the status, decides whether it is allowed: after a
-// crash our copy may lag behind what this very request already did at
-// Stripe, and the child key makes Stripe replay that first answer.
-func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string,
+// callOnIntent makes a capture or cancel call on the payment's PaymentIntent;
+// done is the status the action leads to. Stripe, not our copy of the
+// status, decides whether it is allowed: after a crash our copy may lag
+// behind what this very request already did at Stripe, and the child key
+// makes Stripe replay that first answer.
+func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string, done stripe.PaymentIntentStatus,
 	call func(ctx context.Context, childKey, intent string, p ActionParams) (*stripe.PaymentIntent, error)) (actionResult, error) {
 	var p ActionParams
 	if err := k.DecodeParams(&p); err != nil {
@@ -81,15 +82,24 @@ func (s *Service) callOnIntent(ctx context.Context, k *recovery.Key, step string
 		return actionResult{intent: pi}, nil
 	case stripeclient.Classify(err) == stripeclient.Transient:
 		return actionResult{}, UnfinishedStripeCall(err)
-	default:
-		res := actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, StripeMessage(err))}
-		var se *stripe.Error
-		if errors.As(err, &se) && se.PaymentIntent != nil && se.PaymentIntent.ID == *pay.StripePaymentIntent {
-			res.refusedIntent = se.PaymentIntent
-			res.refusal = fmt.Sprintf("Payment %s is %s: %s", pay.ID, se.PaymentIntent.Status, StripeMessage(err))
+	case k.ChildKeyGeneration(step) > 0:
+		// Refused under a later child key: an earlier attempt, whose 500
+		// Stripe executed late, may have made this very move, and Stripe
+		// then refuses the next one because it is done. The PaymentIntent
+		// at the status the action leads to is the outcome; a refusal
+		// recorded over it would answer 400 where Stripe captured or
+		// canceled (as the refund flow's findStripeRefund does for a refund).
+		if found, ok, ferr := s.findActionResult(ctx, k, done); ferr != nil || ok {
+			return found, ferr
 		}
-		return res, nil
 	}
+	res := actionResult{refusal: fmt.Sprintf("Payment %s is %s: %s", pay.ID, pay.Status, StripeMessage(err))}
+	var se *stripe.Error
+	if errors.As(err, &se) && se.PaymentIntent != nil && se.PaymentIntent.ID == *pay.StripePaymentIntent {
+		res.refusedIntent = se.PaymentIntent
+		res.refusal = fmt.Sprintf("Payment %s is %s: %s", pay.ID, se.PaymentIntent.Status, StripeMessage(err))
+	}
+	return res, nil
 }
 
 // findActionResult: for a key too old to call Stripe again, or whose child

@@ -47,7 +47,7 @@ func (s *Service) cancelFlow() *recovery.Flow {
 
 // cancelPaymentIntent: the Stripe call of started.
 func (s *Service) cancelPaymentIntent(ctx context.Context, k *recovery.Key) (actionResult, error) {
-	return s.callOnIntent(ctx, k, stepCancel, func(ctx context.Context, childKey, intent string, _ ActionParams) (*stripe.PaymentIntent, error) {
+	return s.callOnIntent(ctx, k, stepCancel, stripe.PaymentIntentStatusCanceled, func(ctx context.Context, childKey, intent string, _ ActionParams) (*stripe.PaymentIntent, error) {
 		return s.stripe.CancelPaymentIntent(ctx, childKey, intent)
 	})
 }

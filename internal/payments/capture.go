@@ -48,7 +48,7 @@ func (s *Service) captureFlow() *recovery.Flow {
 
 // capturePaymentIntent: the Stripe call of started.
 func (s *Service) capturePaymentIntent(ctx context.Context, k *recovery.Key) (actionResult, error) {
-	return s.callOnIntent(ctx, k, stepCapture, func(ctx context.Context, childKey, intent string, p ActionParams) (*stripe.PaymentIntent, error) {
+	return s.callOnIntent(ctx, k, stepCapture, stripe.PaymentIntentStatusSucceeded, func(ctx context.Context, childKey, intent string, p ActionParams) (*stripe.PaymentIntent, error) {
 		return s.stripe.CapturePaymentIntent(ctx, childKey, intent, p.Amount)
 	})
 }

@@ -272,3 +272,76 @@ func TestDuplicates_aRefusalOfTheNextChildKeyIsNotOurRefundsOutcome(t *testing.T
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT amount_refunded FROM payments WHERE id = $1", pay.ID).Scan(&refunded))
 	require.EqualValues(t, 2000, refunded, "what Stripe gave back")
 }
+
+// The same race for a capture and a cancel: the first attempt answered 500
+// and Stripe executed it later, after the flow found the PaymentIntent not
+// moved yet and went on to its next child key, but before that key's call.
+// Stripe then refuses the next call (the PaymentIntent is already captured,
+// or canceled); the refusal is of our own second attempt, and the
+// PaymentIntent at the status the action leads to is its outcome. The flow
+// answers 200 with the payment moved; it used to answer 400 and leave the
+// payment requires_capture while Stripe had captured or canceled it.
+func TestDuplicates_aRefusalOfTheNextChildKeyIsNotOurCapturesOrCancelsOutcome(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		action, path, status string
+		run                  func(*payments.Service) func(context.Context, payments.KeyedRequest, payments.ActionParams) (recovery.Response, error)
+	}{
+		{"capture", "/capture", "succeeded", func(s *payments.Service) func(context.Context, payments.KeyedRequest, payments.ActionParams) (recovery.Response, error) {
+			return s.Capture
+		}},
+		{"cancel", "/cancel", "canceled", func(s *payments.Service) func(context.Context, payments.KeyedRequest, payments.ActionParams) (recovery.Response, error) {
+			return s.Cancel
+		}},
+	} {
+		t.Run(tc.action, func(t *testing.T) {
+			t.Parallel()
+			b := setup(t)
+			ctx := context.Background()
+			sim := stripesim.New(stripesim.Config{})
+			simServer := httptest.NewServer(sim.Handler())
+			t.Cleanup(func() { simServer.Close(); sim.Close() })
+			target, err := url.Parse(simServer.URL)
+			require.NoError(t, err)
+			forward := httputil.NewSingleHostReverseProxy(target)
+			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, tc.path) && strings.HasSuffix(r.Header.Get("Idempotency-Key"), "-g1") {
+					sim.Advance(30 * time.Second) // the first attempt executes now
+				}
+				forward.ServeHTTP(w, r)
+			}))
+			t.Cleanup(proxy.Close)
+			stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_late_" + tc.action, APIBase: proxy.URL})
+			require.NoError(t, err)
+			svc, _ := newService(t, recovery.Config{
+				Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1,
+			}, stripe)
+
+			id := b.proofPayment(t, svc, false)
+			require.NoError(t, sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents/", Method: "POST", Kind: stripesim.FaultLate500, DelayMS: 30_000}))
+			p := payments.ActionParams{Payment: id}
+			body, err := json.Marshal(p)
+			require.NoError(t, err)
+			req := payments.KeyedRequest{UserID: b.userID, Key: tc.action + "-1", Method: "POST", Path: "/v1/payments/" + id + tc.path, Body: body}
+			_, err = tc.run(svc)(ctx, req, p)
+			require.True(t, recovery.IsTransient(err), "the 500: %v", err)
+			b.now = b.now.Add(2 * time.Second)
+			answer, err := tc.run(svc)(ctx, req, p)
+			require.NoError(t, err)
+			require.Equal(t, 200, answer.Status, "%s", answer.Body)
+
+			intents, err := sim.Objects("payment_intent")
+			require.NoError(t, err)
+			require.Len(t, intents, 1)
+			var atStripe struct{ Status string }
+			require.NoError(t, json.Unmarshal(intents[0], &atStripe))
+			require.Equal(t, tc.status, atStripe.Status, "the late attempt moved it")
+			var ours struct{ Status string }
+			require.NoError(t, json.Unmarshal(answer.Body, &ours))
+			require.Equal(t, tc.status, ours.Status, "the answer shows what Stripe did")
+			var status string
+			require.NoError(t, b.pool.QueryRow(ctx, "SELECT status FROM payments WHERE id = $1", id).Scan(&status))
+			require.Equal(t, tc.status, status, "the record follows Stripe")
+		})
+	}
+}

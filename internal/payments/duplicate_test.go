@@ -345,3 +345,88 @@ func TestDuplicates_aRefusalOfTheNextChildKeyIsNotOurCapturesOrCancelsOutcome(t 
 		})
 	}
 }
+
+// A refund whose next attempt Stripe refused for a reason of its own (the
+// charge was disputed), recorded failed and answered 400, and whose first
+// attempt, a late 500, Stripe executed afterwards (the dispute won by
+// then): Stripe refunded the customer for a refund of ours that says
+// failed. Its report names our refund; the money is what Stripe did, so it
+// becomes a refund of origin duplicate, counted in amount_refunded, and our
+// failed refund stays as answered. It used to be attached to the failed
+// refund and dropped: amount_refunded 0 against Stripe's 2000.
+func TestDuplicates_aRefundStripeMadeForOneWeRecordedFailedIsRecorded(t *testing.T) {
+	t.Parallel()
+	b := setup(t)
+	ctx := context.Background()
+	svc, _ := newService(t, recovery.Config{
+		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1,
+	}, b.stripe)
+	created, err := b.create(ctx, svc, "pay-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_createDispute"}`)
+	require.NoError(t, err)
+	var pay struct{ ID string }
+	require.NoError(t, json.Unmarshal(created.Body, &pay))
+	require.NoError(t, b.sim.AddFault(stripesim.Fault{PathPrefix: "/v1/refunds", Method: "POST", Kind: stripesim.FaultLate500, DelayMS: 30_000}))
+
+	params := payments.RefundParams{Payment: pay.ID}
+	_, err = b.refund(ctx, svc, "refund-1", params)
+	require.True(t, recovery.IsTransient(err), "the 500")
+	b.sim.Advance(3 * time.Second) // the customer's bank disputes the charge
+	b.now = b.now.Add(3 * time.Second)
+	answer, err := b.refund(ctx, svc, "refund-1", params)
+	require.NoError(t, err)
+	require.Equal(t, 400, answer.Status, "Stripe refused the next child key's refund: %s", answer.Body)
+
+	disputes, err := b.sim.Objects("dispute")
+	require.NoError(t, err)
+	require.Len(t, disputes, 1)
+	var dp struct{ ID string }
+	require.NoError(t, json.Unmarshal(disputes[0], &dp))
+	require.NoError(t, b.sim.CloseDispute(dp.ID, "won"))
+	b.sim.Advance(30 * time.Second) // Stripe executes the 500's request: refunded
+	stripeRefunds, err := b.sim.Objects("refund")
+	require.NoError(t, err)
+	require.Len(t, stripeRefunds, 1)
+	var atStripe struct {
+		ID, Status string
+		Amount     int64
+	}
+	require.NoError(t, json.Unmarshal(stripeRefunds[0], &atStripe))
+	require.Equal(t, "succeeded", atStripe.Status)
+
+	const secret = "whsec_duplicate_test"
+	rcv := webhooks.NewReceiver(webhooks.Config{Pool: b.pool, Secret: secret})
+	events, err := b.sim.Objects("event")
+	require.NoError(t, err)
+	for _, raw := range events {
+		var ev struct{ Type string }
+		require.NoError(t, json.Unmarshal(raw, &ev))
+		if ev.Type == "refund.created" || ev.Type == "charge.refunded" {
+			for range 2 { // delivered twice: one refund recorded
+				_, err := rcv.Receive(ctx, raw, stripesim.Sign(raw, secret, time.Now()))
+				require.NoError(t, err)
+			}
+		}
+	}
+
+	rows, err := b.pool.Query(ctx, "SELECT origin, status, amount, coalesce(stripe_refund, '') FROM refunds ORDER BY origin")
+	require.NoError(t, err)
+	type row struct {
+		origin, status string
+		amount         int64
+		stripeRefund   string
+	}
+	var got []row
+	for rows.Next() {
+		var r row
+		require.NoError(t, rows.Scan(&r.origin, &r.status, &r.amount, &r.stripeRefund))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	require.Equal(t, []row{
+		{origin: "api", status: "failed", amount: 2000},
+		{origin: "duplicate", status: "succeeded", amount: atStripe.Amount, stripeRefund: atStripe.ID},
+	}, got)
+	var refunded int64
+	require.NoError(t, b.pool.QueryRow(ctx, "SELECT amount_refunded FROM payments WHERE id = $1", pay.ID).Scan(&refunded))
+	require.Equal(t, atStripe.Amount, refunded, "what Stripe gave back")
+}

@@ -230,12 +230,18 @@ func applyStripeRefundTx(ctx context.Context, tx *db.Tx, pay Payment, sr *stripe
 }
 
 // isSecondRefund tells whether Stripe's refund sr, whose metadata names our
-// refund re, is a second refund Stripe made for it: re already records
-// another of Stripe's refunds. That is Stripe executing a request of ours
-// late (a late 500: the service answered under a new child key, then
-// Stripe executed the first attempt too); the money went back twice.
+// refund re, is one re does not record: re already records another of
+// Stripe's refunds, or re was refused (failed, with no refund of Stripe's)
+// and sr gave money back after all. Both are Stripe executing a request of
+// ours late (a late 500: the service answered under a new child key, then
+// Stripe executed the first attempt too): the money went back twice, or
+// went back for a refund we answered 400. A refused refund's report that
+// Stripe failed too changes nothing, and only records its id.
 func isSecondRefund(re Refund, sr *stripe.Refund) bool {
-	return re.StripeRefund != nil && *re.StripeRefund != sr.ID
+	if re.StripeRefund != nil {
+		return *re.StripeRefund != sr.ID
+	}
+	return re.Status == RefundFailed && fromStripeRefund(sr).to != RefundFailed
 }
 
 // insertStripeRefundTx makes Stripe's refund sr, which no refund of ours

@@ -2,42 +2,13 @@ package stagedjobs_test
 
 import (
 	"context"
-	"encoding/json"
-	"errors"
-	"strings"
 	"testing"
 
-	"github.com/jackc/pgx/v5"
-	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/stretchr/testify/require"
 
 	"github.com/example/payments/internal/db/dbsqlc"
+	"github.com/example/payments/internal/dbtest"
 )
-
-// sqlRecorder is a dbsqlc.DBTX that keeps the statement a query would send,
-// and its arguments, and sends nothing: the test explains the statement the
-// service runs, as sqlc wrote it.
-type sqlRecorder struct {
-	sql  string
-	args []any
-}
-
-var errRecorded = errors.New("recorded, not sent")
-
-func (r *sqlRecorder) Exec(_ context.Context, sql string, args ...any) (pgconn.CommandTag, error) {
-	r.sql, r.args = sql, args
-	return pgconn.CommandTag{}, errRecorded
-}
-
-func (r *sqlRecorder) Query(_ context.Context, sql string, args ...any) (pgx.Rows, error) {
-	r.sql, r.args = sql, args
-	return nil, errRecorded
-}
-
-func (r *sqlRecorder) QueryRow(_ context.Context, sql string, args ...any) pgx.Row {
-	r.sql, r.args = sql, args
-	return nil
-}
 
 // The receipt sender's claim reads receipts_due_idx in order, and never in
 // a bitmap scan: a bitmap scan marks no index entry dead, so each claim read
@@ -69,37 +40,16 @@ func TestClaimDueReceipts_readsTheDueIndexInOrderNotInABitmap(t *testing.T) {
 	_, err = b.pool.Exec(ctx, "ANALYZE receipts")
 	require.NoError(t, err)
 
-	var claim sqlRecorder
-	_, err = dbsqlc.New().ClaimDueReceipts(ctx, &claim, dbsqlc.ClaimDueReceiptsParams{LeaseMs: 60_000, BatchSize: 100})
-	require.ErrorIs(t, err, errRecorded)
 	tx, err := b.pool.Begin(ctx)
 	require.NoError(t, err)
 	defer func() { _ = tx.Rollback(ctx) }()
-	var plan []byte
-	require.NoError(t, tx.QueryRow(ctx, "EXPLAIN (ANALYZE, FORMAT JSON) "+claim.sql, claim.args...).Scan(&plan))
-	var nodes []string
-	var walk func(n map[string]any)
-	walk = func(n map[string]any) {
-		nodes = append(nodes, strings.TrimSpace(str(n["Node Type"])+" "+str(n["Index Name"])))
-		if kids, ok := n["Plans"].([]any); ok {
-			for _, k := range kids {
-				walk(k.(map[string]any))
-			}
-		}
-	}
-	var explained []struct {
-		Plan map[string]any `json:"Plan"`
-	}
-	require.NoError(t, json.Unmarshal(plan, &explained))
-	walk(explained[0].Plan)
-	t.Logf("plan: %s", strings.Join(nodes, " > "))
-	require.Contains(t, nodes, "Index Scan receipts_due_idx")
-	for _, n := range nodes {
+	plan := dbtest.Explain(t, tx, func(q dbsqlc.DBTX) error {
+		_, err := dbsqlc.New().ClaimDueReceipts(ctx, q, dbsqlc.ClaimDueReceiptsParams{LeaseMs: 60_000, BatchSize: 100})
+		return err
+	})
+	t.Logf("plan: %s; %d buffers", plan, plan.Buffers)
+	require.Contains(t, plan.Nodes, "Index Scan receipts_due_idx")
+	for _, n := range plan.Nodes {
 		require.NotContains(t, n, "Bitmap", "a bitmap scan marks no dead entry: every claim reads them all again")
 	}
-}
-
-func str(v any) string {
-	s, _ := v.(string)
-	return s
 }

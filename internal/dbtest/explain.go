@@ -1,6 +1,7 @@
 package dbtest
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -16,7 +17,8 @@ import (
 // Plan is what EXPLAIN (ANALYZE, BUFFERS) said of one statement.
 type Plan struct {
 	// Nodes are the plan's nodes, top-down: the node type, and the index
-	// it reads when it reads one ("Index Scan receipts_due_idx").
+	// it reads, or else the table ("Index Scan receipts_due_idx", "Seq
+	// Scan receipts").
 	Nodes []string
 	// Buffers are the shared buffers the statement hit and read.
 	Buffers int64
@@ -49,7 +51,7 @@ func Explain(t testing.TB, tx pgx.Tx, query func(dbsqlc.DBTX) error) Plan {
 	p := Plan{Buffers: top.SharedHit + top.SharedRead}
 	var walk func(n planNode)
 	walk = func(n planNode) {
-		p.Nodes = append(p.Nodes, strings.TrimSpace(n.Type+" "+n.Index))
+		p.Nodes = append(p.Nodes, strings.TrimSpace(n.Type+" "+cmp.Or(n.Index, n.Relation)))
 		for _, kid := range n.Plans {
 			walk(kid)
 		}
@@ -61,6 +63,7 @@ func Explain(t testing.TB, tx pgx.Tx, query func(dbsqlc.DBTX) error) Plan {
 type planNode struct {
 	Type       string     `json:"Node Type"`
 	Index      string     `json:"Index Name"`
+	Relation   string     `json:"Relation Name"`
 	SharedHit  int64      `json:"Shared Hit Blocks"`
 	SharedRead int64      `json:"Shared Read Blocks"`
 	Plans      []planNode `json:"Plans"`

@@ -169,20 +169,7 @@ func TestDuplicates_theRefundFlowsOwnRefundRecordedSecond(t *testing.T) {
 	require.NoError(t, json.Unmarshal(answer.Body, &ours))
 	require.Equal(t, "api", ours.Origin)
 
-	rows, err := b.pool.Query(ctx, "SELECT origin, status, amount, stripe_refund FROM refunds ORDER BY origin")
-	require.NoError(t, err)
-	type row struct {
-		origin, status string
-		amount         int64
-		stripeRefund   string
-	}
-	var got []row
-	for rows.Next() {
-		var r row
-		require.NoError(t, rows.Scan(&r.origin, &r.status, &r.amount, &r.stripeRefund))
-		got = append(got, r)
-	}
-	require.NoError(t, rows.Err())
+	got := b.refundRows(t)
 	require.Len(t, got, 2)
 	require.Equal(t, "api", got[0].origin)
 	require.Equal(t, ours.StripeRefund, got[0].stripeRefund)
@@ -408,25 +395,35 @@ func TestDuplicates_aRefundStripeMadeForOneWeRecordedFailedIsRecorded(t *testing
 		}
 	}
 
-	rows, err := b.pool.Query(ctx, "SELECT origin, status, amount, coalesce(stripe_refund, '') FROM refunds ORDER BY origin")
-	require.NoError(t, err)
-	type row struct {
-		origin, status string
-		amount         int64
-		stripeRefund   string
-	}
-	var got []row
-	for rows.Next() {
-		var r row
-		require.NoError(t, rows.Scan(&r.origin, &r.status, &r.amount, &r.stripeRefund))
-		got = append(got, r)
-	}
-	require.NoError(t, rows.Err())
-	require.Equal(t, []row{
+	got := b.refundRows(t)
+	require.Equal(t, []refundRow{
 		{origin: "api", status: "failed", amount: 2000},
 		{origin: "duplicate", status: "succeeded", amount: atStripe.Amount, stripeRefund: atStripe.ID},
 	}, got)
 	var refunded int64
 	require.NoError(t, b.pool.QueryRow(ctx, "SELECT amount_refunded FROM payments WHERE id = $1", pay.ID).Scan(&refunded))
 	require.Equal(t, atStripe.Amount, refunded, "what Stripe gave back")
+}
+
+// refundRow is a refund as its row holds it.
+type refundRow struct {
+	origin, status string
+	amount         int64
+	stripeRefund   string // "" for none
+}
+
+// refundRows reads every refund, ordered by origin.
+func (b *testBundle) refundRows(t *testing.T) []refundRow {
+	t.Helper()
+	rows, err := b.pool.Query(context.Background(),
+		"SELECT origin, status, amount, coalesce(stripe_refund, '') FROM refunds ORDER BY origin")
+	require.NoError(t, err)
+	var got []refundRow
+	for rows.Next() {
+		var r refundRow
+		require.NoError(t, rows.Scan(&r.origin, &r.status, &r.amount, &r.stripeRefund))
+		got = append(got, r)
+	}
+	require.NoError(t, rows.Err())
+	return got
 }

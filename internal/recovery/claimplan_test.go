@@ -26,14 +26,8 @@ func TestClaimAbandonedKeys_readsOnlyTheUnfinishedKeys(t *testing.T) {
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, recovery.Config{})
-	_, err := b.pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
-			request_fingerprint, recovery_point, response_code, response_body, expires_at)
-		SELECT 1, 'done-' || i, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to('done-' || i, 'UTF8')),
-			'finished', 201, '\x7b7d'::bytea, now() + interval '1 day'
-		FROM generate_series(1, 30000) AS i`)
-	require.NoError(t, err)
-	_, err = b.pool.Exec(ctx, `ANALYZE idempotency_keys, idempotency_keys_unfinished`)
+	insertFinishedKeys(t, b, 30000)
+	_, err := b.pool.Exec(ctx, `ANALYZE idempotency_keys, idempotency_keys_unfinished`)
 	require.NoError(t, err)
 	insertStartedKeys(t, b, "open-", 20) // after the statistics, as new requests come
 

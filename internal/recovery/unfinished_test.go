@@ -170,15 +170,9 @@ func TestUnfinishedKeys_finishesAtOnceDoNotConflictThroughTheTable(t *testing.T)
 	t.Parallel()
 	ctx := context.Background()
 	b := setup(t, recovery.Config{})
-	_, err := b.pool.Exec(ctx, `
-		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
-			request_fingerprint, recovery_point, response_code, response_body, expires_at)
-		SELECT 1, 'done-' || i, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to('done-' || i, 'UTF8')),
-			'finished', 201, '\x7b7d'::bytea, now() + interval '1 day'
-		FROM generate_series(1, 1000) AS i`)
-	require.NoError(t, err)
+	insertFinishedKeys(t, b, 1000)
 	insertStartedKeys(t, b, "open-", 20)
-	_, err = b.pool.Exec(ctx, `ANALYZE idempotency_keys, idempotency_keys_unfinished`)
+	_, err := b.pool.Exec(ctx, `ANALYZE idempotency_keys, idempotency_keys_unfinished`)
 	require.NoError(t, err)
 
 	finishTwoAtOnce := func(first, second string) error {
@@ -224,5 +218,18 @@ func insertStartedKeys(t *testing.T, b *testBundle, prefix string, n int) {
 			request_fingerprint, recovery_point)
 		SELECT 1, $1 || i, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to($1 || i, 'UTF8')), 'started'
 		FROM generate_series(1, $2::int) AS i`, prefix, n)
+	require.NoError(t, err)
+}
+
+// insertFinishedKeys inserts n finished keys of user 1, named done-1 to
+// done-N, by hand.
+func insertFinishedKeys(t *testing.T, b *testBundle, n int) {
+	t.Helper()
+	_, err := b.pool.Exec(context.Background(), `
+		INSERT INTO idempotency_keys (user_id, idempotency_key, flow, request_method, request_path, request_params,
+			request_fingerprint, recovery_point, response_code, response_body, expires_at)
+		SELECT 1, 'done-' || i, 'thing', 'POST', '/v1/things', '{}', sha256(convert_to('done-' || i, 'UTF8')),
+			'finished', 201, '\x7b7d'::bytea, now() + interval '1 day'
+		FROM generate_series(1, $1::int) AS i`, n)
 	require.NoError(t, err)
 }

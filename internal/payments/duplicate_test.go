@@ -208,26 +208,7 @@ func TestDuplicates_aRefusalOfTheNextChildKeyIsNotOurRefundsOutcome(t *testing.T
 	t.Parallel()
 	b := setup(t)
 	ctx := context.Background()
-	// Stripe, behind a proxy that lets the late 500's request execute
-	// just before the call under the next child key reaches it.
-	sim := stripesim.New(stripesim.Config{})
-	simServer := httptest.NewServer(sim.Handler())
-	t.Cleanup(func() { simServer.Close(); sim.Close() })
-	target, err := url.Parse(simServer.URL)
-	require.NoError(t, err)
-	forward := httputil.NewSingleHostReverseProxy(target)
-	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.Method == http.MethodPost && r.URL.Path == "/v1/refunds" && strings.HasSuffix(r.Header.Get("Idempotency-Key"), "-g1") {
-			sim.Advance(30 * time.Second) // the first attempt executes now
-		}
-		forward.ServeHTTP(w, r)
-	}))
-	t.Cleanup(proxy.Close)
-	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_late_refund", APIBase: proxy.URL})
-	require.NoError(t, err)
-	svc, _ := newService(t, recovery.Config{
-		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1,
-	}, stripe)
+	sim, svc := b.lateFirstAttempt(t, func(r *http.Request) bool { return r.URL.Path == "/v1/refunds" })
 
 	created, err := b.create(ctx, svc, "pay-1", `{"amount":2000,"currency":"usd","payment_method":"pm_card_visa"}`)
 	require.NoError(t, err)
@@ -285,24 +266,7 @@ func TestDuplicates_aRefusalOfTheNextChildKeyIsNotOurCapturesOrCancelsOutcome(t 
 			t.Parallel()
 			b := setup(t)
 			ctx := context.Background()
-			sim := stripesim.New(stripesim.Config{})
-			simServer := httptest.NewServer(sim.Handler())
-			t.Cleanup(func() { simServer.Close(); sim.Close() })
-			target, err := url.Parse(simServer.URL)
-			require.NoError(t, err)
-			forward := httputil.NewSingleHostReverseProxy(target)
-			proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-				if r.Method == http.MethodPost && strings.HasSuffix(r.URL.Path, tc.path) && strings.HasSuffix(r.Header.Get("Idempotency-Key"), "-g1") {
-					sim.Advance(30 * time.Second) // the first attempt executes now
-				}
-				forward.ServeHTTP(w, r)
-			}))
-			t.Cleanup(proxy.Close)
-			stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_late_" + tc.action, APIBase: proxy.URL})
-			require.NoError(t, err)
-			svc, _ := newService(t, recovery.Config{
-				Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1,
-			}, stripe)
+			sim, svc := b.lateFirstAttempt(t, func(r *http.Request) bool { return strings.HasSuffix(r.URL.Path, tc.path) })
 
 			id := b.proofPayment(t, svc, false)
 			require.NoError(t, sim.AddFault(stripesim.Fault{PathPrefix: "/v1/payment_intents/", Method: "POST", Kind: stripesim.FaultLate500, DelayMS: 30_000}))
@@ -426,4 +390,31 @@ func (b *testBundle) refundRows(t *testing.T) []refundRow {
 	}
 	require.NoError(t, rows.Err())
 	return got
+}
+
+// lateFirstAttempt is a service whose Stripe, the simulator behind a proxy,
+// lets a late 500's request (the first attempt's) execute just before the
+// call under the next child key that matches reaches it: the order in
+// which Stripe refuses that call because the first attempt took effect.
+func (b *testBundle) lateFirstAttempt(t *testing.T, matches func(*http.Request) bool) (*stripesim.Simulator, *payments.Service) {
+	t.Helper()
+	sim := stripesim.New(stripesim.Config{})
+	simServer := httptest.NewServer(sim.Handler())
+	t.Cleanup(func() { simServer.Close(); sim.Close() })
+	target, err := url.Parse(simServer.URL)
+	require.NoError(t, err)
+	forward := httputil.NewSingleHostReverseProxy(target)
+	proxy := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Method == http.MethodPost && matches(r) && strings.HasSuffix(r.Header.Get("Idempotency-Key"), "-g1") {
+			sim.Advance(30 * time.Second) // the first attempt executes now
+		}
+		forward.ServeHTTP(w, r)
+	}))
+	t.Cleanup(proxy.Close)
+	stripe, err := stripeclient.New(stripeclient.Config{SecretKey: "sk_test_late_first_attempt", APIBase: proxy.URL})
+	require.NoError(t, err)
+	svc, _ := newService(t, recovery.Config{
+		Pool: b.pool, LockTimeout: time.Minute, Now: func() time.Time { return b.now }, SpentKeyGrace: -1,
+	}, stripe)
+	return sim, svc
 }
